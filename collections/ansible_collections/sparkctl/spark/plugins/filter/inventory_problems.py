@@ -1,0 +1,253 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Inventory validation for sparkctl: every rule here needs no facts, so a bad
+inventory is refused before any host is contacted."""
+
+from __future__ import annotations
+
+import re
+
+DOCUMENTATION = r"""
+name: inventory_problems
+short_description: List what is wrong with a sparkctl inventory
+version_added: 0.1.0
+description:
+  - Checks the groups C(spark_head) and C(spark_workers) and each cluster host's C(spark_link) plan
+    without contacting any host, and returns one message per problem, each naming the variable and the fix.
+  - Link addresses are parsed with netaddr.
+options:
+  _input:
+    description: The C(groups) magic variable.
+    type: dict
+    required: true
+  hostvars:
+    description: The C(hostvars) magic variable.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Refuse a bad inventory before touching any host
+  ansible.builtin.assert:
+    that: problems | length == 0
+    fail_msg: "{{ problems | join('\n') }}"
+  vars:
+    problems: "{{ groups | sparkctl.spark.inventory_problems(hostvars) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: Problems found, each a sentence naming the variable and the fix; empty when the inventory is sound.
+  type: list
+  elements: str
+"""
+
+try:
+    import netaddr
+
+    HAS_NETADDR = True
+except ImportError:  # pragma: no cover - reported as a problem instead
+    HAS_NETADDR = False
+
+HEAD_GROUP = "spark_head"
+WORKER_GROUP = "spark_workers"
+
+# Linux netdev names: at most 15 bytes, no slash, no whitespace, not "." or "..".
+_IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+# ConnectX-7 ports as DGX OS names them: enp1s0f1np1, enP2p1s0f1np1, enp1s0f0np0 ...
+DEFAULT_LINK_INTERFACE_PATTERN = r"^enP?[0-9]*p[0-9]+s[0-9]+f[0-9]+np[0-9]+$"
+# 1280 is the smallest MTU IPv6 tolerates; 9216 the largest the ConnectX-7 + switch path is qualified for.
+MTU_MIN = 1280
+MTU_MAX = 9216
+
+
+def _cluster_hosts(groups):
+    head = list(groups.get(HEAD_GROUP) or [])
+    workers = list(groups.get(WORKER_GROUP) or [])
+    return head, workers
+
+
+def _group_problems(head, workers, groups):
+    problems = []
+    if HEAD_GROUP not in groups:
+        problems.append(
+            f"Group '{HEAD_GROUP}' is missing: add a '{HEAD_GROUP}' group with exactly one host (the node that runs the Ray head and the API)."
+        )
+    elif len(head) != 1:
+        problems.append(
+            f"Group '{HEAD_GROUP}' has {len(head)} hosts ({', '.join(head) or 'none'}): it must hold exactly one; "
+            f"move the others to '{WORKER_GROUP}'."
+        )
+    if not workers:
+        problems.append(
+            f"Group '{WORKER_GROUP}' is missing or empty: add one or more worker hosts (a cluster needs a head and at least one worker)."
+        )
+    both = sorted(set(head) & set(workers))
+    if both:
+        problems.append(
+            f"Host(s) {', '.join(both)} are in both '{HEAD_GROUP}' and '{WORKER_GROUP}': keep each host in one of them."
+        )
+    return problems
+
+
+def _parse_address(text):
+    """Return (IPNetwork, error) for a 'a.b.c.d/nn' link address."""
+    if not isinstance(text, str) or "/" not in text:
+        return None, "must be an IPv4 address with its prefix length, e.g. 192.168.100.10/24"
+    try:
+        net = netaddr.IPNetwork(text)
+    except (netaddr.AddrFormatError, ValueError, TypeError):
+        return None, "is not a valid IPv4 address with prefix length"
+    if net.version != 4:
+        return None, "must be IPv4 (the RoCE v2 GID the engines use is IPv4-mapped)"
+    if net.prefixlen > 30:
+        return None, "needs a prefix of /30 or shorter so the peer fits in the same subnet"
+    if net.ip in (net.network, net.broadcast):
+        return None, f"is the network or broadcast address of {net.cidr}; use a host address"
+    return net, None
+
+
+def _link_problems(hostname, vars_, interface_re):
+    """Problems with one host's spark_link list; returns (problems, [IPNetwork or None per half])."""
+    problems = []
+    link = vars_.get("spark_link")
+    if link is None:
+        return [
+            f"{hostname}: 'spark_link' is not set: give one item per cable half, "
+            "e.g. [{interface: enp1s0f1np1, address: 192.168.100.10/24}]."
+        ], []
+    if not isinstance(link, list) or not link:
+        return [f"{hostname}: 'spark_link' must be a non-empty list of {{interface, address}} items."], []
+    nets = []
+    seen_ifaces = set()
+    for idx, item in enumerate(link):
+        where = f"{hostname}: spark_link[{idx}]"
+        if not isinstance(item, dict):
+            problems.append(f"{where} must be a mapping with 'interface' and 'address'.")
+            nets.append(None)
+            continue
+        unknown = sorted(set(item) - {"interface", "address"})
+        if unknown:
+            problems.append(f"{where} has unknown key(s) {', '.join(unknown)}: only 'interface' and 'address' are read.")
+        iface = item.get("interface")
+        if not isinstance(iface, str) or not _IFNAME_RE.match(iface) or iface in (".", ".."):
+            problems.append(f"{where}.interface {iface!r} is not a valid network interface name.")
+        elif interface_re is not None and not interface_re.match(iface):
+            problems.append(
+                f"{where}.interface '{iface}' is not a ConnectX-7 port name (pattern '{interface_re.pattern}'); "
+                "use the name `ibdev2netdev` prints on the node, or set 'spark_link_interface_pattern' for other NICs."
+            )
+        elif iface in seen_ifaces:
+            problems.append(f"{where}.interface '{iface}' is listed twice for this host.")
+        else:
+            seen_ifaces.add(iface)
+        net, err = _parse_address(item.get("address"))
+        if err:
+            problems.append(f"{where}.address {item.get('address')!r} {err}.")
+        nets.append(net)
+    return problems, nets
+
+
+def inventory_problems(groups, hostvars):
+    """Return a list of human-readable problems; empty when the inventory is sound."""
+    if not HAS_NETADDR:
+        return ["The Python library 'netaddr' is missing on the control node: install it (pip install netaddr)."]
+    head, workers = _cluster_hosts(groups)
+    problems = _group_problems(head, workers, groups)
+    cluster = head + [w for w in workers if w not in head]
+    if not cluster:
+        return problems
+
+    any_vars = hostvars[cluster[0]]
+    pattern = any_vars.get("spark_link_interface_pattern", DEFAULT_LINK_INTERFACE_PATTERN)
+    try:
+        interface_re = re.compile(pattern) if pattern else None
+    except re.error as exc:
+        problems.append(f"'spark_link_interface_pattern' {pattern!r} is not a valid regular expression: {exc}.")
+        interface_re = None
+
+    mtu = any_vars.get("spark_link_mtu", 9000)
+    if isinstance(mtu, bool) or not isinstance(mtu, int) and not (isinstance(mtu, str) and mtu.isdigit()):
+        problems.append(f"'spark_link_mtu' {mtu!r} must be an integer between {MTU_MIN} and {MTU_MAX}.")
+    elif not MTU_MIN <= int(mtu) <= MTU_MAX:
+        problems.append(
+            f"'spark_link_mtu' {mtu} is out of range: use {MTU_MIN}-{MTU_MAX} (9000 is what the direct cable recipes use)."
+        )
+
+    mgmt = any_vars.get("spark_management_network")
+    mgmt_net = None
+    if mgmt:
+        try:
+            mgmt_net = netaddr.IPNetwork(str(mgmt))
+        except (netaddr.AddrFormatError, ValueError):
+            problems.append(f"'spark_management_network' {mgmt!r} is not a valid network, e.g. 10.0.0.0/24.")
+
+    per_host_nets = {}
+    for host in cluster:
+        host_problems, nets = _link_problems(host, hostvars[host], interface_re)
+        problems.extend(host_problems)
+        per_host_nets[host] = nets
+
+    counts = {host: len(nets) for host, nets in per_host_nets.items() if nets}
+    if len(set(counts.values())) > 1:
+        detail = ", ".join(f"{h}={n}" for h, n in counts.items())
+        problems.append(f"'spark_link' has a different number of cable halves per host ({detail}): every node needs the same halves.")
+        return problems
+
+    owner_of = {}
+    halves = max(counts.values(), default=0)
+    for half in range(halves):
+        subnets = {}
+        for host in cluster:
+            nets = per_host_nets.get(host) or []
+            net = nets[half] if half < len(nets) else None
+            if net is None:
+                continue
+            subnets.setdefault(str(net.cidr), []).append(host)
+            addr = str(net.ip)
+            if addr in owner_of:
+                problems.append(
+                    f"{host}: spark_link[{half}].address {addr} is already used by {owner_of[addr]}: every link address must be unique."
+                )
+            else:
+                owner_of[addr] = f"{host} spark_link[{half}]"
+            if mgmt_net is not None and (net.cidr in mgmt_net or mgmt_net in net.cidr):
+                problems.append(
+                    f"{host}: spark_link[{half}].address {net} overlaps 'spark_management_network' {mgmt_net}: "
+                    "the cable needs its own subnet, e.g. 192.168.100.0/24."
+                )
+            mgmt_ip = hostvars[host].get("ansible_host")
+            if mgmt_ip:
+                try:
+                    if netaddr.IPAddress(str(mgmt_ip)) in net.cidr:
+                        problems.append(
+                            f"{host}: 'ansible_host' {mgmt_ip} lies inside the link subnet {net.cidr} of spark_link[{half}]: "
+                            "manage the node over another network so the cable stays private."
+                        )
+                except (netaddr.AddrFormatError, ValueError):
+                    pass  # a DNS name: nothing to compare without resolving it
+        if len(subnets) > 1:
+            detail = "; ".join(f"{cidr}: {', '.join(hosts)}" for cidr, hosts in sorted(subnets.items()))
+            problems.append(
+                f"spark_link[{half}] addresses are not in one subnet ({detail}): both ends of a cable half must share a subnet."
+            )
+    all_subnets = {}
+    for half in range(halves):
+        for host in cluster:
+            nets = per_host_nets.get(host) or []
+            if half < len(nets) and nets[half] is not None:
+                all_subnets.setdefault(half, nets[half].cidr)
+    seen = {}
+    for half, cidr in all_subnets.items():
+        for other_half, other in seen.items():
+            if cidr in other or other in cidr:
+                problems.append(
+                    f"spark_link[{half}] subnet {cidr} overlaps spark_link[{other_half}] subnet {other}: give each cable half its own subnet."
+                )
+        seen[half] = cidr
+    return problems
+
+
+class FilterModule:
+    def filters(self):
+        return {"inventory_problems": inventory_problems}

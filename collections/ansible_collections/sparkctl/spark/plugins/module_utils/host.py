@@ -1,0 +1,320 @@
+# Copyright (c) sparkctl developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Parse /proc into the spark_host_facts fact: memory, free space, listening TCP ports.
+
+Every reader takes the /proc root as a parameter so that tests can feed recorded
+files; the parsers take text.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import sys
+
+MEMINFO_FIELDS = (
+    ("MemTotal", "mem_total_bytes"),
+    ("MemFree", "mem_free_bytes"),
+    ("MemAvailable", "mem_available_bytes"),
+    ("SwapTotal", "swap_total_bytes"),
+    ("SwapFree", "swap_free_bytes"),
+)
+
+TCP_LISTEN_STATE = "0A"
+
+# A cgroup path names the unit that owns the process in its deepest component with one
+# of these suffixes; slices only group units and are never the owner.
+_UNIT_SUFFIXES = (".service", ".scope", ".socket", ".mount", ".swap", ".timer", ".path", ".target", ".device")
+
+_MOUNTINFO_ESCAPE_RE = re.compile(r"\\([0-7]{3})")
+_SYSTEMD_VERSION_RE = re.compile(r"^systemd\s+(\d+)")
+
+
+def read_text(path):
+    """Return the file's text, or None when it cannot be read (gone, no permission)."""
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def parse_meminfo(text):
+    """Return MEMINFO_FIELDS in bytes from /proc/meminfo text; absent fields are None."""
+    values = {}
+    for line in (text or "").splitlines():
+        name, sep, rest = line.partition(":")
+        if not sep:
+            continue
+        parts = rest.split()
+        if not parts or not parts[0].isdigit():
+            continue
+        amount = int(parts[0])
+        if len(parts) > 1 and parts[1] == "kB":
+            amount *= 1024
+        values[name.strip()] = amount
+    return dict((key, values.get(field)) for field, key in MEMINFO_FIELDS)
+
+
+def nearest_existing_path(path, exists=os.path.exists):
+    """Return path, or its closest ancestor that exists (a checkpoint dir may not exist yet)."""
+    current = os.path.abspath(path)
+    while not exists(current):
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return current
+
+
+def _unescape_mountinfo(field):
+    return _MOUNTINFO_ESCAPE_RE.sub(lambda match: chr(int(match.group(1), 8)), field)
+
+
+def parse_mountinfo(text):
+    """Return [{mount_point, device, fstype}] in file order from /proc/self/mountinfo text."""
+    mounts = []
+    for line in (text or "").splitlines():
+        fields = line.split(" ")
+        # Optional fields (shared:N, master:N) vary in number; ' - ' ends them.
+        try:
+            separator = fields.index("-", 6)
+        except ValueError:
+            continue
+        if len(fields) < separator + 3:
+            continue
+        mounts.append(
+            {
+                "mount_point": _unescape_mountinfo(fields[4]),
+                "device": _unescape_mountinfo(fields[separator + 2]),
+                "fstype": fields[separator + 1],
+            }
+        )
+    return mounts
+
+
+def mount_of(path, mounts):
+    """Return the entry of mounts whose mount point is the longest prefix of path.
+
+    Among equal mount points the later entry wins, since it is mounted over the earlier.
+    """
+    best = None
+    for mount in mounts:
+        mount_point = mount["mount_point"]
+        if mount_point == "/":
+            matches = True
+        else:
+            matches = path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
+        if matches and (best is None or len(mount_point) >= len(best["mount_point"])):
+            best = mount
+    return best
+
+
+def disk_facts(path, mounts, statvfs=os.statvfs):
+    checked_path = nearest_existing_path(path)
+    facts = {
+        "path": path,
+        "checked_path": checked_path,
+        "exists": os.path.exists(path),
+        "total_bytes": None,
+        "free_bytes": None,
+        "device": None,
+        "mount_point": None,
+        "fstype": None,
+    }
+    try:
+        usage = statvfs(checked_path)
+    except OSError:
+        usage = None
+    if usage is not None:
+        facts["total_bytes"] = usage.f_blocks * usage.f_frsize
+        # f_bavail excludes the root reserve: what a non-root writer can still use.
+        facts["free_bytes"] = usage.f_bavail * usage.f_frsize
+    mount = mount_of(os.path.realpath(checked_path), mounts)
+    if mount is not None:
+        facts["device"] = mount["device"]
+        facts["mount_point"] = mount["mount_point"]
+        facts["fstype"] = mount["fstype"]
+    return facts
+
+
+def decode_proc_net_address(hex_address, byteorder=sys.byteorder):
+    """Decode an address of /proc/net/tcp{,6}.
+
+    The kernel prints the raw in_addr / in6_addr as 32-bit words in host byte order, so
+    on little-endian hosts each 4-byte word is reversed ('0100007F' is 127.0.0.1).
+    """
+    raw = bytes.fromhex(hex_address)
+    if len(raw) not in (4, 16):
+        raise ValueError("unexpected address length in /proc/net/tcp: %s" % hex_address)
+    if byteorder == "little":
+        raw = b"".join(raw[offset:offset + 4][::-1] for offset in range(0, len(raw), 4))
+    if len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw))
+    address = ipaddress.IPv6Address(raw)
+    # Python < 3.13 prints mapped addresses as '::ffff:7f00:1'; keep one spelling on every target.
+    if address.ipv4_mapped is not None:
+        return "::ffff:%s" % address.ipv4_mapped
+    return str(address)
+
+
+def parse_proc_net_tcp(text, proto, byteorder=sys.byteorder):
+    """Return the LISTEN sockets of /proc/net/tcp or tcp6 text as [{proto, address, port, inode}]."""
+    listening = []
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if len(fields) < 10 or not fields[0].endswith(":") or not fields[0][:-1].isdigit():
+            continue
+        if fields[3].upper() != TCP_LISTEN_STATE:
+            continue
+        hex_address, _sep, hex_port = fields[1].partition(":")
+        listening.append(
+            {
+                "proto": proto,
+                "address": decode_proc_net_address(hex_address, byteorder),
+                "port": int(hex_port, 16),
+                "inode": int(fields[9]),
+            }
+        )
+    return listening
+
+
+def parse_cgroup_unit(text):
+    """Return the systemd unit of a /proc/<pid>/cgroup text, or None.
+
+    Reads the v1 'name=systemd' hierarchy when present (hybrid hosts), else the v2
+    unified line '0::'.
+    """
+    systemd_path = None
+    unified_path = None
+    for line in (text or "").splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        if controllers == "name=systemd":
+            systemd_path = path
+        elif hierarchy == "0" and controllers == "":
+            unified_path = path
+    return unit_from_cgroup_path(systemd_path if systemd_path is not None else unified_path)
+
+
+def unit_from_cgroup_path(path):
+    for component in reversed((path or "").split("/")):
+        if component.endswith(_UNIT_SUFFIXES):
+            return component
+    return None
+
+
+def parse_systemd_version(text):
+    """'systemd 255 (255.4-1ubuntu8)' -> 255."""
+    first_line = (text or "").strip().splitlines()[:1]
+    match = _SYSTEMD_VERSION_RE.match(first_line[0]) if first_line else None
+    return int(match.group(1)) if match else None
+
+
+def scan_socket_owners(proc_root, inodes):
+    """Map socket inodes to the sorted PIDs holding them, from /proc/<pid>/fd links.
+
+    Processes that vanish or whose fd directory is not readable (other users' processes
+    when not root) are skipped.
+    """
+    wanted = dict(("socket:[%d]" % inode, inode) for inode in inodes)
+    owners = dict((inode, []) for inode in inodes)
+    if not wanted:
+        return owners
+    try:
+        entries = os.listdir(proc_root)
+    except OSError:
+        return owners
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        fd_dir = os.path.join(proc_root, entry, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            inode = wanted.get(target)
+            if inode is not None and int(entry) not in owners[inode]:
+                owners[inode].append(int(entry))
+    for pids in owners.values():
+        pids.sort()
+    return owners
+
+
+def _strip_or_none(text):
+    text = (text or "").strip()
+    return text or None
+
+
+def port_facts(ports, listening, proc_root):
+    """Return {str(port): {in_use, holders}} for the requested ports.
+
+    When several processes share a listening socket (forked workers), the lowest PID,
+    usually the parent, is reported.
+    """
+    requested = []
+    for port in ports:
+        if port not in requested:
+            requested.append(port)
+    busy = [entry for entry in listening if entry["port"] in requested]
+    owners = scan_socket_owners(proc_root, sorted(set(entry["inode"] for entry in busy if entry["inode"])))
+
+    result = {}
+    for port in requested:
+        holders = []
+        for entry in busy:
+            if entry["port"] != port:
+                continue
+            pids = owners.get(entry["inode"]) or []
+            pid = pids[0] if pids else None
+            holders.append(
+                {
+                    "address": entry["address"],
+                    "pid": pid,
+                    "process": _strip_or_none(read_text(os.path.join(proc_root, str(pid), "comm"))) if pid else None,
+                    "unit": parse_cgroup_unit(read_text(os.path.join(proc_root, str(pid), "cgroup"))) if pid else None,
+                }
+            )
+        result[str(port)] = {"in_use": bool(holders), "holders": holders}
+    return result
+
+
+def read_listening(proc_root, byteorder=sys.byteorder):
+    listening = []
+    for proto in ("tcp", "tcp6"):
+        # tcp6 is absent when IPv6 is disabled on the kernel command line.
+        text = read_text(os.path.join(proc_root, "net", proto))
+        if text is not None:
+            listening.extend(parse_proc_net_tcp(text, proto, byteorder))
+    listening.sort(key=lambda entry: (entry["port"], entry["proto"], entry["address"]))
+    return listening
+
+
+def gather_host_facts(paths, ports, proc_root="/proc", systemctl_version_output=None, statvfs=os.statvfs):
+    """Build the spark_host_facts fact.
+
+    systemctl_version_output is the stdout of `systemctl --version`, or None when
+    systemctl is not available.
+    """
+    mounts = parse_mountinfo(read_text(os.path.join(proc_root, "self", "mountinfo")))
+    listening = read_listening(proc_root)
+    return {
+        "meminfo": parse_meminfo(read_text(os.path.join(proc_root, "meminfo"))),
+        "disks": dict((path, disk_facts(path, mounts, statvfs)) for path in paths),
+        "listening": listening,
+        "ports": port_facts(ports, listening, proc_root),
+        "systemd": {
+            "pid1_comm": _strip_or_none(read_text(os.path.join(proc_root, "1", "comm"))),
+            "version": parse_systemd_version(systemctl_version_output),
+        },
+    }

@@ -1,0 +1,293 @@
+# Copyright (c) sparkctl developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Read netdev and RDMA (RoCE GID table) state from sysfs.
+
+The roots are parameters so that the same code reads /sys on a Spark and a fixture
+tree in a container, which has no RDMA devices.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+
+ROCE_V2 = "RoCE v2"
+ROCE_V1 = "IB/RoCE v1"
+
+
+def read_sysfs_value(path):
+    """Return the stripped content of a sysfs attribute, or None when it cannot be read.
+
+    Some attributes exist but refuse reads: `carrier` of a down link and
+    `gid_attrs/types/<n>` of an unused GID slot raise EINVAL.
+    """
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _int_or_none(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _carrier(value):
+    if value == "1":
+        return True
+    if value == "0":
+        return False
+    return None
+
+
+def _sorted_numeric_entries(directory):
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(int(name) for name in names if name.isdigit())
+
+
+def gid_to_ipv4(gid):
+    """'0000:0000:0000:0000:0000:ffff:c0a8:640a' -> '192.168.100.10'; other GIDs -> None."""
+    try:
+        mapped = ipaddress.IPv6Address(gid).ipv4_mapped
+    except (ipaddress.AddressValueError, ValueError):
+        return None
+    return str(mapped) if mapped is not None else None
+
+
+def is_zero_gid(gid):
+    try:
+        return int(ipaddress.IPv6Address(gid)) == 0
+    except (ipaddress.AddressValueError, ValueError):
+        return False
+
+
+def parse_ip_addr_json(text, interface=None):
+    """Parse `ip -j addr show dev IF` into (['a.b.c.d/nn', ...], ['x::y/nn', ...]).
+
+    Raises ValueError when the text is not the JSON list iproute2 prints.
+    """
+    try:
+        links = json.loads(text or "[]")
+    except ValueError as exc:
+        raise ValueError("cannot parse ip -j output: %s" % exc) from exc
+    if not isinstance(links, list):
+        raise ValueError("cannot parse ip -j output: expected a list")
+    ipv4 = []
+    ipv6 = []
+    for link in links:
+        # Some iproute2 releases pad the list with empty objects for filtered links.
+        if not isinstance(link, dict):
+            continue
+        if interface is not None and link.get("ifname", interface) != interface:
+            continue
+        for addr in link.get("addr_info") or []:
+            local = addr.get("local")
+            prefixlen = addr.get("prefixlen")
+            if not local or prefixlen is None:
+                continue
+            if addr.get("family") == "inet":
+                ipv4.append("%s/%s" % (local, prefixlen))
+            elif addr.get("family") == "inet6":
+                ipv6.append("%s/%s" % (local, prefixlen))
+    return ipv4, ipv6
+
+
+def ip_addr_command(ip_path, interface):
+    return [ip_path, "-j", "addr", "show", "dev", interface]
+
+
+def ip_addr_outcome(rc, stdout, stderr):
+    """Turn a finished `ip -j addr show` run into (json text, None) or (None, error message)."""
+    if rc == 0:
+        return stdout, None
+    for text in (stderr, stdout):
+        lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+        if lines:
+            return None, lines[0]
+    return None, "ip exited with return code %d" % rc
+
+
+def rdma_device_of(rdma_sysfs_root, interface):
+    """Name of the RDMA device behind a netdev (class/net/<if>/device/infiniband/<dev>)."""
+    directory = os.path.join(rdma_sysfs_root, "class", "net", interface, "device", "infiniband")
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return None
+    return names[0] if names else None
+
+
+def _port_directory(rdma_sysfs_root, ibdev, port):
+    return os.path.join(rdma_sysfs_root, "class", "infiniband", ibdev, "ports", str(port))
+
+
+def read_gid_table(rdma_sysfs_root, ibdev, port):
+    """Read ports/<port>/gids/<n> with gid_attrs/types/<n> and gid_attrs/ndevs/<n>.
+
+    All-zero (unused) GIDs are left out. `type` and `ndev` are None when their file is
+    missing or unreadable.
+    """
+    port_dir = _port_directory(rdma_sysfs_root, ibdev, port)
+    gids = []
+    for index in _sorted_numeric_entries(os.path.join(port_dir, "gids")):
+        gid = read_sysfs_value(os.path.join(port_dir, "gids", str(index)))
+        if not gid or is_zero_gid(gid):
+            continue
+        gid_type = read_sysfs_value(os.path.join(port_dir, "gid_attrs", "types", str(index)))
+        ndev = read_sysfs_value(os.path.join(port_dir, "gid_attrs", "ndevs", str(index)))
+        gids.append(
+            {
+                "index": index,
+                "gid": gid,
+                "type": gid_type or None,
+                "ndev": ndev or None,
+                "ipv4": gid_to_ipv4(gid),
+            }
+        )
+    return gids
+
+
+def rdma_port_of(rdma_sysfs_root, ibdev, interface):
+    """Pick the port of ibdev that carries interface.
+
+    A RoCE function has a single port 1; the ndev check only matters for devices that
+    expose more than one port.
+    """
+    ports = _sorted_numeric_entries(os.path.join(rdma_sysfs_root, "class", "infiniband", ibdev, "ports"))
+    if not ports:
+        return None
+    if len(ports) > 1:
+        for port in ports:
+            ndevs_dir = os.path.join(_port_directory(rdma_sysfs_root, ibdev, port), "gid_attrs", "ndevs")
+            for index in _sorted_numeric_entries(ndevs_dir):
+                if read_sysfs_value(os.path.join(ndevs_dir, str(index))) == interface:
+                    return port
+    return ports[0]
+
+
+def roce_v2_ipv4_entries(gids, netdev):
+    return [
+        {"index": entry["index"], "ipv4": _entry_ipv4(entry)}
+        for entry in gids
+        if entry.get("type") == ROCE_V2 and entry.get("ndev") == netdev and _entry_ipv4(entry)
+    ]
+
+
+def _entry_ipv4(entry):
+    if "ipv4" in entry:
+        return entry["ipv4"]
+    return gid_to_ipv4(entry.get("gid"))
+
+
+def resolve_roce_v2_gid_index(gids, netdev, ipv4):
+    """Return the GID index NCCL must use for `ipv4` on `netdev` (NCCL_IB_GID_INDEX).
+
+    gids is a GID table as returned by read_gid_table (entries need index, gid, type and
+    ndev). ipv4 may carry a prefix length ('192.168.100.10/24'). Raises ValueError with
+    the reason when no entry qualifies; the lowest index wins if several do.
+    """
+    address = str(ipv4).split("/", 1)[0].strip()
+    try:
+        ipaddress.IPv4Address(address)
+    except (ipaddress.AddressValueError, ValueError):
+        raise ValueError("%r is not an IPv4 address" % (ipv4,)) from None
+
+    if not gids:
+        raise ValueError("the GID table is empty: no RDMA device or no address on any of its netdevs")
+
+    roce_v2 = [entry for entry in gids if entry.get("type") == ROCE_V2]
+    if not roce_v2:
+        types = sorted(set(str(entry.get("type")) for entry in gids))
+        raise ValueError("no RoCE v2 entry in the GID table (types present: %s)" % ", ".join(types))
+
+    on_netdev = [entry for entry in roce_v2 if entry.get("ndev") == netdev]
+    if not on_netdev:
+        ndevs = sorted(set(str(entry.get("ndev")) for entry in roce_v2))
+        raise ValueError(
+            "RoCE v2 entries exist but none is bound to netdev %s (bound to: %s)" % (netdev, ", ".join(ndevs))
+        )
+
+    mapped = [entry for entry in on_netdev if _entry_ipv4(entry)]
+    if not mapped:
+        raise ValueError(
+            "RoCE v2 entries on %s carry no IPv4-mapped GID: is an IPv4 address configured on %s?" % (netdev, netdev)
+        )
+
+    matching = sorted(entry["index"] for entry in mapped if _entry_ipv4(entry) == address)
+    if not matching:
+        found = ", ".join(sorted(set(_entry_ipv4(entry) for entry in mapped)))
+        raise ValueError("RoCE v2 entries on %s exist but none for %s (IPv4 GIDs present: %s)" % (netdev, address, found))
+    return matching[0]
+
+
+def interface_facts(interface, sysfs_root, rdma_sysfs_root):
+    """Sysfs facts for one netdev; ipv4/ipv6 are left empty for the caller to fill."""
+    net_dir = os.path.join(sysfs_root, "class", "net", interface)
+    facts = {
+        "exists": os.path.isdir(net_dir),
+        "operstate": None,
+        "carrier": None,
+        "mtu": None,
+        "mac": None,
+        "ipv4": [],
+        "ipv6": [],
+        "address_error": None,
+        "rdma_device": None,
+        "rdma_port": None,
+        "gids": [],
+        "roce_v2_ipv4": [],
+    }
+    if not facts["exists"]:
+        return facts
+
+    facts["operstate"] = read_sysfs_value(os.path.join(net_dir, "operstate"))
+    facts["carrier"] = _carrier(read_sysfs_value(os.path.join(net_dir, "carrier")))
+    facts["mtu"] = _int_or_none(read_sysfs_value(os.path.join(net_dir, "mtu")))
+    facts["mac"] = read_sysfs_value(os.path.join(net_dir, "address"))
+
+    ibdev = rdma_device_of(rdma_sysfs_root, interface)
+    if ibdev is None:
+        return facts
+    facts["rdma_device"] = ibdev
+    facts["rdma_port"] = rdma_port_of(rdma_sysfs_root, ibdev, interface)
+    if facts["rdma_port"] is None:
+        return facts
+    facts["gids"] = read_gid_table(rdma_sysfs_root, ibdev, facts["rdma_port"])
+    facts["roce_v2_ipv4"] = roce_v2_ipv4_entries(facts["gids"], interface)
+    return facts
+
+
+def gather_link_facts(interfaces, sysfs_root="/sys", rdma_sysfs_root=None, run_ip_addr=None):
+    """Build the spark_link_facts fact.
+
+    run_ip_addr(interface) -> (text or None, error or None) runs `ip -j addr show dev IF`;
+    None skips addresses. A missing interface is listed in `missing`, not raised.
+    """
+    if rdma_sysfs_root is None:
+        rdma_sysfs_root = sysfs_root
+    result = {"interfaces": {}, "missing": []}
+    for interface in interfaces:
+        if interface in result["interfaces"]:
+            continue
+        facts = interface_facts(interface, sysfs_root, rdma_sysfs_root)
+        if facts["exists"] and run_ip_addr is not None:
+            text, error = run_ip_addr(interface)
+            if error is None:
+                try:
+                    facts["ipv4"], facts["ipv6"] = parse_ip_addr_json(text, interface)
+                except ValueError as exc:
+                    error = str(exc)
+            facts["address_error"] = error
+        if not facts["exists"]:
+            result["missing"].append(interface)
+        result["interfaces"][interface] = facts
+    return result

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh Debian machine (run as root) for sparkctl development,
+# the two-node lab (tests/lab) and CI.  Safe to re-run; a re-run with nothing to do
+# takes about a second.
+#
+#   bash tests/bootstrap.sh              # venv + docker.io/debootstrap + running dockerd
+#   bash tests/bootstrap.sh --no-docker  # only the Python venv
+#
+# Stages:
+#   venv    find Python >= 3.12 (python3.13/python3.12 on PATH, else pyenv's versions),
+#           create <repo>/.venv and `pip install -r requirements/dev.txt [-e .]`; pip
+#           runs only when requirements/dev.txt or pyproject.toml changed (stamp in .venv).
+#   apt     apt-get update + install docker.io debootstrap, skipped when installed.
+#   dockerd start dockerd in the background when `docker info` fails
+#           (log /var/log/sparklab-dockerd.log, pid /run/sparklab-dockerd.pid), wait <= 60 s.
+set -euo pipefail
+exec </dev/null
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+VENV="$REPO_ROOT/.venv"
+REQS="$REPO_ROOT/requirements/dev.txt"
+STAMP="$VENV/.sparkctl-bootstrap.stamp"
+DOCKERD_LOG=/var/log/sparklab-dockerd.log
+DOCKERD_PID=/run/sparklab-dockerd.pid
+DOCKERD_WAIT=60
+
+with_docker=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-docker) with_docker=0 ;;
+    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bootstrap: unknown argument: $arg (known: --no-docker)" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf 'bootstrap: %s\n' "$*"; }
+die() { printf 'bootstrap: ERROR: %s\n' "$*" >&2; exit 1; }
+now() { date +%s.%N; }
+stage_done() {  # name start
+  awk -v n="$1" -v s="$2" -v e="$(now)" 'BEGIN { printf "bootstrap: stage %-7s %6.1f s\n", n, e - s }'
+}
+
+[ "$(id -u)" -eq 0 ] || die "run as root (installs packages and starts dockerd)"
+t_all=$(now)
+
+# --- venv -----------------------------------------------------------------------
+# Print the real path of an interpreter if it runs and is >= 3.12 (pyenv shims of a
+# version that is not selected fail to run, so every candidate is executed).
+probe_python() {
+  "$1" -c 'import sys; assert sys.version_info >= (3, 12); print(sys.executable)' 2>/dev/null
+}
+
+find_python() {
+  local cand exe root
+  for cand in python3.13 python3.12; do
+    if command -v "$cand" >/dev/null 2>&1 && exe=$(probe_python "$cand"); then
+      echo "$exe"; return 0
+    fi
+  done
+  if command -v pyenv >/dev/null 2>&1 || [ -x "${PYENV_ROOT:-$HOME/.pyenv}/bin/pyenv" ]; then
+    root=$( (command -v pyenv >/dev/null 2>&1 && pyenv root) || "${PYENV_ROOT:-$HOME/.pyenv}/bin/pyenv" root)
+    # Newest first: 3.13.* before 3.12.*.
+    for cand in $(ls -d "$root"/versions/3.13.* "$root"/versions/3.12.* 2>/dev/null | sort -rV); do
+      if [ -x "$cand/bin/python3" ] && exe=$(probe_python "$cand/bin/python3"); then
+        echo "$exe"; return 0
+      fi
+    done
+  fi
+  return 1
+}
+
+t=$(now)
+if [ -x "$VENV/bin/python" ] && probe_python "$VENV/bin/python" >/dev/null; then
+  log "venv $VENV exists ($("$VENV/bin/python" -V 2>&1))"
+else
+  PY=$(find_python) || die "no Python >= 3.12 found: looked for python3.13/python3.12 on PATH and \$(pyenv root)/versions/3.13.*|3.12.*; install one (e.g. 'pyenv install 3.12') and re-run"
+  log "creating venv $VENV with $PY"
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+  rm -f "$STAMP"
+fi
+
+[ -f "$REQS" ] || die "missing $REQS"
+editable=()
+stamp_src=("$REQS")
+if [ -f "$REPO_ROOT/pyproject.toml" ]; then
+  editable=(-e "$REPO_ROOT")
+  stamp_src+=("$REPO_ROOT/pyproject.toml")
+else
+  log "no pyproject.toml yet: installing requirements only (re-run once it exists)"
+fi
+want_stamp=$( { "$VENV/bin/python" -V 2>&1; sha256sum "${stamp_src[@]}"; } | sha256sum | cut -d' ' -f1)
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ]; then
+  log "requirements unchanged: skipping pip"
+else
+  log "pip install -r requirements/dev.txt ${editable[*]:-}"
+  (cd "$REPO_ROOT" && "$VENV/bin/python" -m pip install --disable-pip-version-check -q \
+     -r "$REQS" "${editable[@]}")
+  echo "$want_stamp" > "$STAMP"
+fi
+stage_done venv "$t"
+
+if [ "$with_docker" -eq 0 ]; then
+  log "--no-docker: skipping apt and dockerd"
+  stage_done total "$t_all"
+  exit 0
+fi
+
+# --- apt ------------------------------------------------------------------------
+t=$(now)
+missing=()
+for pkg in docker.io debootstrap; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  [ "$status" = "install ok installed" ] || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  log "docker.io and debootstrap already installed"
+else
+  log "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  # policy-rc.d-free: on a host without systemd the postinst cannot start the daemon
+  # anyway; the dockerd stage below does it.
+  apt-get install -y -q "${missing[@]}"
+fi
+stage_done apt "$t"
+
+# --- dockerd --------------------------------------------------------------------
+t=$(now)
+docker_ok() { timeout 10 docker info >/dev/null 2>&1; }
+if docker_ok; then
+  log "docker engine already running"
+else
+  if [ -f "$DOCKERD_PID" ] && kill -0 "$(cat "$DOCKERD_PID")" 2>/dev/null; then
+    log "dockerd (pid $(cat "$DOCKERD_PID")) is starting; waiting"
+  else
+    command -v dockerd >/dev/null 2>&1 || die "dockerd not found although docker.io is installed"
+    log "starting dockerd (log $DOCKERD_LOG)"
+    # setsid: not tied to this shell; stdin from /dev/null, output appended to the log.
+    setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    echo $! > "$DOCKERD_PID"
+  fi
+  deadline=$(( $(date +%s) + DOCKERD_WAIT ))
+  until docker_ok; do
+    if ! kill -0 "$(cat "$DOCKERD_PID")" 2>/dev/null; then
+      tail -n 20 "$DOCKERD_LOG" >&2 || true
+      die "dockerd exited; see $DOCKERD_LOG"
+    fi
+    [ "$(date +%s)" -lt "$deadline" ] || die "docker engine not up after ${DOCKERD_WAIT} s; see $DOCKERD_LOG"
+    sleep 0.5
+  done
+  log "docker engine up (dockerd pid $(cat "$DOCKERD_PID"))"
+fi
+stage_done dockerd "$t"
+stage_done total "$t_all"

@@ -1,0 +1,146 @@
+"""Preflight on the two-node lab: green and unchanged on a healthy lab; each
+broken precondition stops the run with the node, the problem and the fix,
+before anything changes; a bad inventory is refused without touching a host."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import yaml
+from labrun import LAB_INVENTORY, REPO, lab, node_exec, read_report
+
+pytestmark = pytest.mark.lab
+
+HOSTS = ("spark1", "spark2")
+
+
+def test_healthy_lab_passes_and_changes_nothing(lab_up, run_site, report_dir):
+    run = run_site()
+    assert run.rc == 0, run.output
+    for host in HOSTS:
+        assert run.changed(host) == 0, run.output
+        assert run.recap[host]["failed"] == 0
+    report = read_report(report_dir)
+    assert report["ok"] is True
+    assert set(report["hosts"]) == set(HOSTS)
+    for host in HOSTS:
+        ids = {c["id"] for c in report["hosts"][host]["checks"]}
+        assert {"gpu.driver", "gpu.compute_cap", "memory.available", "disk.checkpoint", "link.enp1s0f1np1", "rdma.enP2p1s0f1np1"} <= ids
+
+
+@pytest.fixture
+def old_driver_on_spark2(lab_up):
+    config = {"driver_version": "550.54.15", "cuda_version": "12.4"}
+    node_exec("spark2", "sh", "-c", f"echo '{json.dumps(config)}' > /etc/sparklab/gpu.json")
+    yield
+    node_exec("spark2", "rm", "-f", "/etc/sparklab/gpu.json")
+
+
+def test_old_driver_fails_before_any_change(old_driver_on_spark2, run_site, report_dir):
+    run = run_site()
+    assert run.rc != 0
+    assert "Preflight failed on spark2" in run.output
+    assert "gpu.driver: driver 550.54.15 is older than 580." in run.output
+    assert "Fix: Update the NVIDIA driver to 580 or newer" in run.output
+    assert all(run.changed(h) == 0 for h in HOSTS), run.output
+    report = read_report(report_dir)
+    assert report["ok"] is False
+    assert report["hosts"]["spark1"]["ok"] is True
+    failed = [c["id"] for c in report["hosts"]["spark2"]["checks"] if c["status"] == "fail"]
+    assert failed == ["gpu.driver", "gpu.cuda_driver"]
+
+
+def test_escape_hatch_downgrades_to_a_warning(old_driver_on_spark2, run_site):
+    run = run_site("-e", "spark_ignore_assert_errors=true")
+    assert run.rc == 0, run.output
+    assert "WARNING: spark_ignore_assert_errors is set; continuing past:" in run.output
+    assert "driver 550.54.15 is older than 580" in run.output
+
+
+@pytest.fixture
+def cable_pulled(lab_up):
+    # Deleting one end of the veth pair removes the whole cable half on both nodes.
+    node_exec("spark1", "ip", "link", "del", "enP2p1s0f1np1")
+    yield
+    lab("up")
+
+
+def test_missing_link_interface_fails_on_both_nodes(cable_pulled, run_site):
+    run = run_site()
+    assert run.rc != 0
+    for host in HOSTS:
+        assert f"Preflight failed on {host}" in run.output
+    assert "link.enP2p1s0f1np1: enP2p1s0f1np1 does not exist on this node." in run.output
+    assert all(run.changed(h) == 0 for h in HOSTS), run.output
+
+
+@pytest.fixture
+def full_checkpoint_disk(lab_up):
+    # A small filesystem where the checkpoint goes, filled to the brim.
+    node_exec("spark2", "sh", "-c", "mkdir -p /srv/sparkctl/models && mount -t tmpfs -o size=64m sparklab-small /srv/sparkctl/models"
+              " && fallocate -l 60m /srv/sparkctl/models/filler")
+    yield
+    node_exec("spark2", "sh", "-c", "umount /srv/sparkctl/models && rmdir /srv/sparkctl/models /srv/sparkctl")
+
+
+def test_full_disk_fails_with_the_numbers(full_checkpoint_disk, run_site):
+    run = run_site()
+    assert run.rc != 0
+    assert "Preflight failed on spark2" in run.output
+    assert "disk.checkpoint: 0.0 GiB free at /srv/sparkctl/models <" in run.output
+    assert "point 'spark_checkpoint_dir' at a larger one" in run.output
+    assert all(run.changed(h) == 0 for h in HOSTS), run.output
+
+
+def _write_inventory(tmp_path, mutate):
+    data = yaml.safe_load(LAB_INVENTORY.read_text())
+    mutate(data["all"]["children"]["sparklab"]["children"])
+    inv_dir = tmp_path / "inv"
+    (inv_dir / "group_vars").mkdir(parents=True)
+    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(data))
+    for source in (LAB_INVENTORY.parent / "group_vars").glob("*.yml"):
+        # The lab's key and known_hosts paths are relative to the inventory directory.
+        text = source.read_text().replace("{{ inventory_dir }}/../..", str(REPO))
+        (inv_dir / "group_vars" / source.name).write_text(text)
+    return inv_dir / "hosts.yml"
+
+
+def _link(children, group, host, half):
+    return children[group]["hosts"][host]["spark_link"][half]
+
+
+BAD_INVENTORIES = {
+    "duplicate link address": (
+        lambda c: _link(c, "spark_workers", "spark2", 0).update(address="192.168.100.10/24"),
+        "spark2: spark_link[0].address 192.168.100.10 is already used by spark1",
+    ),
+    "mismatched subnets": (
+        lambda c: _link(c, "spark_workers", "spark2", 1).update(address="192.168.111.11/24"),
+        "spark_link[1] addresses are not in one subnet",
+    ),
+    "unknown interface": (
+        lambda c: _link(c, "spark_head", "spark1", 0).update(interface="eth9"),
+        "spark1: spark_link[0].interface 'eth9' is not a ConnectX-7 port name",
+    ),
+    "MTU 100000": (
+        lambda c: c["spark_head"].setdefault("vars", {}).update(spark_link_mtu=100000),
+        "'spark_link_mtu' 100000 is out of range",
+    ),
+    "two heads": (
+        lambda c: c["spark_head"]["hosts"].update(spark2=c["spark_workers"]["hosts"]["spark2"]),
+        "Group 'spark_head' has 2 hosts (spark1, spark2)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INVENTORIES))
+def test_bad_inventory_is_refused_without_touching_a_host(case, tmp_path, run_site):
+    mutate, message = BAD_INVENTORIES[case]
+    run = run_site(inventory=_write_inventory(tmp_path, mutate))
+    assert run.rc != 0
+    assert message in run.output, run.output
+    assert "The inventory is not usable" in run.output
+    # Only the control node ran anything: no lab node appears in the recap.
+    assert set(run.recap) == {"localhost"}, textwrap.shorten(run.output, 2000)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# README command (1): set up everything on a fresh Debian machine as root, bring
+# up the two-node lab, run site.yml end to end against it (twice: the second run
+# must report changed=0), and print the report.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$PWD
+
+bash tests/bootstrap.sh
+# shellcheck disable=SC1091
+source "$REPO/.venv/bin/activate"
+export ANSIBLE_CONFIG=$REPO/ansible.cfg
+
+python tests/lab/sparklab up
+ansible-playbook site.yml -i inventories/lab
+echo "Re-running: a converged cluster must report changed=0."
+ansible-playbook site.yml -i inventories/lab | tee .lab/second-run.log
+if ! grep -Eq '^spark1 .*changed=0' .lab/second-run.log || ! grep -Eq '^spark2 .*changed=0' .lab/second-run.log; then
+  echo "second run changed something: see .lab/second-run.log" >&2
+  exit 1
+fi
+sparkctl report

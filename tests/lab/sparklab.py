@@ -1,0 +1,1037 @@
+"""sparklab: the sparkctl two-node lab (systemd containers standing in for DGX Sparks).
+
+CLI entry: ``tests/lab/sparklab`` (run it with the venv's python:
+``.venv/bin/python tests/lab/sparklab up``).  Stdlib + PyYAML.  See tests/lab/README.md.
+
+The node plan comes from the lab inventory (inventories/lab/hosts.yml and
+group_vars/all.yml): node names, groups spark_head/spark_workers, ansible_host (the
+management IP on the docker bridge ``sparklab-mgmt``), spark_link (the direct-cable
+interfaces and their planned addresses), sparklab_roce_gid_index, ansible_user,
+spark_management_network and spark_sysfs_rdma_root.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import concurrent.futures
+import contextlib
+import fcntl
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+NODE_DIR = HERE / "node"
+LAB_DIR = REPO / ".lab"
+DEFAULT_INVENTORY = REPO / "inventories" / "lab"
+
+sys.path.insert(0, str(NODE_DIR))
+import roce_fixture  # noqa: E402  (tests/lab/node/roce_fixture.py)
+
+IMAGE_REPO = "sparkctl-lab-node"
+NETWORK = "sparklab-mgmt"
+LABEL = "org.sparkctl.lab"
+HASH_LABEL = "org.sparkctl.lab.image-hash"
+SUITE = "bookworm"
+# LAB-NOTES: a systemd node, plus netplan (+udev on bookworm), venv, firewall tools.
+PACKAGES = sorted("""
+    dbus libpam-systemd systemd systemd-sysv openssh-server openssh-client python3
+    python3-apt sudo rsync iproute2 iputils-ping procps ca-certificates
+    netplan.io udev python3-venv iptables nftables kmod less
+""".split())
+USER_UID = 1000
+# Every capability docker 20.10 knows, except SYS_RESOURCE (missing from the VM's
+# bounding set: --privileged fails).  20.10 rejects BPF, PERFMON, CHECKPOINT_RESTORE.
+CAPS = """CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP
+    LINUX_IMMUTABLE NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER
+    SYS_MODULE SYS_RAWIO SYS_CHROOT SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE
+    SYS_TIME SYS_TTY_CONFIG MKNOD LEASE AUDIT_WRITE AUDIT_CONTROL SETFCAP MAC_OVERRIDE
+    MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ""".split()
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+NODE_CA = "/etc/sparklab/host-ca.crt"
+IMAGE_FIXTURE = "/usr/local/lib/sparklab/roce_fixture.py"
+
+# ---------------------------------------------------------------------------------
+# Image recipe.  Everything here (and every file under tests/lab/node/) feeds the
+# image hash, so editing it rebuilds the image at the next `up`/`image`.
+# ---------------------------------------------------------------------------------
+IMAGE_FILES = {
+    # path in the image: (mode, content) -- {user} is replaced by ansible_user.
+    "/etc/systemd/system/sparklab-ssh-hostkeys.service": (0o644, """\
+# LAB-ONLY (sparkctl lab): host keys are generated at each node's first boot, never
+# baked into the image, so two nodes never share a host key.
+[Unit]
+Description=Generate SSH host keys (sparkctl lab)
+Before=ssh.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -A
+RemainAfterExit=yes
+
+[Install]
+RequiredBy=ssh.service
+WantedBy=multi-user.target
+"""),
+    # Keep networkd (and so netplan) off docker's management interface.
+    "/etc/systemd/network/10-sparklab-eth0-unmanaged.network": (0o644, """\
+# LAB-ONLY (sparkctl lab): eth0 is docker's management network; not networkd's.
+[Match]
+Name=eth0
+
+[Link]
+Unmanaged=yes
+"""),
+    # netplan apply calls `udevadm trigger/settle`, which fail without a udev daemon
+    # (read-only /sys in a container).  /usr/local/sbin comes first on PATH.
+    "/usr/local/sbin/udevadm": (0o755, """\
+#!/bin/sh
+# LAB-ONLY (sparkctl lab): a container has no udev daemon and a read-only /sys, so
+# `udevadm trigger|control|settle` fail and break `netplan apply`.  Skip exactly those
+# while no udev daemon runs; everything else goes to the real udevadm.
+case "${1:-}" in
+  trigger|control|settle)
+    [ -S /run/udev/control ] || exit 0 ;;
+esac
+exec /usr/bin/udevadm "$@"
+"""),
+    "/etc/sudoers.d/90-sparklab-user": (0o440, """\
+# sparkctl lab: the ansible_user has passwordless sudo, as on a prepared Spark.
+{user} ALL=(ALL:ALL) NOPASSWD: ALL
+"""),
+    # pam_env warns at every ssh login without it; C.UTF-8 ships with libc.
+    "/etc/default/locale": (0o644, "LANG=C.UTF-8\n"),
+    "/etc/sparklab/README": (0o644, """\
+This is a sparkctl LAB node (a systemd container), not a DGX Spark.
+Stand-ins: /usr/bin/nvidia-smi (no GPU), the RoCE sysfs tree under the inventory's
+spark_sysfs_rdma_root (no RDMA), /usr/local/sbin/udevadm (no udev).
+See tests/lab/README.md in the sparkctl repository.
+"""),
+}
+NODE_FILES_IN_IMAGE = {
+    "nvidia-smi": ("/usr/bin/nvidia-smi", 0o755),
+    "roce_fixture.py": (IMAGE_FIXTURE, 0o755),
+}
+# Units masked because they cannot work in a container (no ttys, no udev, no writable
+# /sys or /proc/sys, no kernel audit in a netns) -- left alone they make boot degraded.
+MASKED_UNITS = """
+    getty.target console-getty.service getty@.service serial-getty@.service
+    systemd-udevd.service systemd-udevd-control.socket systemd-udevd-kernel.socket
+    systemd-udev-trigger.service systemd-udev-settle.service
+    systemd-firstboot.service systemd-journald-audit.socket
+    sys-kernel-config.mount sys-kernel-debug.mount sys-kernel-tracing.mount
+    systemd-sysctl.service systemd-modules-load.service
+""".split()
+CUSTOMIZE = """\
+set -eu
+rm -f /etc/ssh/ssh_host_*
+: > /etc/machine-id
+rm -f /var/lib/dbus/machine-id
+useradd --create-home --uid {uid} --user-group --shell /bin/bash {user}
+visudo -cf /etc/sudoers.d/90-sparklab-user >/dev/null
+systemctl enable sparklab-ssh-hostkeys.service systemd-networkd.service
+systemctl disable systemd-networkd-wait-online.service
+systemctl mask {masked}
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/*.log /var/log/apt/*
+touch -d @0 /var/lib/apt/lists
+"""
+DOCKERFILE = """\
+FROM {base}
+ENV container=docker
+LABEL {label}=1 {hash_label}={hash}
+STOPSIGNAL SIGRTMIN+3
+CMD ["/sbin/init"]
+"""
+
+T0 = time.monotonic()
+
+
+def say(msg: str) -> None:
+    print(f"[{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
+
+
+class LabError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------
+# Node plan from the inventory
+# ---------------------------------------------------------------------------------
+@dataclass
+class Link:
+    interface: str
+    address: str            # with prefix, e.g. 192.168.100.10/24
+
+    @property
+    def ip(self) -> str:
+        return self.address.split("/")[0]
+
+
+@dataclass
+class Node:
+    name: str
+    role: str               # head | worker
+    mgmt_ip: str
+    links: list[Link]
+    gid_index: int
+    pid: int = 0
+    host_keys: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    nodes: list[Node]
+    network: str            # e.g. 172.30.77.0/24
+    sysfs_root: str
+    user: str
+    inventory: Path
+
+    @property
+    def head(self) -> Node:
+        return self.nodes[0]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise LabError(f"no node {name!r} in {self.inventory} (nodes: "
+                       f"{', '.join(n.name for n in self.nodes)})")
+
+
+def rdma_device_for(netdev: str) -> str:
+    """The RDMA device name of a ConnectX netdev, by the kernel/rdma-core naming rule.
+
+    Both are named from the same PCI path: netdev ``en`` + path + ``npN`` (the
+    physical port name suffix), RDMA device ``roce`` + path.  So strip the leading
+    ``en``, drop a trailing ``npN`` and prefix ``roce``:
+    enp1s0f1np1 -> rocep1s0f1, enP2p1s0f1np1 -> roceP2p1s0f1.
+    """
+    m = re.fullmatch(r"en(\w+?)(np\d+)?", netdev)
+    if not m:
+        raise LabError(f"cannot derive an RDMA device name from {netdev!r} "
+                       "(expected a predictable name like enp1s0f1np1)")
+    return "roce" + m.group(1)
+
+
+def _read_yaml(p: Path) -> dict:
+    with open(p, encoding="utf-8") as fh:
+        return yaml.safe_load(fh) or {}
+
+
+def _vars_files(base: Path, name: str) -> dict:
+    out: dict = {}
+    for cand in (base / f"{name}.yml", base / f"{name}.yaml"):
+        if cand.is_file():
+            out.update(_read_yaml(cand))
+    d = base / name
+    if d.is_dir():
+        for f in sorted(d.iterdir()):
+            if f.suffix in (".yml", ".yaml"):
+                out.update(_read_yaml(f))
+    return out
+
+
+def load_plan(inventory: Path) -> Plan:
+    hosts_file = inventory / "hosts.yml"
+    if not hosts_file.is_file():
+        raise LabError(f"inventory not found: {hosts_file}")
+    data = _read_yaml(hosts_file)
+    hosts: dict[str, dict] = {}
+    groups: dict[str, list[str]] = {}
+    group_vars_inline: dict[str, dict] = {}
+
+    def walk(gname: str, g: dict | None, parents: list[str]) -> None:
+        g = g or {}
+        group_vars_inline[gname] = g.get("vars") or {}
+        chain = parents + [gname]
+        for h, hv in (g.get("hosts") or {}).items():
+            hosts.setdefault(h, {})
+            hosts[h].update(hv or {})
+            for grp in chain:
+                groups.setdefault(grp, [])
+                if h not in groups[grp]:
+                    groups[grp].append(h)
+        for cname, c in (g.get("children") or {}).items():
+            walk(cname, c, chain)
+
+    for top, g in data.items():
+        walk(top, g, [])
+
+    heads = groups.get("spark_head", [])
+    workers = groups.get("spark_workers", [])
+    if len(heads) != 1:
+        raise LabError(f"{hosts_file}: the lab needs exactly one host in spark_head, found {heads}")
+    if len(workers) > 1:
+        raise LabError(
+            f"{hosts_file}: {len(workers)} workers ({', '.join(workers)}), but the lab's "
+            "direct cable is a point-to-point veth pair between the head and ONE worker, "
+            "as the real ConnectX-7 cable is.  More workers need a switch stand-in (a "
+            "bridge per cable half), which the lab does not build yet.")
+
+    gv_dir, hv_dir = inventory / "group_vars", inventory / "host_vars"
+    gvars_all = _vars_files(gv_dir, "all")
+
+    def host_vars(h: str) -> dict:
+        v = dict(gvars_all)
+        member = [g for g in groups if h in groups[g] and g != "all"]
+        for g in member:
+            v.update(_vars_files(gv_dir, g))
+        v.update(group_vars_inline.get("all", {}))
+        for g in member:
+            v.update(group_vars_inline.get(g, {}))
+        v.update(_vars_files(hv_dir, h))
+        v.update(hosts[h])
+        return v
+
+    def need(h: str, v: dict, key: str):
+        if key not in v:
+            raise LabError(f"{inventory}: host {h} has no {key}")
+        val = v[key]
+        if isinstance(val, str) and "{{" in val:
+            raise LabError(f"{inventory}: {h}.{key} is templated ({val!r}); the lab reads "
+                           "plain values only")
+        return val
+
+    nodes = []
+    for role, h in [("head", heads[0])] + [("worker", w) for w in workers]:
+        v = host_vars(h)
+        links = [Link(str(need(h, l, "interface")), str(need(h, l, "address")))
+                 for l in (need(h, v, "spark_link") or [])]
+        for l in links:
+            if len(l.interface) > 15:
+                raise LabError(f"{h}: interface name {l.interface!r} is longer than 15 chars")
+            ipaddress.ip_interface(l.address)
+        ipaddress.ip_address(need(h, v, "ansible_host"))
+        nodes.append(Node(h, role, str(v["ansible_host"]), links,
+                          int(need(h, v, "sparklab_roce_gid_index"))))
+    any_vars = host_vars(heads[0])
+    plan = Plan(nodes, str(need("all", any_vars, "spark_management_network")),
+                str(need("all", any_vars, "spark_sysfs_rdma_root")),
+                str(need("all", any_vars, "ansible_user")), inventory)
+    net = ipaddress.ip_network(plan.network)
+    for n in nodes:
+        if ipaddress.ip_address(n.mgmt_ip) not in net:
+            raise LabError(f"{n.name}: ansible_host {n.mgmt_ip} is outside {plan.network}")
+    if len(nodes) == 2 and len(nodes[0].links) != len(nodes[1].links):
+        raise LabError("head and worker have different numbers of spark_link entries")
+    return plan
+
+
+# ---------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------
+DOCKER = os.environ.get("SPARKLAB_DOCKER", "docker")
+
+
+def run(cmd: list[str], check: bool = True, input: str | bytes | None = None,
+        timeout: float | None = 120, quiet: bool = False) -> subprocess.CompletedProcess:
+    text = not isinstance(input, bytes)
+    p = subprocess.run(cmd, input=input, capture_output=True, text=text, timeout=timeout,
+                       stdin=subprocess.DEVNULL if input is None else None)
+    if check and p.returncode != 0:
+        err = p.stderr if text else p.stderr.decode(errors="replace")
+        raise LabError(f"command failed ({p.returncode}): {' '.join(cmd)}\n{err.strip()}")
+    return p
+
+
+def docker(*args: str, **kw) -> subprocess.CompletedProcess:
+    return run([DOCKER, *args], **kw)
+
+
+def docker_json(*args: str) -> list | None:
+    p = docker(*args, check=False)
+    if p.returncode != 0:
+        return None
+    return json.loads(p.stdout)
+
+
+def parallel(fn, items):
+    items = list(items)
+    if len(items) <= 1:
+        return [fn(i) for i in items]
+    with concurrent.futures.ThreadPoolExecutor(len(items)) as ex:
+        return list(ex.map(fn, items))
+
+
+@contextlib.contextmanager
+def lab_lock():
+    LAB_DIR.mkdir(mode=0o700, exist_ok=True)
+    with open(LAB_DIR / ".lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("another sparklab up/down/image holds .lab/.lock; waiting")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def check_docker() -> None:
+    if shutil.which(DOCKER) is None:
+        raise LabError("docker CLI not found: run `bash tests/bootstrap.sh` first")
+    p = docker("version", "--format", "{{.Server.Version}}", check=False, timeout=15)
+    if p.returncode != 0:
+        raise LabError("docker engine not reachable: run `bash tests/bootstrap.sh` "
+                       f"(it starts dockerd)\n{p.stderr.strip()}")
+
+
+def mac_for(node: str, interface: str) -> str:
+    """A stable, locally administered MAC per node and interface (the real CX-7 has a
+    burnt-in one; a veth would get a random one at every re-creation)."""
+    return roce_fixture.default_mac(node, interface)
+
+
+# ---------------------------------------------------------------------------------
+# Image
+# ---------------------------------------------------------------------------------
+def debian_mirror() -> str:
+    """The host's Debian mirror URI, from its apt sources (never hard-coded)."""
+    if os.environ.get("SPARKLAB_DEBIAN_MIRROR"):
+        return os.environ["SPARKLAB_DEBIAN_MIRROR"]
+    entries: list[tuple[str, list[str]]] = []   # (uri, suites)
+    src_dir = Path("/etc/apt/sources.list.d")
+    for f in sorted(src_dir.glob("*.sources")) if src_dir.is_dir() else []:
+        for stanza in re.split(r"\n\s*\n", f.read_text(encoding="utf-8", errors="replace")):
+            fields: dict[str, str] = {}
+            key = None
+            for line in stanza.splitlines():
+                if line.startswith("#") or not line.strip():
+                    continue
+                if line[0] in " \t" and key:
+                    fields[key] += " " + line.strip()
+                    continue
+                key, _, val = line.partition(":")
+                key = key.strip().lower()
+                fields[key] = val.strip()
+            if "deb" not in fields.get("types", "").split():
+                continue
+            if fields.get("enabled", "yes").lower() == "no":
+                continue
+            for uri in fields.get("uris", "").split():
+                entries.append((uri, fields.get("suites", "").split()))
+    lists = [Path("/etc/apt/sources.list")] + (sorted(src_dir.glob("*.list")) if src_dir.is_dir() else [])
+    for f in lists:
+        if not f.is_file():
+            continue
+        for line in f.read_text(encoding="utf-8", errors="replace").splitlines():
+            line = re.sub(r"\[[^\]]*\]", " ", line.split("#", 1)[0]).split()
+            if len(line) >= 3 and line[0] == "deb":
+                entries.append((line[1], [line[2]]))
+    entries = [(u, s) for u, s in entries if re.match(r"(https?|file)://", u)]
+    for uri, suites in entries:
+        if SUITE in suites:
+            return uri
+    for uri, suites in entries:
+        if suites and not any("security" in s or "/updates" in s for s in suites) \
+                and "debian" in uri:
+            return uri
+    raise LabError("no Debian mirror found in /etc/apt/sources.list(.d); set "
+                   "SPARKLAB_DEBIAN_MIRROR=URI")
+
+
+def image_hash(plan: Plan) -> str:
+    h = hashlib.sha256()
+    node_files = {}
+    for p in sorted(NODE_DIR.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            node_files[str(p.relative_to(NODE_DIR))] = [
+                hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode & 0o777]
+    h.update(json.dumps({
+        "suite": SUITE, "packages": PACKAGES, "user": plan.user, "uid": USER_UID,
+        "image_files": {k: [m, c] for k, (m, c) in IMAGE_FILES.items()},
+        "node_files_in_image": NODE_FILES_IN_IMAGE, "masked": MASKED_UNITS,
+        "customize": CUSTOMIZE, "dockerfile": DOCKERFILE, "node_files": node_files,
+    }, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def image_tag(h: str) -> str:
+    return f"{IMAGE_REPO}:{h[:16]}"
+
+
+def image_exists(h: str) -> bool:
+    p = docker("image", "inspect", "--format", "{{json .Config.Labels}}", image_tag(h), check=False)
+    return p.returncode == 0 and (json.loads(p.stdout) or {}).get(HASH_LABEL) == h
+
+
+def _umount_under(path: str) -> None:
+    with open("/proc/self/mounts") as fh:
+        mnts = [l.split()[1].encode().decode("unicode_escape") for l in fh]
+    for m in sorted((m for m in mnts if m == path or m.startswith(path + "/")),
+                    key=len, reverse=True):
+        subprocess.run(["umount", "-l", m], check=False)
+
+
+def build_image(plan: Plan, force: bool = False) -> str:
+    h = image_hash(plan)
+    tag = image_tag(h)
+    if not force and image_exists(h):
+        docker("tag", tag, f"{IMAGE_REPO}:latest")
+        say(f"image {tag} up to date")
+        return tag
+    if shutil.which("debootstrap") is None:
+        raise LabError("debootstrap not found: run `bash tests/bootstrap.sh` first")
+    t = time.monotonic()
+    mirror = debian_mirror()
+    LAB_DIR.mkdir(mode=0o700, exist_ok=True)
+    log = LAB_DIR / "image-build.log"
+    work = tempfile.mkdtemp(prefix="sparklab-build-", dir="/var/tmp")
+    rootfs = os.path.join(work, "rootfs")
+    try:
+        say(f"image {tag}: debootstrap {SUITE} from {mirror} (about a minute; log {log})")
+        with open(log, "w") as lf:
+            p = subprocess.run(["debootstrap", "--variant=minbase",
+                                "--include=" + ",".join(PACKAGES), SUITE, rootfs, mirror],
+                               stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if p.returncode != 0:
+            tail = "".join(open(log).readlines()[-15:])
+            raise LabError(f"debootstrap failed ({p.returncode}); tail of {log}:\n{tail}")
+        say(f"image {tag}: debootstrap done in {time.monotonic() - t:.0f}s; customising")
+        for path, (mode, content) in IMAGE_FILES.items():
+            dst = Path(rootfs + path)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_text(content.replace("{user}", plan.user))
+            dst.chmod(mode)
+        for name, (path, mode) in NODE_FILES_IN_IMAGE.items():
+            dst = Path(rootfs + path)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(NODE_DIR / name, dst)
+            dst.chmod(mode)
+        script = CUSTOMIZE.format(uid=USER_UID, user=plan.user, masked=" ".join(MASKED_UNITS))
+        p = subprocess.run(["chroot", rootfs, "/bin/sh", "-c", script], capture_output=True,
+                           text=True, stdin=subprocess.DEVNULL,
+                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
+        with open(log, "a") as lf:
+            lf.write(p.stdout + p.stderr)
+        if p.returncode != 0:
+            raise LabError(f"customising the rootfs failed:\n{p.stderr.strip()}")
+        _umount_under(rootfs)
+        say(f"image {tag}: docker import")
+        base = f"{IMAGE_REPO}:rootfs-{h[:16]}"
+        tar = subprocess.Popen(["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*",
+                                "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
+        imp = subprocess.run([DOCKER, "import", "-", base], stdin=tar.stdout,
+                             capture_output=True, text=True)
+        tar.stdout.close()
+        if tar.wait() != 0 or imp.returncode != 0:
+            raise LabError(f"docker import failed: {imp.stderr.strip()}")
+        dockerfile = DOCKERFILE.format(base=base, label=LABEL, hash_label=HASH_LABEL, hash=h)
+        p = subprocess.run([DOCKER, "build", "-q", "-t", tag, "-t", f"{IMAGE_REPO}:latest", "-"],
+                           input=dockerfile, capture_output=True, text=True,
+                           env={**os.environ, "DOCKER_BUILDKIT": "0"})
+        if p.returncode != 0:
+            raise LabError(f"docker build failed: {p.stderr.strip()}")
+        docker("rmi", base, check=False)
+    finally:
+        _umount_under(rootfs)
+        subprocess.run(["rm", "-rf", "--one-file-system", work], check=False)
+    size = docker("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip()
+    say(f"image {tag} built in {time.monotonic() - t:.0f}s ({int(size) / 1e6:.0f} MB)")
+    prune_old_images(tag)
+    return tag
+
+
+def prune_old_images(current_tag: str) -> None:
+    """Drop older lab images no container runs on (an image in use refuses removal)."""
+    for ref in docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
+                      "--filter", f"label={HASH_LABEL}").stdout.split():
+        if ref not in (current_tag, f"{IMAGE_REPO}:latest") and not ref.endswith(":<none>"):
+            if docker("rmi", ref, check=False).returncode == 0:
+                say(f"removed old image {ref}")
+
+
+# ---------------------------------------------------------------------------------
+# Network and containers
+# ---------------------------------------------------------------------------------
+def ensure_network(plan: Plan) -> None:
+    info = docker_json("network", "inspect", NETWORK)
+    if info:
+        subnets = [c.get("Subnet") for c in (info[0].get("IPAM") or {}).get("Config") or []]
+        if plan.network not in subnets:
+            raise LabError(f"docker network {NETWORK} exists with subnet {subnets}, the "
+                           f"inventory says {plan.network}: run `sparklab down` first")
+        return
+    docker("network", "create", "--driver", "bridge", "--subnet", plan.network,
+           "--label", f"{LABEL}=1", NETWORK)
+    say(f"network {NETWORK} {plan.network} created")
+
+
+def container_args(plan: Plan, node: Node, tag: str, h: str) -> list[str]:
+    args = ["run", "-d", "--name", node.name, "--hostname", node.name,
+            "--network", NETWORK, "--ip", node.mgmt_ip,
+            "--label", f"{LABEL}=1", "--label", f"{LABEL}.node={node.name}",
+            "--label", f"{HASH_LABEL}={h}",
+            "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+            "--tmpfs", "/run:rw,nosuid,nodev,exec,mode=755",
+            "--tmpfs", "/run/lock:rw,nosuid,nodev,noexec,mode=1777",
+            "--security-opt", "seccomp=unconfined",
+            "-v", f"{volume_name(node)}:/var/lib/docker",
+            "--sysctl", "net.ipv6.conf.all.disable_ipv6=0",
+            "--sysctl", "net.ipv6.conf.default.disable_ipv6=0",
+            "--stop-signal", "SIGRTMIN+3"]
+    for c in CAPS:
+        args += ["--cap-add", c]
+    return args + [tag]
+
+
+def volume_name(node: Node) -> str:
+    return f"sparklab-{node.name}-docker"
+
+
+def inspect_nodes(plan: Plan) -> dict[str, dict]:
+    out = {}
+    p = docker("container", "inspect", *[n.name for n in plan.nodes], check=False)
+    try:
+        for c in json.loads(p.stdout or "[]"):
+            out[c["Name"].lstrip("/")] = c
+    except json.JSONDecodeError:
+        pass
+    return out
+
+
+def ensure_containers(plan: Plan, tag: str, h: str) -> bool:
+    """Create/start the nodes; returns True if any node (re)started."""
+    started = False
+    info = inspect_nodes(plan)
+    for n in plan.nodes:
+        c = info.get(n.name)
+        if c is None:
+            docker("volume", "create", "--label", f"{LABEL}=1", volume_name(n))
+            docker(*container_args(plan, n, tag, h))
+            say(f"{n.name}: container created ({n.mgmt_ip})")
+            started = True
+        else:
+            labels = c["Config"].get("Labels") or {}
+            if labels.get(LABEL) != "1":
+                raise LabError(f"a container named {n.name} exists that the lab did not "
+                               "create; remove it or rename the node")
+            ip = ((c["NetworkSettings"].get("Networks") or {}).get(NETWORK) or {}) \
+                .get("IPAMConfig") or {}
+            if ip.get("IPv4Address") != n.mgmt_ip:
+                raise LabError(f"{n.name} exists with management IP {ip.get('IPv4Address')}, "
+                               f"the inventory says {n.mgmt_ip}: run `sparklab down` first")
+            if labels.get(HASH_LABEL) != h:
+                say(f"WARNING: {n.name} runs an older node image; `sparklab down && "
+                    "sparklab up` to move to the current one")
+            st = c["State"]
+            if st.get("Paused"):
+                docker("unpause", n.name)
+                say(f"{n.name}: unpaused")
+            elif not st.get("Running"):
+                docker("start", n.name)
+                say(f"{n.name}: container started again")
+                started = True
+    info = inspect_nodes(plan)
+    for n in plan.nodes:
+        n.pid = int(info[n.name]["State"]["Pid"])
+        if n.pid <= 0:
+            raise LabError(f"{n.name} is not running")
+    return started
+
+
+def node_links(pid: int) -> dict[str, dict]:
+    p = run(["nsenter", "-t", str(pid), "-n", "ip", "-j", "-d", "link", "show"])
+    return {l["ifname"]: l for l in json.loads(p.stdout)}
+
+
+def node_addrs(pid: int) -> dict[str, list[str]]:
+    p = run(["nsenter", "-t", str(pid), "-n", "ip", "-j", "addr", "show"])
+    return {l["ifname"]: [f"{a['local']}/{a['prefixlen']}" for a in l.get("addr_info", [])
+                          if a.get("family") == "inet"] for l in json.loads(p.stdout)}
+
+
+def _is_veth(l: dict | None) -> bool:
+    return bool(l) and (l.get("linkinfo") or {}).get("info_kind") == "veth"
+
+
+def cable_state(plan: Plan) -> list[tuple[Link, Link, bool]]:
+    """[(head link, worker link, pair intact)] -- intact: both ends exist, are veths,
+    and point at each other."""
+    if len(plan.nodes) < 2:
+        return []
+    a, b = plan.nodes[0], plan.nodes[1]
+    la, lb = node_links(a.pid), node_links(b.pid)
+    out = []
+    for x, y in zip(a.links, b.links):
+        ea, eb = la.get(x.interface), lb.get(y.interface)
+        ok = (_is_veth(ea) and _is_veth(eb) and ea.get("link_index") == eb["ifindex"]
+              and eb.get("link_index") == ea["ifindex"])
+        out.append((x, y, ok))
+    return out
+
+
+def ensure_cable(plan: Plan) -> int:
+    """Create missing/broken halves of the direct cable; returns how many it made."""
+    made = 0
+    if len(plan.nodes) < 2:
+        return 0
+    a, b = plan.nodes[0], plan.nodes[1]
+    for x, y, ok in cable_state(plan):
+        if ok:
+            continue
+        t = time.monotonic()
+        for node, link in ((a, x), (b, y)):   # leftovers of a broken pair
+            run(["nsenter", "-t", str(node.pid), "-n", "ip", "link", "del", link.interface],
+                check=False)
+        # MTU and MAC at creation only: a networkd already running in a node may
+        # configure the new link (netplan MTU 9000) at once, and must not be undone.
+        run(["ip", "link", "add", x.interface, "mtu", "1500",
+             "address", mac_for(a.name, x.interface), "netns", str(a.pid),
+             "type", "veth", "peer", "name", y.interface, "mtu", "1500",
+             "address", mac_for(b.name, y.interface), "netns", str(b.pid)])
+        for node, link in ((a, x), (b, y)):
+            run(["nsenter", "-t", str(node.pid), "-n", "ip", "link", "set", link.interface, "up"])
+        made += 1
+        say(f"cable {a.name}:{x.interface} <-> {b.name}:{y.interface} created "
+            f"({(time.monotonic() - t) * 1000:.0f} ms)")
+    return made
+
+
+def wait_systemd(node: Node, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    state = "?"
+    while time.monotonic() < deadline:
+        p = docker("exec", node.name, "systemctl", "is-system-running", check=False, timeout=30)
+        state = p.stdout.strip() or p.stderr.strip()
+        if state in ("running", "degraded"):
+            if state == "degraded":
+                failed = docker("exec", node.name, "systemctl", "--failed", "--plain",
+                                "--no-legend", check=False).stdout.strip()
+                say(f"WARNING: {node.name} is degraded; failed units:\n{failed}")
+            return state
+        if state in ("maintenance", "stopping"):
+            break
+        time.sleep(0.25)
+    raise LabError(f"{node.name}: systemd did not reach running/degraded (last: {state})")
+
+
+# The per-node sync runs inside the node as root: python3 with the repo's current
+# roce_fixture.py as a prelude (so a stale image copy cannot matter).
+SYNC = r'''
+import base64 as _b64, glob as _glob, json as _json, os as _os, pwd as _pwd
+
+def _write_if(path, content, mode, uid=0, gid=0):
+    try:
+        with open(path) as fh:
+            same = fh.read() == content
+    except OSError:
+        same = False
+    if not same:
+        tmp = path + ".sparklab-tmp"
+        with open(tmp, "w") as fh:
+            fh.write(content)
+        _os.rename(tmp, path)
+    st = _os.stat(path)
+    if st.st_mode & 0o7777 != mode:
+        _os.chmod(path, mode)
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        _os.chown(path, uid, gid)
+    return not same
+
+def _sync(d):
+    changed = []
+    for t in d["trees"]:
+        if write_roce_tree(d["root"], t["netdev"], t["ibdev"], t["ipv4"], t["index"], mac=t["mac"]):
+            changed.append("roce fixture " + t["ibdev"])
+    _os.makedirs("/etc/sparklab", exist_ok=True)
+    if _write_if(d["ca_path"], d["ca"], 0o644):
+        changed.append("host CA")
+    pw = _pwd.getpwnam(d["user"])
+    ssh = _os.path.join(pw.pw_dir, ".ssh")
+    if not _os.path.isdir(ssh):
+        _os.makedirs(ssh, mode=0o700)
+        _os.chown(ssh, pw.pw_uid, pw.pw_gid)
+    ak = _os.path.join(ssh, "authorized_keys")
+    try:
+        with open(ak) as fh:
+            lines = fh.read().splitlines()
+    except FileNotFoundError:
+        lines = []
+    # Append, never replace: the product adds its own head->worker keys here.
+    if d["pubkey"] not in lines:
+        lines.append(d["pubkey"])
+        changed.append("authorized_keys")
+    _write_if(ak, "\n".join(lines) + "\n", 0o600, pw.pw_uid, pw.pw_gid)
+    keys = []
+    for p in sorted(_glob.glob("/etc/ssh/ssh_host_*_key.pub")):
+        with open(p) as fh:
+            keys.append(fh.read().split()[:2])
+    print(_json.dumps({"changed": changed, "host_keys": keys}))
+
+_sync(_json.loads(_b64.b64decode(DATA)))
+'''
+
+
+def ensure_lab_key() -> str:
+    LAB_DIR.mkdir(mode=0o700, exist_ok=True)
+    key = LAB_DIR / "id_ed25519"
+    if not key.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+             f"sparklab@{socket.gethostname()}", "-f", str(key)])
+        say(f"ssh key {key} generated")
+    if key.stat().st_mode & 0o777 != 0o600:
+        key.chmod(0o600)
+    pub = Path(str(key) + ".pub")
+    if not pub.exists():
+        pub.write_text(run(["ssh-keygen", "-y", "-f", str(key)]).stdout)
+    return pub.read_text().strip()
+
+
+def sync_node(plan: Plan, node: Node, pubkey: str, ca: str) -> list[str]:
+    data = {
+        "root": plan.sysfs_root, "user": plan.user, "pubkey": pubkey,
+        "ca": ca, "ca_path": NODE_CA,
+        "trees": [{"netdev": l.interface, "ibdev": rdma_device_for(l.interface),
+                   "ipv4": l.ip, "index": node.gid_index, "mac": mac_for(node.name, l.interface)}
+                  for l in node.links],
+    }
+    script = ((NODE_DIR / "roce_fixture.py").read_text().replace(
+        'if __name__ == "__main__":', "if False:")
+        + f"\nDATA = {base64.b64encode(json.dumps(data).encode()).decode()!r}\n" + SYNC)
+    p = docker("exec", "-i", node.name, "python3", "-", input=script, timeout=60)
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    node.host_keys = [tuple(k) for k in res["host_keys"]]
+    return res["changed"]
+
+
+def write_known_hosts(plan: Plan, timeout: float = 60) -> bool:
+    """known_hosts from ssh-keyscan of every node, each scanned key cross-checked
+    against the node's own /etc/ssh/*.pub (read via docker, a trusted channel).
+    Host keys are made at a node's first boot, so this is redone at every `up`."""
+    ips = [n.mgmt_ip for n in plan.nodes]
+    deadline = time.monotonic() + timeout
+    while True:
+        p = run(["ssh-keyscan", "-T", "5", *ips], check=False, timeout=30)
+        scanned: dict[str, set] = {ip: set() for ip in ips}
+        lines = []
+        for line in p.stdout.splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and not line.startswith("#") and parts[0] in scanned:
+                scanned[parts[0]].add((parts[1], parts[2]))
+                lines.append(" ".join(parts[:3]))
+        missing = [n for n in plan.nodes if not scanned[n.mgmt_ip]]
+        if not missing:
+            break
+        if time.monotonic() > deadline:   # sshd normally answers once systemd is up
+            raise LabError("ssh-keyscan got no host key from " + ", ".join(
+                f"{n.name} ({n.mgmt_ip})" for n in missing))
+        time.sleep(0.5)
+    for n in plan.nodes:
+        if not scanned[n.mgmt_ip] <= set(n.host_keys):
+            raise LabError(f"{n.name}: scanned host keys differ from /etc/ssh/*.pub in the "
+                           "node; something else answers on its address")
+    content = "\n".join(sorted(lines)) + "\n"
+    kh = LAB_DIR / "known_hosts"
+    if kh.exists() and kh.read_text() == content:
+        return False
+    tmp = kh.with_suffix(".tmp")
+    tmp.write_text(content)
+    tmp.chmod(0o644)
+    tmp.rename(kh)
+    return True
+
+
+def write_ssh_config(plan: Plan) -> None:
+    text = "".join(
+        f"Host {n.name}\n  HostName {n.mgmt_ip}\n  User {plan.user}\n"
+        f"  IdentityFile {LAB_DIR / 'id_ed25519'}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {LAB_DIR / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
+        for n in plan.nodes)
+    p = LAB_DIR / "ssh_config"
+    if not p.exists() or p.read_text() != text:
+        p.write_text(text)
+
+
+def ssh_cmd(plan: Plan, node: Node, *cmd: str) -> list[str]:
+    return ["ssh", "-F", "/dev/null", "-i", str(LAB_DIR / "id_ed25519"),
+            "-o", f"UserKnownHostsFile={LAB_DIR / 'known_hosts'}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes",
+            "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+            f"{plan.user}@{node.mgmt_ip}", *cmd]
+
+
+# ---------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------
+def cmd_image(plan: Plan, args) -> int:
+    check_docker()
+    with lab_lock():
+        build_image(plan, force=args.force)
+    return 0
+
+
+def cmd_up(plan: Plan, args) -> int:
+    check_docker()
+    with lab_lock():
+        h = image_hash(plan)
+        tag = build_image(plan)
+        ensure_network(plan)
+        ensure_containers(plan, tag, h)
+        ensure_cable(plan)
+        states = parallel(wait_systemd, plan.nodes)
+        say("systemd: " + ", ".join(f"{n.name} {s}" for n, s in zip(plan.nodes, states)))
+        pubkey = ensure_lab_key()
+        ca = HOST_CA.read_text() if HOST_CA.is_file() else ""
+        changes = parallel(lambda n: sync_node(plan, n, pubkey, ca), plan.nodes)
+        for n, ch in zip(plan.nodes, changes):
+            if ch:
+                say(f"{n.name}: wrote {', '.join(ch)}")
+        if write_known_hosts(plan):
+            say(f"known_hosts {LAB_DIR / 'known_hosts'} written")
+        write_ssh_config(plan)
+        procs = [(n, subprocess.Popen(ssh_cmd(plan, n, "sudo", "-n", "true"),
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)) for n in plan.nodes]
+        for n, p in procs:
+            out, err = p.communicate(timeout=60)
+            if p.returncode != 0:
+                raise LabError(f"{n.name}: ssh {plan.user}@{n.mgmt_ip} sudo -n true failed "
+                               f"({p.returncode}): {err.strip()}")
+        # A cable half can only vanish with a node restart; re-check after the waits.
+        ensure_cable(plan)
+    say(f"lab up: {', '.join(f'{n.name} ({n.role}, {n.mgmt_ip})' for n in plan.nodes)}; "
+        f"ssh as {plan.user} + sudo OK")
+    return 0
+
+
+def cmd_down(plan: Plan, args) -> int:
+    check_docker()
+    with lab_lock():
+        ids = docker("ps", "-aq", "--filter", f"label={LABEL}=1").stdout.split()
+        if ids:
+            docker("rm", "-f", *ids, timeout=120)
+            say(f"removed {len(ids)} container(s)")
+        if docker_json("network", "inspect", NETWORK):
+            docker("network", "rm", NETWORK)
+            say(f"removed network {NETWORK}")
+        if not args.keep_volumes:
+            vols = docker("volume", "ls", "-q", "--filter", f"label={LABEL}=1").stdout.split()
+            if vols:
+                docker("volume", "rm", *vols)
+                say(f"removed volume(s) {', '.join(vols)}")
+        (LAB_DIR / "known_hosts").unlink(missing_ok=True)
+        prune_old_images(image_tag(image_hash(plan)))
+    say("lab down (node image kept)")
+    return 0
+
+
+def cmd_status(plan: Plan, args) -> int:
+    check_docker()
+    h = image_hash(plan)
+    print(f"image    {image_tag(h)}  {'present' if image_exists(h) else 'not built'}")
+    net = docker_json("network", "inspect", NETWORK)
+    print(f"network  {NETWORK} {plan.network}  {'present' if net else 'absent'}")
+    info = inspect_nodes(plan)
+    rows = [("NODE", "ROLE", "CONTAINER", "MGMT IP", "SYSTEMD", "DIRECT LINK")]
+    for n in plan.nodes:
+        c = info.get(n.name)
+        state = c["State"]["Status"] if c else "absent"
+        sysd, links = "-", "-"
+        if c and c["State"].get("Running"):
+            n.pid = int(c["State"]["Pid"])
+            sysd = docker("exec", n.name, "systemctl", "is-system-running",
+                          check=False).stdout.strip() or "?"
+            ll, addrs = node_links(n.pid), node_addrs(n.pid)
+            parts = []
+            for l in n.links:
+                e = ll.get(l.interface)
+                if not e:
+                    parts.append(f"{l.interface}:missing")
+                else:
+                    st = "UP" if "UP" in e.get("flags", []) else "down"
+                    ip4 = ",".join(addrs.get(l.interface, [])) or "no-ip"
+                    parts.append(f"{l.interface}:{st}/mtu{e.get('mtu')}/{ip4}")
+            links = " ".join(parts)
+        if c and labels_hash(c) != h:
+            state += "(old image)"
+        rows.append((n.name, n.role, state, n.mgmt_ip, sysd, links))
+    if all(n.pid for n in plan.nodes) and len(plan.nodes) == 2:
+        broken = [x.interface for x, _y, ok in cable_state(plan) if not ok]
+        cable = "intact" if not broken else f"BROKEN ({', '.join(broken)}): run `sparklab up`"
+    else:
+        cable = "-"
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    print(f"cable    {cable}")
+    return 0
+
+
+def labels_hash(c: dict) -> str | None:
+    return (c["Config"].get("Labels") or {}).get(HASH_LABEL)
+
+
+def cmd_shell(plan: Plan, args) -> int:
+    plan.node(args.node)
+    tty = ["-it"] if sys.stdin.isatty() else ["-i"]
+    os.execvp(DOCKER, [DOCKER, "exec", *tty, "-e", f"TERM={os.environ.get('TERM', 'xterm')}",
+                       *(["-u", args.user] if args.user else []), args.node, "bash", "-l"])
+    return 127
+
+
+def cmd_exec(plan: Plan, args) -> int:
+    plan.node(args.node)
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise LabError("usage: sparklab exec NODE [-u USER] -- CMD [ARG...]")
+    flags = ["-i"]
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        flags = ["-it"]
+    p = subprocess.run([DOCKER, "exec", *flags, *(["-u", args.user] if args.user else []),
+                        args.node, *cmd])
+    return p.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="sparklab", description="The sparkctl two-node lab (systemd containers "
+        "standing in for two DGX Sparks joined by a direct ConnectX-7 cable).")
+    ap.add_argument("-i", "--inventory", type=Path,
+                    default=Path(os.environ.get("SPARKLAB_INVENTORY", DEFAULT_INVENTORY)),
+                    help="inventory directory with hosts.yml (default: inventories/lab)")
+    sub = ap.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="build/start everything (idempotent)").set_defaults(fn=cmd_up)
+    d = sub.add_parser("down", help="remove containers, network, volumes (keeps the image)")
+    d.add_argument("--keep-volumes", action="store_true",
+                   help="keep the nodes' /var/lib/docker volumes")
+    d.set_defaults(fn=cmd_down)
+    sub.add_parser("status", help="short table of the lab").set_defaults(fn=cmd_status)
+    im = sub.add_parser("image", help="build the node image only")
+    im.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    im.set_defaults(fn=cmd_image)
+    sh = sub.add_parser("shell", help="interactive bash in a node")
+    sh.add_argument("node")
+    sh.add_argument("-u", "--user", help="user inside the node (default root)")
+    sh.set_defaults(fn=cmd_shell)
+    ex = sub.add_parser("exec", help="run a command in a node: exec NODE -- CMD...")
+    ex.add_argument("-u", "--user", help="user inside the node (default root)")
+    ex.add_argument("node")
+    ex.add_argument("cmd", nargs=argparse.REMAINDER)
+    ex.set_defaults(fn=cmd_exec)
+    args = ap.parse_args(argv)
+    try:
+        if os.geteuid() != 0 and args.command in ("up", "down", "image", "status"):
+            raise LabError("sparklab needs root (debootstrap, nsenter, ip link)")
+        plan = load_plan(args.inventory.resolve())
+        return args.fn(plan, args)
+    except LabError as e:
+        print(f"sparklab: error: {e}", file=sys.stderr)
+        return 1
+    except subprocess.TimeoutExpired as e:
+        print(f"sparklab: error: timed out: {' '.join(map(str, e.cmd))}", file=sys.stderr)
+        return 1

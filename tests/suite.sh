@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian machine as root: set-up, unit tests,
+# lint, the molecule scenario on the two-node lab, then the lab integration
+# tests. Prints the wall time of each stage at the end. CI runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+
+declare -a STAGE_NAMES=() STAGE_SECONDS=()
+stage() {
+  local name=$1; shift
+  local start=$SECONDS
+  printf '\n===== %s =====\n' "$name"
+  "$@"
+  STAGE_NAMES+=("$name"); STAGE_SECONDS+=($((SECONDS - start)))
+}
+report_times() {
+  printf '\n===== stage wall times =====\n'
+  local i
+  for i in "${!STAGE_NAMES[@]}"; do printf '%-14s %5ss\n' "${STAGE_NAMES[$i]}" "${STAGE_SECONDS[$i]}"; done
+  printf '%-14s %5ss\n' total "$SECONDS"
+}
+trap report_times EXIT
+
+stage bootstrap bash tests/bootstrap.sh
+# shellcheck disable=SC1091
+source "$REPO/.venv/bin/activate"
+export ANSIBLE_CONFIG=$REPO/ansible.cfg ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
+
+stage unit python -m pytest tests/unit -q -p no:cacheprovider
+stage lint ansible-lint --nocolor -q
+stage molecule molecule test --scenario-name default
+stage integration python -m pytest tests/integration -q -p no:cacheprovider -m lab
+if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then
+  stage lab-down molecule destroy --scenario-name default
+fi

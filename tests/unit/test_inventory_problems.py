@@ -1,0 +1,185 @@
+"""The validation play's rules: every bad inventory the issue names is refused,
+with the variable named; the lab inventory and the Spark template pass."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.sparkctl.spark.plugins.filter.inventory_problems import inventory_problems
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cluster(head=("spark1",), workers=("spark2",), **host_overrides):
+    plan = {
+        "spark1": [("enp1s0f1np1", "192.168.100.10/24"), ("enP2p1s0f1np1", "192.168.101.10/24")],
+        "spark2": [("enp1s0f1np1", "192.168.100.11/24"), ("enP2p1s0f1np1", "192.168.101.11/24")],
+        "spark3": [("enp1s0f1np1", "192.168.100.12/24"), ("enP2p1s0f1np1", "192.168.101.12/24")],
+    }
+    groups = {"all": list(head) + list(workers), "spark_head": list(head), "spark_workers": list(workers)}
+    hostvars = {}
+    for i, host in enumerate(groups["all"]):
+        hostvars[host] = {
+            "ansible_host": f"10.0.0.{11 + i}",
+            "spark_management_network": "10.0.0.0/24",
+            "spark_link": [{"interface": n, "address": a} for n, a in plan[host]],
+        }
+        hostvars[host].update(host_overrides.get(host, {}))
+    return groups, hostvars
+
+
+def _set_address(hostvars, host, half, address):
+    hostvars[host]["spark_link"][half]["address"] = address
+
+
+def test_sound_two_node_inventory_has_no_problem():
+    groups, hostvars = _cluster()
+    assert inventory_problems(groups, hostvars) == []
+
+
+def test_three_workers_are_fine():
+    groups, hostvars = _cluster(workers=("spark2", "spark3"))
+    assert inventory_problems(groups, hostvars) == []
+
+
+def test_head_group_with_two_hosts_is_refused():
+    groups, hostvars = _cluster(head=("spark1", "spark2"), workers=("spark3",))
+    problems = inventory_problems(groups, hostvars)
+    assert any("'spark_head' has 2 hosts (spark1, spark2)" in p for p in problems)
+
+
+def test_missing_worker_group_is_refused():
+    groups, hostvars = _cluster(workers=())
+    problems = inventory_problems(groups, hostvars)
+    assert any("'spark_workers' is missing or empty" in p for p in problems)
+
+
+def test_host_in_both_groups_is_refused():
+    groups, hostvars = _cluster(head=("spark1",), workers=("spark1", "spark2"))
+    problems = inventory_problems(groups, hostvars)
+    assert any("spark1 are in both" in p for p in problems)
+
+
+def test_duplicate_link_address_names_both_owners():
+    groups, hostvars = _cluster()
+    _set_address(hostvars, "spark2", 0, "192.168.100.10/24")
+    problems = inventory_problems(groups, hostvars)
+    assert any("spark2: spark_link[0].address 192.168.100.10 is already used by spark1 spark_link[0]" in p for p in problems)
+
+
+def test_mismatched_subnets_are_refused():
+    groups, hostvars = _cluster()
+    _set_address(hostvars, "spark2", 1, "192.168.102.11/24")
+    problems = inventory_problems(groups, hostvars)
+    assert any(p.startswith("spark_link[1] addresses are not in one subnet") for p in problems)
+
+
+def test_unknown_interface_name_is_refused_with_the_variable():
+    groups, hostvars = _cluster()
+    hostvars["spark1"]["spark_link"][0]["interface"] = "eth7"
+    problems = inventory_problems(groups, hostvars)
+    assert any("spark1: spark_link[0].interface 'eth7' is not a ConnectX-7 port name" in p for p in problems)
+
+
+def test_interface_pattern_can_be_relaxed():
+    groups, hostvars = _cluster()
+    for host in hostvars.values():
+        host["spark_link_interface_pattern"] = ""
+    hostvars["spark1"]["spark_link"][0]["interface"] = "eth7"
+    hostvars["spark2"]["spark_link"][0]["interface"] = "eth7"
+    assert inventory_problems(groups, hostvars) == []
+
+
+@pytest.mark.parametrize("mtu", [100000, 500, "jumbo", True])
+def test_invalid_mtu_is_refused(mtu):
+    groups, hostvars = _cluster()
+    for host in hostvars.values():
+        host["spark_link_mtu"] = mtu
+    problems = inventory_problems(groups, hostvars)
+    assert any("'spark_link_mtu'" in p for p in problems)
+
+
+def test_link_overlapping_management_network_is_refused():
+    groups, hostvars = _cluster()
+    for host in hostvars.values():
+        host["spark_management_network"] = "192.168.0.0/16"
+    problems = inventory_problems(groups, hostvars)
+    assert any("overlaps 'spark_management_network' 192.168.0.0/16" in p for p in problems)
+
+
+def test_management_address_inside_link_subnet_is_refused():
+    groups, hostvars = _cluster()
+    hostvars["spark2"]["ansible_host"] = "192.168.100.50"
+    problems = inventory_problems(groups, hostvars)
+    assert any("spark2: 'ansible_host' 192.168.100.50 lies inside the link subnet" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    "address, reason",
+    [
+        ("192.168.100.10", "with its prefix length"),
+        ("192.168.100.0/24", "network or broadcast"),
+        ("192.168.100.300/24", "not a valid IPv4"),
+        ("fd00::1/64", "must be IPv4"),
+        ("192.168.100.10/32", "/30 or shorter"),
+    ],
+)
+def test_bad_address_forms(address, reason):
+    groups, hostvars = _cluster()
+    _set_address(hostvars, "spark1", 0, address)
+    problems = inventory_problems(groups, hostvars)
+    assert any(p.startswith("spark1: spark_link[0].address") and reason in p for p in problems), problems
+
+
+def test_missing_link_plan_is_refused():
+    groups, hostvars = _cluster()
+    del hostvars["spark2"]["spark_link"]
+    problems = inventory_problems(groups, hostvars)
+    assert any("spark2: 'spark_link' is not set" in p for p in problems)
+
+
+def test_different_number_of_halves_is_refused():
+    groups, hostvars = _cluster()
+    hostvars["spark2"]["spark_link"].pop()
+    problems = inventory_problems(groups, hostvars)
+    assert any("different number of cable halves per host (spark1=2, spark2=1)" in p for p in problems)
+
+
+def test_halves_sharing_one_subnet_are_refused():
+    groups, hostvars = _cluster()
+    _set_address(hostvars, "spark1", 1, "192.168.100.20/24")
+    _set_address(hostvars, "spark2", 1, "192.168.100.21/24")
+    problems = inventory_problems(groups, hostvars)
+    assert any("spark_link[1] subnet 192.168.100.0/24 overlaps spark_link[0]" in p for p in problems)
+
+
+def _load_inventory(path):
+    """Flatten a YAML inventory and its group_vars into (groups, hostvars), as Ansible would for these files."""
+    data = yaml.safe_load((path / "hosts.yml").read_text())
+    group_vars = {f.stem: yaml.safe_load(f.read_text()) or {} for f in (path / "group_vars").glob("*.yml")}
+    groups, host_vars, member_of = {}, {}, {}
+
+    def walk(name, body, chain):
+        chain = chain + [name]
+        for host, hvars in ((body or {}).get("hosts") or {}).items():
+            host_vars[host] = hvars or {}
+            member_of[host] = chain
+            for group in chain:
+                groups.setdefault(group, []).append(host)
+        for child, child_body in ((body or {}).get("children") or {}).items():
+            walk(child, child_body, chain)
+
+    walk("all", data["all"], [])
+    hostvars = {}
+    for host, hvars in host_vars.items():
+        merged = {}
+        for group in member_of[host]:
+            merged.update(group_vars.get(group, {}))
+        hostvars[host] = {**merged, **hvars}
+    return groups, hostvars
+
+
+@pytest.mark.parametrize("inventory", ["lab", "spark"])
+def test_shipped_inventories_are_sound(inventory):
+    groups, hostvars = _load_inventory(REPO / "inventories" / inventory)
+    assert inventory_problems(groups, hostvars) == []
