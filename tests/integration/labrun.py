@@ -25,6 +25,10 @@ class PlaybookRun:
     def changed(self, host: str) -> int:
         return self.recap[host]["changed"]
 
+    def changed_tasks(self, host: str) -> list[str]:
+        """Names of the tasks that reported a change on host, in order."""
+        return changed_tasks(self.output).get(host, [])
+
 
 def parse_recap(output: str) -> dict[str, dict[str, int]]:
     """Per-host counters of the PLAY RECAP block."""
@@ -35,6 +39,21 @@ def parse_recap(output: str) -> dict[str, dict[str, int]]:
         if match:
             recap[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
     return recap
+
+
+def changed_tasks(output: str) -> dict[str, list[str]]:
+    """Per host, the TASK/RUNNING HANDLER names whose result line says changed."""
+    per_host: dict[str, list[str]] = {}
+    task = None
+    for line in output.splitlines():
+        header = re.match(r"^(?:TASK|RUNNING HANDLER) \[(.*)\] \**$", line.strip())
+        if header:
+            task = header.group(1)
+            continue
+        result = re.match(r"^changed: \[([^\]\s]+)(?: -> [^\]]+)?\]", line.strip())
+        if result and task is not None:
+            per_host.setdefault(result.group(1), []).append(task)
+    return per_host
 
 
 def lab(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import time
 
 ROCE_V2 = "RoCE v2"
 ROCE_V1 = "IB/RoCE v1"
@@ -291,3 +292,130 @@ def gather_link_facts(interfaces, sysfs_root="/sys", rdma_sysfs_root=None, run_i
             result["missing"].append(interface)
         result["interfaces"][interface] = facts
     return result
+
+
+# --- Resolving the GID index of each link address (roce_gid) -------------------------
+
+# Why a lookup failed, and what to do about it. `transient` marks failures a real kernel
+# clears by itself shortly after `netplan apply` (the IPv4 GID follows the address).
+ADDRESS_FIX = (
+    "address not applied yet? run the direct_link role (or `sudo netplan apply`) "
+    "and check `ip addr show dev {interface}`"
+)
+
+
+class GidLookupError(ValueError):
+    """A link whose RoCE v2 GID index cannot be resolved, with the fix to suggest."""
+
+    def __init__(self, interface, reason, fix, transient=False):
+        super().__init__("%s: %s; %s" % (interface, reason, fix))
+        self.interface = interface
+        self.reason = reason
+        self.fix = fix
+        self.transient = transient
+
+    def as_dict(self):
+        return {"interface": self.interface, "reason": self.reason, "fix": self.fix, "transient": self.transient}
+
+
+def split_address(address):
+    """'192.168.100.10/24' or '192.168.100.10' -> '192.168.100.10' (validated as IPv4)."""
+    text = str(address or "").split("/", 1)[0].strip()
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except (ipaddress.AddressValueError, ValueError):
+        raise ValueError("%r is not an IPv4 address" % (address,)) from None
+
+
+def resolve_link_gid(interface, address, sysfs_root="/sys", rdma_sysfs_root=None):
+    """Resolve the RoCE v2 GID of one link address.
+
+    Returns {interface, rdma_device, port, gid_index, gid, ipv4}; raises GidLookupError.
+    """
+    if rdma_sysfs_root is None:
+        rdma_sysfs_root = sysfs_root
+    try:
+        ipv4 = split_address(address)
+    except ValueError as exc:
+        raise GidLookupError(interface, str(exc), "give the link address as a.b.c.d/nn (spark_link[].address)") from None
+    if not os.path.isdir(os.path.join(sysfs_root, "class", "net", interface)):
+        raise GidLookupError(
+            interface,
+            "the interface does not exist under %s/class/net" % sysfs_root.rstrip("/"),
+            "fix spark_link[].interface to a name `ip -br link` (or `ibdev2netdev`) prints on this node",
+        )
+    ibdev = rdma_device_of(rdma_sysfs_root, interface)
+    if ibdev is None:
+        raise GidLookupError(
+            interface,
+            "no RDMA device behind the netdev (%s/class/net/%s/device/infiniband is missing)"
+            % (rdma_sysfs_root.rstrip("/"), interface),
+            "load mlx5_ib (`sudo modprobe mlx5_ib`) and check `ibdev2netdev` / `rdma link`",
+        )
+    port = rdma_port_of(rdma_sysfs_root, ibdev, interface)
+    if port is None:
+        raise GidLookupError(
+            interface,
+            "RDMA device %s has no ports under class/infiniband/%s/ports" % (ibdev, ibdev),
+            "reload the RDMA driver (`sudo modprobe -r mlx5_ib && sudo modprobe mlx5_ib`) and check `rdma link`",
+        )
+    gids = read_gid_table(rdma_sysfs_root, ibdev, port)
+    try:
+        index = resolve_roce_v2_gid_index(gids, interface, ipv4)
+    except ValueError as exc:
+        roce_v2_on_netdev = [e for e in gids if e.get("type") == ROCE_V2 and e.get("ndev") == interface]
+        if not gids or roce_v2_on_netdev:
+            # The device serves this netdev with RoCE v2; only the address's entry is
+            # missing, which is what the table looks like until the address is applied.
+            fix = ADDRESS_FIX.format(interface=interface)
+            transient = True
+        elif not [e for e in gids if e.get("type") == ROCE_V2]:
+            fix = "the device offers RoCE v1 only: enable RoCE v2 in the ConnectX firmware/driver (mlx5_core) and check `rdma link`"
+            transient = False
+        else:
+            fix = "the RoCE v2 GIDs belong to another netdev (a bond or VLAN on top?): point spark_link[].interface at that netdev"
+            transient = False
+        raise GidLookupError(interface, "%s (device %s port %d)" % (exc, ibdev, port), fix, transient) from None
+    gid = next(entry["gid"] for entry in gids if entry["index"] == index)
+    return {"interface": interface, "rdma_device": ibdev, "port": port, "gid_index": index, "gid": gid, "ipv4": ipv4}
+
+
+def summarize_roce(resolved):
+    """The roce_gid result from the resolved links, in link order."""
+    indexes = {link["interface"]: link["gid_index"] for link in resolved}
+    distinct = set(indexes.values())
+    devices = []
+    for link in resolved:
+        if link["rdma_device"] not in devices:
+            devices.append(link["rdma_device"])
+    return {
+        "links": resolved,
+        "rdma_devices": devices,
+        "gid_index": distinct.pop() if len(distinct) == 1 else None,
+        "gid_indexes": indexes,
+    }
+
+
+def resolve_links_gids(links, sysfs_root="/sys", rdma_sysfs_root=None, wait_timeout=0,
+                       poll_interval=0.5, sleep=None, clock=None):
+    """Resolve every link, polling up to wait_timeout seconds while only transient errors remain.
+
+    links: [{interface, address}]. Returns (roce, errors, waited_seconds): roce as in
+    summarize_roce over the links that resolved, errors a list of GidLookupError (empty on
+    success). sleep/clock default to time.sleep/time.monotonic; tests replace them.
+    """
+    sleep = sleep or time.sleep
+    clock = clock or time.monotonic
+    start = clock()
+    while True:
+        resolved, errors = [], []
+        for link in links:
+            try:
+                resolved.append(resolve_link_gid(link["interface"], link["address"], sysfs_root, rdma_sysfs_root))
+            except GidLookupError as exc:
+                errors.append(exc)
+        waited = clock() - start
+        remaining = wait_timeout - waited
+        if not errors or remaining <= 0 or not all(exc.transient for exc in errors):
+            return summarize_roce(resolved), errors, round(waited, 3)
+        sleep(min(poll_interval, remaining))
