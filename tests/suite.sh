@@ -29,7 +29,7 @@ export ANSIBLE_CONFIG=$REPO/ansible.cfg ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 
 stage unit python -m pytest tests/unit -q -p no:cacheprovider
 stage lint ansible-lint --nocolor -q
-stage molecule molecule test --scenario-name default --destroy never
+stage molecule molecule test --scenario-name default
 stage integration python -m pytest tests/integration -q -p no:cacheprovider -m lab
 if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then
   stage lab-down molecule destroy --scenario-name default
