@@ -11,3 +11,8 @@ if str(COLLECTIONS) not in sys.path:
 # The wrapper package, importable without installing it.
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+# The lab's fixture generators (tests/lab/node/roce_fixture.py) double as test helpers.
+LAB_NODE = REPO / "tests" / "lab" / "node"
+if str(LAB_NODE) not in sys.path:
+    sys.path.insert(0, str(LAB_NODE))

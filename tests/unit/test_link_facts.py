@@ -18,11 +18,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkctl.spark.plugins.module_utils import sysfs_net
 from ansible_collections.sparkctl.spark.plugins.modules import link_facts
 
-LAB_NODE = Path(__file__).resolve().parents[1] / "lab" / "node"
-if str(LAB_NODE) not in sys.path:
-    sys.path.insert(0, str(LAB_NODE))
-
-import roce_fixture  # noqa: E402  (lives outside any package, found through LAB_NODE)
+import roce_fixture  # tests/lab/node, put on sys.path by conftest.py
 
 NETDEV = "enp1s0f1np1"
 IBDEV = "rocep1s0f1"

@@ -24,6 +24,7 @@ author:
   - sparkctl developers (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - sparkctl.spark.sysfs
   - ansible.builtin.action_common_attributes.facts
 attributes:
   check_mode:
@@ -43,16 +44,6 @@ options:
     type: list
     elements: str
     required: true
-  sysfs_root:
-    description:
-      - Directory that holds C(class/net).
-    type: path
-    default: /sys
-  rdma_sysfs_root:
-    description:
-      - Directory that holds C(class/infiniband) and C(class/net/<if>/device/infiniband).
-      - Defaults to O(sysfs_root). Test labs point it at a fixture tree, since containers have no RDMA devices.
-    type: path
 seealso:
   - module: sparkctl.spark.gpu_facts
   - module: sparkctl.spark.host_facts

@@ -22,6 +22,7 @@ author:
   - sparkctl developers (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - sparkctl.spark.sysfs
 attributes:
   check_mode:
     support: full
@@ -47,16 +48,6 @@ options:
         description: The IPv4 address of the link on this node, with or without prefix length (C(192.168.100.10/24)).
         type: str
         required: true
-  sysfs_root:
-    description:
-      - Directory that holds C(class/net); an interface missing there is an error.
-    type: path
-    default: /sys
-  rdma_sysfs_root:
-    description:
-      - Directory that holds C(class/infiniband) and C(class/net/<if>/device/infiniband).
-      - Defaults to O(sysfs_root). Test labs point it at a fixture tree, since containers have no RDMA devices.
-    type: path
   wait_timeout:
     description:
       - Seconds to keep polling while the only problem is that a link address has no GID entry yet

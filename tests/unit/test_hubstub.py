@@ -1,0 +1,481 @@
+"""The hub stand-in (tests/lab/hub/hubstub.py) driven by the real huggingface_hub client.
+
+Everything runs on 127.0.0.1: a guard on socket.connect/getaddrinfo fails the module if the
+client tries to reach (or even resolve) anything else. Checkpoints are small; the resume
+tests use shards just over 10 MiB because huggingface_hub writes downloads in 10 MiB chunks
+(constants.DOWNLOAD_CHUNK_SIZE), so a cut inside the first chunk resumes from byte 0
+without a Range header.
+"""
+
+import filecmp
+import hashlib
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+HUB_DIR = Path(__file__).resolve().parents[1] / "lab" / "hub"
+if str(HUB_DIR) not in sys.path:
+    sys.path.insert(0, str(HUB_DIR))
+
+from hubstub import HubStub, git_blob_sha1  # noqa: E402
+from make_checkpoint import make_checkpoint, plan_checkpoint, shard_name, shard_size  # noqa: E402
+
+REPO_ID = "sparklab/tiny-llama"
+TOKEN = "hf_stub_0123456789"
+MIB = 1 << 20
+
+
+# -- isolation ----------------------------------------------------------------------------
+
+
+def _is_loopback(host) -> bool:
+    if host in (None, "localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loopback_only():
+    """Refuse, and record, any connection or name lookup that is not loopback."""
+    attempts = []
+    real_connect, real_getaddrinfo = socket.socket.connect, socket.getaddrinfo
+
+    def connect(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address[0]):
+            attempts.append(("connect", address))
+            raise ConnectionRefusedError(f"test guard: {address} is not loopback")
+        return real_connect(sock, address)
+
+    def getaddrinfo(host, *args, **kwargs):
+        if not _is_loopback(host):
+            attempts.append(("getaddrinfo", host))
+            raise socket.gaierror(f"test guard: refusing to resolve {host!r}")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(socket.socket, "connect", connect)
+    mp.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield attempts
+    mp.undo()
+    assert attempts == [], f"requests left loopback: {attempts}"
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory):
+    """huggingface_hub with a private HF_HOME, telemetry off, online, and no ambient token."""
+    home = tmp_path_factory.mktemp("hf_home")
+    mp = pytest.MonkeyPatch()
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_OIDC_RESOURCE", "HF_ENDPOINT"):
+        mp.delenv(var, raising=False)
+    mp.setenv("HF_HOME", str(home))
+    mp.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    mp.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    # The constants are read at import time; re-point them in case something imported the
+    # library before this module.
+    for name, value in {
+        "HF_HOME": str(home),
+        "HF_HUB_CACHE": str(home / "hub"),
+        "HF_TOKEN_PATH": str(home / "token"),
+        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
+        "HF_HUB_OFFLINE": False,
+        "HF_HUB_DISABLE_TELEMETRY": True,
+    }.items():
+        mp.setattr(constants, name, value)
+    yield huggingface_hub
+    mp.undo()
+
+
+# -- checkpoints and stubs ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_ckpt(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpt_small")
+    make_checkpoint(root, shards=3, shard_bytes=MIB, seed=7, workers=1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def big_shard_ckpt(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpt_big_shards")
+    make_checkpoint(root, shards=2, shard_bytes=12 * MIB, seed=8, workers=1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def stub(small_ckpt):
+    with HubStub(small_ckpt, REPO_ID) as server:
+        yield server
+
+
+@pytest.fixture
+def fresh_stub(stub):
+    stub.reset()
+    return stub
+
+
+def _files(root: Path) -> dict[str, Path]:
+    """Regular repo files under root, by repo path (huggingface_hub's .cache/ excluded)."""
+    return {
+        p.relative_to(root).as_posix(): p
+        for p in root.rglob("*")
+        if p.is_file() and ".cache" not in p.relative_to(root).parts and ".tmp-" not in p.name
+    }
+
+
+def _assert_identical(source: Path, copy: Path, only=None) -> None:
+    expected = {k: v for k, v in _files(source).items() if only is None or only(k)}
+    got = _files(copy)
+    assert sorted(got) == sorted(expected)
+    for name, path in expected.items():
+        assert filecmp.cmp(path, got[name], shallow=False), name
+
+
+def _download(hf, server, dest, **kwargs):
+    return hf.snapshot_download(REPO_ID, local_dir=dest, cache_dir=dest.parent / f"{dest.name}-cache", endpoint=server.url, **kwargs)
+
+
+# -- generator ------------------------------------------------------------------------------
+
+
+def test_generator_writes_valid_deterministic_shards(small_ckpt, tmp_path):
+    index = json.loads((small_ckpt / "model.safetensors.index.json").read_text())
+    shards = sorted(p.name for p in small_ckpt.glob("*.safetensors"))
+    assert shards == [shard_name(i, 3) for i in (1, 2, 3)]
+    assert sorted(set(index["weight_map"].values())) == shards
+    tensor_bytes, dtypes = 0, set()
+    for shard in shards:
+        data = (small_ckpt / shard).read_bytes()
+        length = int.from_bytes(data[:8], "little")
+        assert length % 8 == 0
+        header = json.loads(data[8 : 8 + length])
+        header.pop("__metadata__")
+        offset = 0
+        for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"]):
+            begin, end = info["data_offsets"]
+            assert begin == offset and end > begin, name
+            width = {"BF16": 2, "F32": 4, "U8": 1}[info["dtype"]]
+            n = 1
+            for dim in info["shape"]:
+                n *= dim
+            assert end - begin == n * width, name
+            assert index["weight_map"][name] == shard
+            dtypes.add(info["dtype"])
+            offset = end
+        assert 8 + length + offset == len(data), "tensors must fill the data section exactly"
+        tensor_bytes += offset
+    assert tensor_bytes == index["metadata"]["total_size"]
+    assert dtypes == {"BF16", "F32", "U8"}
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "README.md"):
+        assert (small_ckpt / name).is_file()
+
+    # Written in parallel this time (the fixture used one process): same bytes.
+    again = make_checkpoint(tmp_path / "again", shards=3, shard_bytes=MIB, seed=7, workers=2)
+    _assert_identical(small_ckpt, tmp_path / "again")
+    rerun = make_checkpoint(tmp_path / "again", shards=3, shard_bytes=MIB, seed=7)
+    assert rerun["written"] == [] and sorted(rerun["skipped"]) == sorted(again["files"])
+
+
+def test_generator_rewrites_a_shard_with_the_wrong_size(tmp_path):
+    make_checkpoint(tmp_path, shards=2, shard_bytes=MIB, seed=1)
+    victim = tmp_path / shard_name(2, 2)
+    original = victim.read_bytes()
+    victim.write_bytes(original[:1000])
+    result = make_checkpoint(tmp_path, shards=2, shard_bytes=MIB, seed=1)
+    assert result["written"] == [victim.name]
+    assert victim.read_bytes() == original
+    plan = plan_checkpoint(2, MIB)
+    assert victim.stat().st_size == shard_size(plan["shards"][1])
+
+
+# -- metadata -------------------------------------------------------------------------------
+
+
+def test_model_info_reports_sha256_and_size_of_every_file(hf, fresh_stub, small_ckpt):
+    info = hf.HfApi(endpoint=fresh_stub.url).model_info(REPO_ID, revision="main", files_metadata=True)
+    assert info.sha == fresh_stub.commit and len(info.sha) == 40
+    files = _files(small_ckpt)
+    assert sorted(s.rfilename for s in info.siblings) == sorted(files)
+    for sibling in info.siblings:
+        data = files[sibling.rfilename].read_bytes()
+        assert sibling.size == len(data)
+        if sibling.rfilename.endswith(".safetensors"):
+            assert sibling.lfs.sha256 == hashlib.sha256(data).hexdigest()
+            assert sibling.lfs.size == len(data)
+        else:
+            assert sibling.lfs is None
+            assert sibling.blob_id == git_blob_sha1(data)
+    # Pinned to the commit, the same answer; the parameter summary comes from the shard headers.
+    pinned = hf.HfApi(endpoint=fresh_stub.url).model_info(REPO_ID, revision=info.sha)
+    assert pinned.sha == info.sha and pinned.siblings[0].size is None
+    assert set(info.safetensors.parameters) == {"BF16", "F32", "U8"}
+
+
+def test_tree_paths_info_and_safetensors_headers_through_the_client(hf, fresh_stub, small_ckpt):
+    api = hf.HfApi(endpoint=fresh_stub.url)
+    tree = {f.path: f for f in api.list_repo_tree(REPO_ID, recursive=True)}
+    assert sorted(tree) == sorted(_files(small_ckpt))
+    infos = api.get_paths_info(REPO_ID, ["config.json", shard_name(1, 3), "missing.bin"])
+    assert [i.path for i in infos] == ["config.json", shard_name(1, 3)]
+    assert infos[1].lfs.sha256 == tree[shard_name(1, 3)].lfs.sha256
+    # The library's own safetensors parser reads every shard header with Range requests.
+    meta = api.get_safetensors_metadata(REPO_ID)
+    index = json.loads((small_ckpt / "model.safetensors.index.json").read_text())
+    assert meta.sharded and meta.weight_map == index["weight_map"]
+    assert meta.parameter_count == api.model_info(REPO_ID).safetensors.parameters
+    assert fresh_stub.stats()["range_requests"] >= 3
+
+
+def test_errors_map_to_the_library_exceptions(hf, fresh_stub, tmp_path):
+    api = hf.HfApi(endpoint=fresh_stub.url)
+    with pytest.raises(hf.errors.RepositoryNotFoundError):
+        api.model_info("sparklab/no-such-model")
+    with pytest.raises(hf.errors.RevisionNotFoundError):
+        api.model_info(REPO_ID, revision="v9")
+    with pytest.raises(hf.errors.RemoteEntryNotFoundError):
+        hf.hf_hub_download(REPO_ID, "nope.json", local_dir=tmp_path, cache_dir=tmp_path / "c", endpoint=fresh_stub.url)
+
+
+def test_resolve_speaks_http_ranges(fresh_stub, small_ckpt):
+    url = f"{fresh_stub.url}/{REPO_ID}/resolve/main/{shard_name(1, 3)}"
+    data = (small_ckpt / shard_name(1, 3)).read_bytes()
+
+    head = urllib.request.urlopen(urllib.request.Request(url, method="HEAD"))
+    assert head.headers["X-Repo-Commit"] == fresh_stub.commit
+    assert head.headers["X-Linked-Etag"] == f'"{hashlib.sha256(data).hexdigest()}"'
+    assert int(head.headers["X-Linked-Size"]) == len(data) == int(head.headers["Content-Length"])
+    assert head.headers["Accept-Ranges"] == "bytes"
+
+    for spec, expected in (("bytes=10-19", data[10:20]), ("bytes=-5", data[-5:]), (f"bytes={len(data) - 3}-", data[-3:])):
+        resp = urllib.request.urlopen(urllib.request.Request(url, headers={"Range": spec}))
+        assert resp.status == 206 and resp.read() == expected, spec
+        assert resp.headers["Content-Range"].endswith(f"/{len(data)}")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(urllib.request.Request(url, headers={"Range": f"bytes={len(data)}-"}))
+    assert err.value.code == 416 and err.value.headers["Content-Range"] == f"bytes */{len(data)}"
+
+
+# -- snapshot_download ----------------------------------------------------------------------
+
+
+def test_snapshot_into_a_real_directory_is_byte_identical(hf, fresh_stub, small_ckpt, tmp_path):
+    dest = tmp_path / "model"
+    assert _download(hf, fresh_stub, dest, revision="main") == str(dest)
+    _assert_identical(small_ckpt, dest)
+    links = [p for p in tmp_path.rglob("*") if p.is_symlink()]
+    assert links == [], "local_dir downloads must not go through the symlinked cache"
+    assert not list((tmp_path / "model-cache").rglob("blobs")), "nothing stored in the blob cache"
+    assert not list(dest.rglob("*.incomplete"))
+
+    # A re-run pinned to the commit finds every file in place: no content is fetched again.
+    served = fresh_stub.stats()["bytes_served"]
+    _download(hf, fresh_stub, dest, revision=fresh_stub.commit)
+    assert fresh_stub.stats()["bytes_served"] == served
+
+
+def test_allow_patterns_limit_the_download(hf, fresh_stub, small_ckpt, tmp_path):
+    dest = tmp_path / "json-only"
+    _download(hf, fresh_stub, dest, allow_patterns=["*.json"])
+    _assert_identical(small_ckpt, dest, only=lambda name: name.endswith(".json"))
+    assert not any(name.endswith(".safetensors") for name in fresh_stub.stats()["files"])
+
+
+def test_cut_mid_file_is_resumed_with_a_range_request(hf, big_shard_ckpt, tmp_path):
+    shard = shard_name(2, 2)
+    size = (big_shard_ckpt / shard).stat().st_size
+    cut_at = 11 * MIB
+    assert size > cut_at
+    with HubStub(big_shard_ckpt, REPO_ID) as server:
+        server.set_faults(cut_after_bytes=cut_at, cut_path=shard, cut_times=1)
+        dest = tmp_path / "model"
+        _download(hf, server, dest)
+        stats = server.stats()
+    _assert_identical(big_shard_ckpt, dest)
+    per_file = stats["files"][shard]
+    assert per_file["cuts"] == 1 and per_file["full_gets"] == 1 and per_file["range_gets"] == 1
+    assert per_file["bytes_served"] < 2 * size
+    ranges = [entry["range"] for entry in stats["log"] if entry["range"] and entry["path"].endswith(shard)]
+    start = int(ranges[0].split("=")[1].rstrip("-"))
+    # The client keeps what it had written (whole 10 MiB chunks) and asks for the rest.
+    assert 0 < start <= cut_at and start % (10 * MIB) == 0
+
+
+def test_failed_run_leaves_no_partial_and_the_rerun_fetches_only_that_file(hf, big_shard_ckpt, tmp_path):
+    """huggingface_hub 2.4.0 resumes within one call only: a failed file is deleted, a re-run restarts it."""
+    shard = shard_name(2, 2)
+    size = (big_shard_ckpt / shard).stat().st_size
+    with HubStub(big_shard_ckpt, REPO_ID) as server:
+        # Cut the transfer, then refuse the resume: the first run fails on this file.
+        server.set_faults(cut_after_bytes=11 * MIB, cut_path=shard, fail_status=503, fail_path=shard, fail_only_ranges=True)
+        dest = tmp_path / "model"
+        with pytest.raises(hf.errors.HfHubHTTPError):
+            _download(hf, server, dest)
+        assert not (dest / shard).exists()
+        assert not [p for p in dest.rglob("*") if p.name.endswith(".incomplete")]
+        first = server.stats()["files"]
+
+        _download(hf, server, dest)
+        second = server.stats()["files"]
+    _assert_identical(big_shard_ckpt, dest)
+    assert second[shard]["full_gets"] == 2 and second[shard]["range_gets"] == first[shard]["range_gets"] == 1
+    assert second[shard]["bytes_served"] == 11 * MIB + size
+    for name, counters in second.items():
+        if name != shard:
+            assert counters["gets"] == first[name]["gets"] == 1, f"{name} fetched again"
+
+
+def test_throttle_caps_the_aggregate_rate(hf, fresh_stub, small_ckpt, tmp_path):
+    rate = 6 * MIB
+    fresh_stub.set_faults(throttle_bytes_per_s=rate)  # global scope: the three shards share it
+    start = time.monotonic()
+    _download(hf, fresh_stub, tmp_path / "model", allow_patterns=["*.safetensors"])
+    elapsed = time.monotonic() - start
+    moved = sum(p.stat().st_size for p in small_ckpt.glob("*.safetensors"))
+    measured = moved / elapsed
+    assert rate / 2 <= measured <= 2 * rate, f"{measured / MIB:.1f} MiB/s with a {rate / MIB:.0f} MiB/s throttle"
+
+
+# -- auth and redirects ---------------------------------------------------------------------
+
+
+def test_token_is_required_and_checked(hf, small_ckpt, tmp_path):
+    with HubStub(small_ckpt, REPO_ID, token=TOKEN) as server:
+        api = hf.HfApi(endpoint=server.url)
+        with pytest.raises(hf.errors.HfHubHTTPError) as wrong:
+            api.model_info(REPO_ID, token="hf_wrong")
+        assert wrong.value.response.status_code == 401
+        assert not isinstance(wrong.value, hf.errors.RepositoryNotFoundError)
+        with pytest.raises(hf.errors.RepositoryNotFoundError):
+            api.model_info(REPO_ID, token=False)
+
+        with pytest.raises(hf.errors.HfHubHTTPError) as failed:
+            _download(hf, server, tmp_path / "model", token="hf_wrong")
+        assert failed.value.response.status_code == 401
+
+        _download(hf, server, tmp_path / "model", token=TOKEN)
+        _assert_identical(small_ckpt, tmp_path / "model")
+
+        # With files already in local_dir, an auth failure (like the hub being unreachable) is
+        # not raised as such: the library falls back to what is on disk. It notices a missing
+        # file only if it finds the ref of the earlier run in cache_dir; with another cache_dir
+        # it returns the incomplete directory after a logged warning. Callers must verify.
+        dest = tmp_path / "model"
+        (dest / shard_name(3, 3)).unlink()
+        with pytest.raises(hf.errors.IncompleteSnapshotError):
+            _download(hf, server, dest, token="hf_wrong")
+        returned = hf.snapshot_download(REPO_ID, local_dir=dest, cache_dir=tmp_path / "other-cache", endpoint=server.url, token="hf_wrong")
+        assert returned == str(dest) and not (dest / shard_name(3, 3)).exists()
+        assert server.stats()["auth"]["wrong"] >= 3
+
+
+def test_lfs_redirect_to_the_cdn_port_drops_the_token(hf, small_ckpt, tmp_path):
+    with HubStub(small_ckpt, REPO_ID, token=TOKEN, lfs_redirect=True) as server:
+        _download(hf, server, tmp_path / "model", token=TOKEN)
+        stats = server.stats()
+    _assert_identical(small_ckpt, tmp_path / "model")
+    assert stats["by_route"]["cdn"] == 3  # the three shards came from the "CDN"
+    assert stats["status"]["302"] == 3  # one HEAD per shard answered with a redirect
+    assert stats["cdn_requests_with_authorization"] == 0
+
+
+# -- the CLI, HF_ENDPOINT and the control endpoints -----------------------------------------
+
+CLIENT = textwrap.dedent(
+    """
+    import json, socket, ipaddress
+    seen, outside = [], []
+    real_connect = socket.socket.connect
+    def connect(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and not ipaddress.ip_address(address[0]).is_loopback:
+            outside.append(str(address))
+            raise ConnectionRefusedError(address)
+        return real_connect(sock, address)
+    socket.socket.connect = connect
+
+    import huggingface_hub
+    from huggingface_hub.utils._http import default_client_factory
+    def factory():
+        client = default_client_factory()
+        client.event_hooks["request"].append(lambda request: seen.append(str(request.url)))
+        return client
+    huggingface_hub.set_client_factory(factory)
+
+    import sys
+    dest = sys.argv[1]
+    huggingface_hub.snapshot_download("REPO", local_dir=dest, cache_dir=dest + "-cache")  # no endpoint argument
+    info = huggingface_hub.HfApi().model_info("REPO", files_metadata=True)
+    print(json.dumps({"requests": seen, "outside": outside, "sha": info.sha}))
+    """
+).replace("REPO", REPO_ID)
+
+
+def _http_json(method, url, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method)) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_cli_stub_with_hf_endpoint_sees_every_client_request(small_ckpt, tmp_path):
+    port_file = tmp_path / "port"
+    server = subprocess.Popen(
+        [sys.executable, str(HUB_DIR / "hubstub.py"), "--root", str(small_ckpt), "--repo", REPO_ID]
+        + ["--port", "0", "--port-file", str(port_file)],
+        env={**os.environ, "HUBSTUB_TOKEN": TOKEN},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not port_file.exists():
+            if server.poll() is not None:
+                pytest.fail(f"hubstub exited: {server.stdout.read()}")
+            assert time.monotonic() < deadline, "no port file after 20 s"
+            time.sleep(0.05)
+        base = f"http://127.0.0.1:{int(port_file.read_text())}"
+
+        # Control endpoints: validation, arming, reading back, clearing.
+        assert _http_json("POST", f"{base}/_stub/faults", {"cut_afterbytes": 1})[0] == 400
+        status, state = _http_json("POST", f"{base}/_stub/faults", {"throttle_bytes_per_s": 1e9, "cut_after_bytes": 1, "cut_path": "x"})
+        assert status == 200 and state["throttle_bytes_per_s"] == 1e9 and state["cut_remaining"] == 1
+        assert _http_json("POST", f"{base}/_stub/faults", {"reset": True})[1]["throttle_bytes_per_s"] is None
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING_FACE_", "TRANSFORMERS_"))}
+        env.update(HF_ENDPOINT=base, HF_HOME=str(tmp_path / "hf_home"), HF_TOKEN=TOKEN)
+        env.update(HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+        client = subprocess.run(
+            [sys.executable, "-c", CLIENT, str(tmp_path / "model")], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert client.returncode == 0, client.stderr
+        report = json.loads(client.stdout.strip().splitlines()[-1])
+        _, stats = _http_json("GET", f"{base}/_stub/stats")
+        _, info = _http_json("GET", f"{base}/_stub/info")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+    assert report["outside"] == []
+    assert report["requests"] and all(url.startswith(base + "/") for url in report["requests"])
+    assert stats["requests"] == len(report["requests"]), "the stub saw every request the client made"
+    assert stats["auth"] == {"ok": len(report["requests"]), "missing": 0, "wrong": 0}
+    assert report["sha"] == info["commit"]
+    _assert_identical(small_ckpt, tmp_path / "model")
