@@ -10,7 +10,7 @@
 #   venv    find Python >= 3.12 (python3.13/python3.12 on PATH, else pyenv's versions),
 #           create <repo>/.venv and `pip install -r requirements/dev.txt [-e .]`; pip
 #           runs only when requirements/dev.txt or pyproject.toml changed (stamp in .venv).
-#   apt     apt-get update + install docker.io debootstrap, skipped when installed.
+#   apt     apt-get update + install rsync (and docker.io debootstrap), skipped when installed.
 #   dockerd start dockerd in the background when `docker info` fails
 #           (log /var/log/sparklab-dockerd.log, pid /run/sparklab-dockerd.pid), wait <= 60 s.
 set -euo pipefail
@@ -100,21 +100,18 @@ else
 fi
 stage_done venv "$t"
 
-if [ "$with_docker" -eq 0 ]; then
-  log "--no-docker: skipping apt and dockerd"
-  stage_done total "$t_all"
-  exit 0
-fi
-
 # --- apt ------------------------------------------------------------------------
+# rsync: the checkpoint mirror's unit tests run the real binary (>= 3.2.3 for --mkpath).
 t=$(now)
+packages=(rsync)
+[ "$with_docker" -eq 1 ] && packages+=(docker.io debootstrap)
 missing=()
-for pkg in docker.io debootstrap; do
+for pkg in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
   [ "$status" = "install ok installed" ] || missing+=("$pkg")
 done
 if [ "${#missing[@]}" -eq 0 ]; then
-  log "docker.io and debootstrap already installed"
+  log "${packages[*]} already installed"
 else
   log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -124,6 +121,12 @@ else
   apt-get install -y -q "${missing[@]}"
 fi
 stage_done apt "$t"
+
+if [ "$with_docker" -eq 0 ]; then
+  log "--no-docker: skipping dockerd"
+  stage_done total "$t_all"
+  exit 0
+fi
 
 # --- dockerd --------------------------------------------------------------------
 t=$(now)

@@ -997,6 +997,50 @@ def cmd_exec(plan: Plan, args) -> int:
     return p.returncode
 
 
+# The hub stand-in runs inside the head node, on the node's loopback: the head's
+# download then talks to 127.0.0.1 exactly as it would talk to the hub, and no
+# lab traffic ever leaves the lab.
+HUB_DIR_IN_NODE = "/opt/sparklab/hub"
+HUB_ROOT_IN_NODE = "/srv/sparklab-hub"
+HUB_UNIT = "sparklab-hub"
+
+
+def cmd_hub(plan: Plan, args) -> int:
+    head = plan.head
+    if args.action == "stop":
+        docker("exec", head.name, "systemctl", "stop", HUB_UNIT, check=False)
+        say(f"hub stand-in stopped on {head.name}")
+        return 0
+    repo_dir = f"{HUB_ROOT_IN_NODE}/{args.repo}"
+    docker("exec", head.name, "mkdir", "-p", HUB_DIR_IN_NODE, repo_dir)
+    for name in ("hubstub.py", "make_checkpoint.py"):
+        docker("cp", str(HERE / "hub" / name), f"{head.name}:{HUB_DIR_IN_NODE}/{name}")
+    t0 = time.monotonic()
+    docker("exec", head.name, "python3", f"{HUB_DIR_IN_NODE}/make_checkpoint.py", repo_dir,
+           "--shards", str(args.shards), "--total-gib", str(args.total_gib), timeout=900)
+    say(f"checkpoint {args.repo} ({args.shards} shards, {args.total_gib} GiB) ready in {time.monotonic() - t0:.1f}s")
+    docker("exec", head.name, "systemctl", "stop", HUB_UNIT, check=False)
+    docker("exec", head.name, "systemctl", "reset-failed", HUB_UNIT, check=False)
+    stub = ["python3", f"{HUB_DIR_IN_NODE}/hubstub.py", "--root", repo_dir, "--repo", args.repo,
+            "--host", "127.0.0.1", "--port", str(args.port), "--index-cache", f"{HUB_ROOT_IN_NODE}/.index-cache.json"]
+    if args.throttle_bytes_per_s:
+        stub += ["--throttle-bytes-per-s", str(args.throttle_bytes_per_s)]
+    props = [f"--property=Environment=HUBSTUB_TOKEN={args.token}"] if args.token else []
+    docker("exec", head.name, "systemd-run", f"--unit={HUB_UNIT}", "--quiet", *props, *stub)
+    probe = ("import sys,time,urllib.request\n"
+             "for _ in range(120):\n"
+             "    try:\n"
+             f"        urllib.request.urlopen('http://127.0.0.1:{args.port}/_stub/info', timeout=2); sys.exit(0)\n"
+             "    except Exception:\n"
+             "        time.sleep(0.5)\n"
+             "sys.exit(1)\n")
+    if docker("exec", head.name, "python3", "-c", probe, check=False, timeout=120).returncode != 0:
+        logs = docker("exec", head.name, "journalctl", "-u", HUB_UNIT, "-n", "30", "--no-pager", check=False).stdout
+        raise LabError(f"hub stand-in did not answer on {head.name}:127.0.0.1:{args.port}:\n{logs}")
+    say(f"hub stand-in created on {head.name}: endpoint http://127.0.0.1:{args.port} (inside the node), repo {args.repo}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="sparklab", description="The sparkctl two-node lab (systemd containers "
@@ -1023,6 +1067,15 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("node")
     ex.add_argument("cmd", nargs=argparse.REMAINDER)
     ex.set_defaults(fn=cmd_exec)
+    hub = sub.add_parser("hub", help="start/stop the hub stand-in inside the head node (loopback only)")
+    hub.add_argument("action", choices=["start", "stop"])
+    hub.add_argument("--repo", default="sparklab/lab-standin-nvfp4", help="repo id served")
+    hub.add_argument("--shards", type=int, default=8)
+    hub.add_argument("--total-gib", type=float, default=1.0)
+    hub.add_argument("--port", type=int, default=8765)
+    hub.add_argument("--throttle-bytes-per-s", type=int, default=0, help="WAN-like rate; 0 = unthrottled")
+    hub.add_argument("--token", default="", help="require this bearer token (a lab token, not a real one)")
+    hub.set_defaults(fn=cmd_hub)
     args = ap.parse_args(argv)
     try:
         if os.geteuid() != 0 and args.command in ("up", "down", "image", "status"):

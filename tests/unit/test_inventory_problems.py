@@ -153,6 +153,42 @@ def test_halves_sharing_one_subnet_are_refused():
     assert any("spark_link[1] subnet 192.168.100.0/24 overlaps spark_link[0]" in p for p in problems)
 
 
+@pytest.mark.parametrize(
+    "checkpoint, message",
+    [
+        ({"source": "hub", "repo_id": "nota-ai", "revision": "main"}, "'spark_checkpoint.repo_id' 'nota-ai' is not a hub repo id"),
+        ({"source": "hub", "repo_id": "org/name", "revision": ""}, "'spark_checkpoint.revision' is not set"),
+        ({"source": "hub", "repo_id": "org/name", "revision": "abc", "allow_patterns": "*.json"}, "'spark_checkpoint.allow_patterns' must be a list"),
+        ({"source": "path", "path": "relative/dir"}, "'spark_checkpoint.path' 'relative/dir' must be the absolute path"),
+        ({"source": "s3"}, "'spark_checkpoint.source' 's3' must be 'hub' or 'path'"),
+        ("org/name", "'spark_checkpoint' must be a mapping"),
+    ],
+)
+def test_bad_checkpoint_source_is_refused(checkpoint, message):
+    groups, hostvars = _cluster()
+    for host in hostvars.values():
+        host["spark_checkpoint"] = checkpoint
+    problems = inventory_problems(groups, hostvars)
+    assert any(message in p for p in problems), problems
+
+
+def test_good_checkpoint_sources_pass():
+    groups, hostvars = _cluster()
+    for source in ({"source": "hub", "repo_id": "nota-ai/Solar-Open2-250B-Nota-NVFP4", "revision": "0123abc", "allow_patterns": ["*.json"]},
+                   {"source": "path", "path": "/data/ckpt"}):
+        for host in hostvars.values():
+            host["spark_checkpoint"] = source
+            host["spark_checkpoint_dir"] = "/srv/models/x"
+        assert inventory_problems(groups, hostvars) == []
+
+
+def test_relative_checkpoint_dir_is_refused():
+    groups, hostvars = _cluster()
+    for host in hostvars.values():
+        host["spark_checkpoint_dir"] = "models/x"
+    assert any("'spark_checkpoint_dir' 'models/x' must be an absolute" in p for p in inventory_problems(groups, hostvars))
+
+
 def _load_inventory(path):
     """Flatten a YAML inventory and its group_vars into (groups, hostvars), as Ansible would for these files."""
     data = yaml.safe_load((path / "hosts.yml").read_text())

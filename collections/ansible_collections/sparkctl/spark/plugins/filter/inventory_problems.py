@@ -148,6 +148,40 @@ def _link_problems(hostname, vars_, interface_re):
     return problems, nets
 
 
+_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _checkpoint_problems(vars_):
+    """The checkpoint source and directory, judged before any host is touched."""
+    problems = []
+    ckpt_dir = vars_.get("spark_checkpoint_dir")
+    if ckpt_dir is not None and (not isinstance(ckpt_dir, str) or not ckpt_dir.startswith("/") or ckpt_dir.rstrip("/") == ""):
+        problems.append(f"'spark_checkpoint_dir' {ckpt_dir!r} must be an absolute directory path other than '/'.")
+    source = vars_.get("spark_checkpoint")
+    if source is None:
+        return problems
+    if not isinstance(source, dict):
+        return problems + ["'spark_checkpoint' must be a mapping, e.g. {source: hub, repo_id: org/name, revision: <sha>}."]
+    kind = source.get("source")
+    if kind == "hub":
+        repo = source.get("repo_id")
+        if not isinstance(repo, str) or not _REPO_ID_RE.match(repo):
+            problems.append(f"'spark_checkpoint.repo_id' {repo!r} is not a hub repo id like 'org/name'.")
+        revision = source.get("revision")
+        if not isinstance(revision, str) or not revision.strip():
+            problems.append("'spark_checkpoint.revision' is not set: pin the commit sha (or a branch) to download.")
+        patterns = source.get("allow_patterns", [])
+        if patterns is not None and (not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)):
+            problems.append("'spark_checkpoint.allow_patterns' must be a list of glob patterns, e.g. ['*.safetensors', '*.json'].")
+    elif kind == "path":
+        path = source.get("path")
+        if not isinstance(path, str) or not path.startswith("/"):
+            problems.append(f"'spark_checkpoint.path' {path!r} must be the absolute path of a directory on the head.")
+    else:
+        problems.append(f"'spark_checkpoint.source' {kind!r} must be 'hub' or 'path'.")
+    return problems
+
+
 def inventory_problems(groups, hostvars):
     """Return a list of human-readable problems; empty when the inventory is sound."""
     if not HAS_NETADDR:
@@ -173,6 +207,8 @@ def inventory_problems(groups, hostvars):
         problems.append(
             f"'spark_link_mtu' {mtu} is out of range: use {MTU_MIN}-{MTU_MAX} (9000 is what the direct cable recipes use)."
         )
+
+    problems.extend(_checkpoint_problems(any_vars))
 
     mgmt = any_vars.get("spark_management_network")
     mgmt_net = None

@@ -1,0 +1,886 @@
+# Copyright (c) sparkctl developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The checkpoint stage's engine: manifest, download on the head, streamed mirror to the workers.
+
+Runs on the head node. A file is offered to every worker's mirror queue the moment it is
+verified on the head (already there, or just downloaded and hashed), so mirroring overlaps the
+download instead of adding to it. Each worker gets `streams` concurrent single-file rsyncs; once
+every file is done, one final itemized rsync per worker removes what should not be there and
+catches anything the streaming missed.
+
+Hashing, the verification stamp and the ignore rules come from checkpoint.py (the same code
+checkpoint_verify runs), so a stamp written here lets checkpoint_verify skip re-hashing and the
+reverse. huggingface_hub is imported only for hub sources; `path` sources need the stdlib only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import queue
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
+    DEFAULT_IGNORE,
+    STAMP_NAME,
+    FileInfo,
+    compile_ignore,
+    is_racy,
+    manifest_digest,
+    normalize_manifest,
+    read_stamp,
+    render_stamp,
+    scan_tree,
+    sha256_file,
+    stamp_entry,
+    stamp_vouches,
+    write_file_atomic,
+)
+
+MANIFEST_NAME = ".sparkctl-manifest.json"
+PROGRESS_NAME = ".sparkctl-progress.json"
+# Hashes of a `path` source, keyed by size/mtime/ctime/inode, so an unchanged source is not re-hashed.
+SOURCE_STAMP_NAME = ".sparkctl-source-stamp.json"
+MANIFEST_VERSION = 1
+PARTIAL_DIR = ".rsync-partial"
+DEFAULT_RSH = "ssh -o BatchMode=yes"
+PROGRESS_INTERVAL_S = 1.0
+STDERR_TAIL_LINES = 6
+# Per-file options. --whole-file: on a fast private link the delta algorithm costs CPU and gains
+# nothing; -O: directory mtimes are not synced (the head's dest changes with every progress write);
+# --partial-dir keeps an interrupted file out of the live path (never --inplace).
+RSYNC_BASE = ("-a", "-O", "--whole-file", "--partial-dir=" + PARTIAL_DIR, "--itemize-changes")
+# The final pass leaves the node's own bookkeeping alone (stamp, progress, huggingface_hub's cache).
+RSYNC_EXCLUDES = ("--exclude=/.sparkctl-*", "--exclude=/.cache/")
+
+
+class SyncError(Exception):
+    """The request cannot be carried out at all (bad source, hub unreachable, client missing)."""
+
+
+def _scrub(text, secret):
+    text = str(text)
+    if secret:
+        text = text.replace(secret, "********")
+    return text
+
+
+def git_blob_sha1_file(path):
+    """`git hash-object` of a file: what the hub reports as blobId for a file stored in git."""
+    size = os.stat(path).st_size
+    digest = hashlib.sha1(b"blob %d\0" % size)
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --- manifest ------------------------------------------------------------------------------------
+
+
+def hub_manifest(repo_id, revision, allow_patterns=None, endpoint=None, token=None, hub=None):
+    """The files of repo_id at revision (filtered like huggingface_hub's allow_patterns) with sizes,
+    LFS sha256 (None for files stored in git) and git blob ids, and the resolved commit."""
+    hub = hub or import_hub()
+    info = hub.HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True, token=token)
+    ignored = compile_ignore(DEFAULT_IGNORE)
+    siblings = list(hub.utils.filter_repo_objects(info.siblings, allow_patterns=allow_patterns or None, key=lambda s: s.rfilename))
+    files = {}
+    for sibling in siblings:
+        rel = sibling.rfilename
+        if ignored(rel):
+            continue  # would collide with this module's or huggingface_hub's bookkeeping
+        if sibling.size is None:
+            raise SyncError("the hub gave no size for %s (model_info without files_metadata?)" % rel)
+        lfs = sibling.lfs
+        files[rel] = {
+            "size": int(sibling.size),
+            "sha256": lfs.sha256 if lfs is not None else None,
+            "git_blob_sha1": None if lfs is not None else sibling.blob_id,
+        }
+    if not files:
+        raise SyncError("%s@%s has no files matching allow_patterns %s" % (repo_id, revision, allow_patterns))
+    return build_manifest(files, repo_id=repo_id, revision=revision, commit=info.sha, source="hub")
+
+
+def build_manifest(files, repo_id=None, revision=None, commit=None, source=None, path=None):
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "source": source,
+        "repo_id": repo_id,
+        "revision": revision,
+        "commit": commit,
+        "total_bytes": sum(entry["size"] for entry in files.values()),
+        "files": dict(sorted(files.items())),
+    }
+    if path is not None:
+        manifest["path"] = path
+    normalize_manifest(manifest)  # proves checkpoint_verify accepts it
+    return manifest
+
+
+def path_manifest(source, source_stamp_file=None, jobs=2, write_stamp=True, racy_window_ns=None, clock_ns=time.time_ns):
+    """Walk a directory on the head and hash its files, trusting a previous hash when size, mtime,
+    ctime and inode are unchanged. Symlinks to regular files are followed (the served tree gets
+    their content); anything else that is not a regular file is refused."""
+    source = os.path.abspath(source)
+    if not os.path.isdir(source):
+        raise SyncError("source path %s is not a directory" % source)
+    ignored = compile_ignore(DEFAULT_IGNORE)
+    scan = scan_tree(source, ignored)
+    if scan.unreadable:
+        raise SyncError("cannot read %s under %s" % (", ".join(sorted(scan.unreadable)), source))
+    if scan.special:
+        raise SyncError("not regular files under %s: %s" % (source, ", ".join(sorted(scan.special))))
+    infos = dict(scan.files)
+    real = {}
+    for rel in scan.symlinks:
+        target = os.path.realpath(os.path.join(source, rel))
+        try:
+            st = os.stat(target)
+        except OSError as exc:
+            raise SyncError("symlink %s in %s is broken: %s" % (rel, source, exc.strerror or exc))
+        if not stat.S_ISREG(st.st_mode):
+            raise SyncError("symlink %s in %s does not point to a regular file" % (rel, source))
+        infos[rel] = FileInfo.from_stat(st)
+        real[rel] = target
+    if scan.partial_dirs:
+        raise SyncError("source %s holds transfer leftovers: %s" % (source, ", ".join(scan.partial_dirs)))
+    if not infos:
+        raise SyncError("source path %s holds no files" % source)
+
+    stamp = read_stamp(source_stamp_file) if source_stamp_file else None
+    known = (stamp or {}).get("files", {})
+    files, to_hash = {}, []
+    for rel, info in sorted(infos.items()):
+        entry = known.get(rel)
+        recorded = entry and (entry.get("size"), entry.get("mtime_ns"), entry.get("ctime_ns"), entry.get("ino"))
+        if entry and recorded == info.key() and entry.get("sha256"):
+            files[rel] = {"size": info.size, "sha256": entry["sha256"]}
+        else:
+            to_hash.append(rel)
+
+    def task(rel):
+        started = clock_ns()
+        digest, after = sha256_file(real.get(rel, os.path.join(source, rel)))
+        return rel, digest, after, started
+
+    stamp_files = dict((rel, known[rel]) for rel in files)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for rel, digest, after, started in pool.map(task, sorted(to_hash, key=lambda r: -infos[r].size)):
+            if after.key() != infos[rel].key():
+                raise SyncError("%s changed while it was hashed (is something still writing %s?)" % (rel, source))
+            files[rel] = {"size": after.size, "sha256": digest}
+            if not is_racy(after.ctime_ns, started, racy_window_ns):
+                stamp_files[rel] = stamp_entry(after, digest)
+    if source_stamp_file and write_stamp:
+        data = render_stamp(dict(sorted(stamp_files.items())), "source:" + source)
+        _write_if_changed(source_stamp_file, data)
+    return build_manifest(files, source="path", path=source), real
+
+
+def _write_if_changed(path, data):
+    try:
+        with open(path, "rb") as handle:
+            if handle.read() == data:
+                return False
+    except OSError:
+        pass
+    write_file_atomic(path, data)
+    return True
+
+
+def render_manifest(manifest):
+    return (json.dumps(manifest, sort_keys=True, indent=1) + "\n").encode("utf-8")
+
+
+def import_hub():
+    try:
+        import huggingface_hub
+    except ImportError as exc:
+        raise SyncError(
+            "hub sources need huggingface_hub in the Python that runs this module (%s); point "
+            "ansible_python_interpreter at the tools venv: %s" % (sys.executable, exc)
+        )
+    try:
+        huggingface_hub.utils.disable_progress_bars()
+    except AttributeError:
+        pass
+    return huggingface_hub
+
+
+# --- rsync ---------------------------------------------------------------------------------------
+
+
+def parse_itemized(output):
+    """rsync --itemize-changes lines -> (files copied or updated, paths deleted). Directory
+    attribute lines are ignored: they carry no checkpoint content."""
+    copied, deleted = [], []
+    for line in output.splitlines():
+        if line.startswith("*deleting "):
+            deleted.append(line[len("*deleting ") :].strip())
+            continue
+        if len(line) < 13 or line[11] != " ":
+            continue
+        code, name = line[:11], line[12:]
+        if code[1] != "f":
+            continue
+        if code[0] in "<>c" or (code[0] == "." and code[2:].strip(".")):
+            copied.append(name)
+    return copied, deleted
+
+
+def _target_dir(target, rel_dir):
+    base = target.rstrip("/")
+    return base + "/" + (rel_dir + "/" if rel_dir else "")
+
+
+def _tail(text, lines=STDERR_TAIL_LINES):
+    return " | ".join(line for line in text.strip().splitlines()[-lines:])
+
+
+class RsyncFailure(Exception):
+    def __init__(self, returncode, stderr):
+        Exception.__init__(self, "rsync exit %d: %s" % (returncode, _tail(stderr) or "(no message)"))
+        self.returncode = returncode
+
+
+class Rsync:
+    """Builds and runs the rsync commands; `binary` is swappable for tests."""
+
+    def __init__(self, rsh=DEFAULT_RSH, binary="rsync", processes=None):
+        self.rsh = rsh
+        self.binary = binary
+        self.processes = processes if processes is not None else set()
+        self.lock = threading.Lock()
+
+    def _run(self, argv):
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        with self.lock:
+            self.processes.add(process)
+        try:
+            out, err = process.communicate()
+        finally:
+            with self.lock:
+                self.processes.discard(process)
+        if process.returncode != 0:
+            raise RsyncFailure(process.returncode, err)
+        return out
+
+    def copy_file(self, dest, rel, target, extra=()):
+        """Copy one file to target/rel (into its directory, so an odd directory named like the file
+        on the worker fails instead of swallowing the file); returns the itemized names copied."""
+        rel_dir = posixpath.dirname(rel)
+        argv = [self.binary] + list(RSYNC_BASE) + ["--mkpath", "-e", self.rsh] + list(extra)
+        argv += [os.path.join(dest, rel), _target_dir(target, rel_dir)]
+        return parse_itemized(self._run(argv))[0]
+
+    def tree(self, dest, target, delete=True, dry_run=False):
+        """The whole-tree pass; returns (copied, deleted)."""
+        argv = [self.binary] + list(RSYNC_BASE) + ["--mkpath", "-e", self.rsh] + list(RSYNC_EXCLUDES)
+        if delete:
+            argv.append("--delete")
+        if dry_run:
+            argv.append("--dry-run")
+        argv += [dest.rstrip("/") + "/", _target_dir(target, "")]
+        return parse_itemized(self._run(argv))
+
+    def local_copy(self, source_file, dest, rel):
+        """Head copy of a `path` source: real content (-L), into place through rsync's temp file."""
+        argv = [self.binary, "-a", "-L", "--whole-file", "--mkpath", source_file, _target_dir(dest, posixpath.dirname(rel))]
+        self._run(argv)
+
+    def terminate_all(self):
+        with self.lock:
+            running = list(self.processes)
+        for process in running:
+            if process.poll() is None:
+                process.terminate()
+
+
+# --- bookkeeping ---------------------------------------------------------------------------------
+
+
+class Activity:
+    """Counts running downloads and mirror copies; accumulates the time both kinds ran at once."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.running = {"download": 0, "mirror": 0}
+        self.first = {}
+        self.last = {}
+        self.overlap = 0.0
+        self._since = None
+
+    def _account(self, now):
+        if self._since is not None:
+            self.overlap += now - self._since
+        self._since = now if self.running["download"] and self.running["mirror"] else None
+
+    def start(self, kind):
+        with self.lock:
+            now = self.clock()
+            self.first.setdefault(kind, now)
+            self.running[kind] += 1
+            self._account(now)
+
+    def stop(self, kind):
+        with self.lock:
+            now = self.clock()
+            self.last[kind] = now
+            self.running[kind] -= 1
+            self._account(now)
+
+    def span(self, kind):
+        if kind not in self.first:
+            return 0.0
+        return max(0.0, self.last.get(kind, self.first[kind]) - self.first[kind])
+
+
+class Progress:
+    """The progress file the role polls while the module runs under async: rewritten atomically
+    at every file event and at least every PROGRESS_INTERVAL_S by a ticker thread."""
+
+    def __init__(self, path, files_total, bytes_total, workers, enabled=True, clock=time.monotonic):
+        self.path = path
+        self.enabled = enabled
+        self.clock = clock
+        self.started_wall = time.time()
+        self.started = clock()
+        self.lock = threading.Lock()
+        self.events = []
+        self.state = {
+            "phase": "manifest",
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_wall)),
+            "elapsed_s": 0.0,
+            "files_total": files_total,
+            "bytes_total": bytes_total,
+            "files_verified_on_head": 0,
+            "bytes_downloaded": 0,
+            "downloaded": 0,
+            "workers": dict((name, {"files_done": 0, "bytes_done": 0, "in_flight": []}) for name in workers),
+            "last_event": None,
+        }
+        self._stop = threading.Event()
+        self._ticker = None
+
+    def start_ticker(self):
+        if not self.enabled:
+            return
+
+        def tick():
+            while not self._stop.wait(PROGRESS_INTERVAL_S):
+                self.write()
+
+        self._ticker = threading.Thread(target=tick, name="checkpoint-sync-progress", daemon=True)
+        self._ticker.start()
+
+    def stop_ticker(self):
+        self._stop.set()
+        if self._ticker:
+            self._ticker.join()
+
+    def event(self, kind, text, update=None):
+        with self.lock:
+            now = self.clock() - self.started
+            self.events.append((now, kind, text))
+            if update:
+                update(self.state)
+            self.state["last_event"] = text
+        self.write()
+
+    def write(self):
+        if not self.enabled:
+            return
+        with self.lock:
+            self.state["elapsed_s"] = round(self.clock() - self.started, 3)
+            data = (json.dumps(self.state, sort_keys=True, indent=1) + "\n").encode("utf-8")
+            try:
+                write_file_atomic(self.path, data)
+            except OSError:
+                pass  # progress is best effort; the result carries the truth
+
+
+# --- the sync ------------------------------------------------------------------------------------
+
+
+class WorkerMirror:
+    """One worker: a planner that asks rsync (dry run, one connection) which of the files already on
+    the head the worker lacks, then `streams` threads copying offered files one rsync each."""
+
+    def __init__(self, name, target, sync):
+        self.name = name
+        self.target = target
+        self.sync = sync
+        self.offers = queue.Queue()
+        self.fresh = set()
+        self.jobs = queue.Queue()
+        self.lacks = None
+        self.copied = []
+        self.deleted = []
+        self.failures = []
+        self.lock = threading.Lock()
+        self.threads = []
+
+    def start(self, plan_existing):
+        planner = threading.Thread(target=self._dispatch, args=(plan_existing,), name="plan-%s" % self.name, daemon=True)
+        planner.start()
+        self.threads.append(planner)
+        for index in range(self.sync.streams):
+            thread = threading.Thread(target=self._copy_loop, name="mirror-%s-%d" % (self.name, index), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def offer(self, rel, fresh):
+        self.offers.put((rel, fresh))
+
+    def finish(self):
+        self.offers.put(None)
+        for thread in self.threads:
+            thread.join()
+
+    def _dispatch(self, plan_existing):
+        lacks = None
+        if plan_existing:
+            try:
+                lacks = set(self.sync.rsync.tree(self.sync.dest, self.target, delete=False, dry_run=True)[0])
+            except RsyncFailure:
+                lacks = None  # unknown: offer everything, each rsync's quick check decides
+        while True:
+            item = self.offers.get()
+            if item is None:
+                break
+            rel, fresh = item
+            if fresh:
+                self.fresh.add(rel)
+            if fresh or lacks is None or rel in lacks:
+                self.jobs.put(rel)
+        for _ in range(self.sync.streams):
+            self.jobs.put(None)
+
+    def _copy_loop(self):
+        while True:
+            rel = self.jobs.get()
+            if rel is None:
+                return
+            self._copy(rel)
+
+    def _copy(self, rel):
+        sync = self.sync
+        size = sync.manifest["files"][rel]["size"]
+        sync.progress.event("mirror-start", "%s: copying %s" % (self.name, rel), lambda s: s["workers"][self.name]["in_flight"].append(rel))
+        sync.activity.start("mirror")
+        error = None
+        copied = []
+        try:
+            for attempt in (1, 2):
+                try:
+                    # A file fetched in this run gets sent even when size and mtime second match
+                    # (rsync's quick check compares whole seconds): the old copy may be the bad one.
+                    copied = sync.rsync.copy_file(sync.dest, rel, self.target, ("--ignore-times",) if rel in self.fresh else ())
+                    error = None
+                    break
+                except RsyncFailure as exc:
+                    error = exc
+        finally:
+            sync.activity.stop("mirror")
+
+        def done(state):
+            worker = state["workers"][self.name]
+            worker["in_flight"].remove(rel)
+            if error is None:
+                worker["files_done"] += 1
+                worker["bytes_done"] += size
+
+        if error is not None:
+            with self.lock:
+                self.failures.append("worker %s: %s: %s" % (self.name, rel, error))
+            sync.progress.event("mirror-failed", "%s: %s failed: %s" % (self.name, rel, error), done)
+            return
+        with self.lock:
+            self.copied.extend(name for name in copied if name not in self.copied)
+        sync.progress.event("mirror-done", "%s: %s %s" % (self.name, rel, "copied" if copied else "already there"), done)
+
+    def final_pass(self, delete):
+        self.sync.progress.event("final-start", "%s: final pass" % self.name)
+        self.sync.activity.start("mirror")
+        try:
+            copied, deleted = self.sync.rsync.tree(self.sync.dest, self.target, delete=delete)
+        except RsyncFailure as exc:
+            self.failures.append("worker %s: final pass: %s" % (self.name, exc))
+            return
+        finally:
+            self.sync.activity.stop("mirror")
+        with self.lock:
+            self.copied.extend(name for name in copied if name not in self.copied)
+            self.deleted.extend(deleted)
+        self.sync.progress.event("final-done", "%s: final pass copied %d, deleted %d" % (self.name, len(copied), len(deleted)))
+
+
+class CheckpointSync:
+    """Run with .run(); the result dict is what the module returns (before changed/msg handling).
+
+    downloader(rel) fetches one file into dest (hub or local copy); tests can swap `rsync`.
+    """
+
+    def __init__(
+        self,
+        source,
+        dest,
+        workers=(),
+        token=None,
+        rsync_rsh=DEFAULT_RSH,
+        streams=2,
+        download_workers=4,
+        mirror=True,
+        progress_file=None,
+        manifest_file=None,
+        delete_extraneous=True,
+        check_mode=False,
+        hash_jobs=2,
+        racy_window_ns=None,
+        rsync_binary="rsync",
+        hub=None,
+    ):
+        if streams < 1 or download_workers < 1:
+            raise SyncError("streams and download_workers must be 1 or more")
+        if not isinstance(source, dict) or source.get("type") not in ("hub", "path"):
+            raise SyncError("source.type must be 'hub' or 'path'")
+        if source["type"] == "hub" and not (source.get("repo_id") and source.get("revision")):
+            raise SyncError("a hub source needs repo_id and a pinned revision")
+        if source["type"] == "path" and not source.get("path"):
+            raise SyncError("a path source needs path")
+        names = [worker.get("name") for worker in workers]
+        if any(not name or not worker.get("target") for name, worker in zip(names, workers)) or len(set(names)) != len(names):
+            raise SyncError("each worker needs a unique name and a target")
+        self.source = source
+        self.dest = os.path.abspath(dest)
+        self.workers = list(workers) if mirror else []
+        self.token = token or None
+        self.streams = streams
+        self.download_workers = download_workers
+        self.progress_file = progress_file or os.path.join(self.dest, PROGRESS_NAME)
+        self.manifest_file = manifest_file or os.path.join(self.dest, MANIFEST_NAME)
+        self.stamp_file = os.path.join(self.dest, STAMP_NAME)
+        self.delete_extraneous = delete_extraneous
+        self.check_mode = check_mode
+        self.hash_jobs = hash_jobs
+        self.racy_window_ns = racy_window_ns
+        self.rsync = Rsync(rsync_rsh, rsync_binary)
+        self.hub = hub
+        self.activity = Activity()
+        self.manifest = None
+        self.progress = Progress(self.progress_file, 0, 0, [w["name"] for w in self.workers], enabled=False)
+        self.failures = []
+
+    # -- manifest ----------------------------------------------------------------------------
+
+    def build_manifest(self):
+        source = self.source
+        self.real_sources = {}
+        if source["type"] == "hub":
+            self.hub = self.hub or import_hub()
+            try:
+                return hub_manifest(
+                    source["repo_id"], source["revision"], source.get("allow_patterns"), source.get("endpoint"), self.token, self.hub
+                )
+            except SyncError:
+                raise
+            except Exception as exc:  # the client's errors: unknown repo/revision, auth, network
+                raise SyncError("cannot read the file list of %s@%s: %s" % (source["repo_id"], source["revision"], _scrub(exc, self.token)))
+        path = os.path.abspath(source["path"])
+        self.same_tree = os.path.realpath(path) == os.path.realpath(self.dest)
+        stamp_file = os.path.join(self.dest, SOURCE_STAMP_NAME) if os.path.isdir(self.dest) or not self.check_mode else None
+        if not self.check_mode:
+            os.makedirs(self.dest, exist_ok=True)
+        manifest, self.real_sources = path_manifest(
+            path, stamp_file, self.hash_jobs, write_stamp=not self.check_mode, racy_window_ns=self.racy_window_ns
+        )
+        return manifest
+
+    # -- head ----------------------------------------------------------------------------------
+
+    def _head_state(self):
+        """Split the manifest into files verified on the head and files to fetch; also the extras."""
+        files = self.manifest["files"]
+        ignored = compile_ignore(DEFAULT_IGNORE)
+        scan = scan_tree(self.dest, ignored) if os.path.isdir(self.dest) else None
+        present = scan.files if scan else {}
+        digest = manifest_digest(normalize_manifest(self.manifest))
+        stamp = read_stamp(self.stamp_file)
+        verified, fetch, to_hash = [], [], []
+        stamp_files = {}
+        for rel, entry in sorted(files.items()):
+            info = present.get(rel)
+            if info is None or info.size != entry["size"]:
+                fetch.append(rel)
+            elif stamp_vouches(stamp, digest, rel, info, entry["sha256"]):
+                verified.append(rel)
+                stamp_files[rel] = stamp_entry(info, entry["sha256"])
+            else:
+                to_hash.append(rel)
+        extras = []
+        if scan:
+            extras = sorted(set(present) - set(files)) + sorted(scan.symlinks) + sorted(scan.partial_dirs) + sorted(scan.special)
+        return verified, fetch, to_hash, stamp_files, digest, extras, present
+
+    def _check_file(self, rel):
+        """Hash one head file against the manifest; returns (ok, detail, stamp entry or None)."""
+        entry = self.manifest["files"][rel]
+        path = os.path.join(self.dest, rel)
+        started = time.time_ns()
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode):
+                return False, "not a regular file", None
+            if st.st_size != entry["size"]:
+                return False, "is %d bytes, expected %d" % (st.st_size, entry["size"]), None
+            if entry["sha256"] is not None:
+                digest, after = sha256_file(path)
+                if digest != entry["sha256"]:
+                    return False, "sha256 %s, expected %s" % (digest, entry["sha256"]), None
+            else:
+                blob = entry.get("git_blob_sha1")
+                if blob and git_blob_sha1_file(path) != blob:
+                    return False, "git blob sha1 differs from the hub's %s" % blob, None
+                after = FileInfo.from_stat(os.lstat(path))
+        except OSError as exc:
+            return False, "cannot read: %s" % (exc.strerror or exc), None
+        if is_racy(after.ctime_ns, started, self.racy_window_ns):
+            return True, None, None
+        return True, None, stamp_entry(after, entry["sha256"])
+
+    def _remove(self, rel):
+        path = os.path.join(self.dest, rel)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+
+    def _fetch_once(self, rel):
+        if self.source["type"] == "hub":
+            self.hub.hf_hub_download(
+                self.source["repo_id"],
+                rel,
+                revision=self.manifest["commit"],
+                local_dir=self.dest,
+                token=self.token,
+                endpoint=self.source.get("endpoint"),
+            )
+        else:
+            source_file = self.real_sources.get(rel) or os.path.join(os.path.abspath(self.source["path"]), rel)
+            self.rsync.local_copy(source_file, self.dest, rel)
+
+    def _fetch(self, rel):
+        """Download (or copy) one file and verify it; one more try on any failure."""
+        entry = self.manifest["files"][rel]
+        self.progress.event("download-start", "downloading %s" % rel)
+        self.activity.start("download")
+        detail = None
+        try:
+            for attempt in (1, 2):
+                try:
+                    self._remove(rel)  # a bad file whose metadata matches would otherwise be kept by the client
+                    self._fetch_once(rel)
+                except Exception as exc:  # client, network or rsync error: retried once, then reported
+                    detail = _scrub(exc, self.token).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    continue
+                ok, detail, recorded = self._check_file(rel)
+                if ok:
+                    with self.lock:
+                        if recorded:
+                            self.stamp_files[rel] = recorded
+                        self.downloaded.append(rel)
+                    break
+                detail = "downloaded file failed verification: %s" % detail
+            else:
+                with self.lock:
+                    self.failures.append("%s %s: %s" % ("download" if self.source["type"] == "hub" else "copy", rel, detail))
+                self.progress.event("download-failed", "%s failed: %s" % (rel, detail))
+                return
+        finally:
+            self.activity.stop("download")
+
+        def done(state):
+            state["files_verified_on_head"] += 1
+            state["downloaded"] += 1
+            state["bytes_downloaded"] += entry["size"]
+
+        self.progress.event("download-done", "downloaded and verified %s" % rel, done)
+        self._offer(rel, fresh=True)
+
+    def _offer(self, rel, fresh):
+        for mirror in self.mirrors:
+            mirror.offer(rel, fresh)
+
+    # -- run -----------------------------------------------------------------------------------
+
+    def run(self):
+        started = time.monotonic()
+        self.lock = threading.Lock()
+        self.downloaded = []
+        self.manifest = self.build_manifest()
+        manifest_s = time.monotonic() - started
+        files = self.manifest["files"]
+        workers = [w["name"] for w in self.workers]
+        if self.check_mode:
+            return self._plan(started, manifest_s)
+
+        os.makedirs(self.dest, exist_ok=True)
+        _write_if_changed(self.manifest_file, render_manifest(self.manifest))
+        self.progress = Progress(self.progress_file, len(files), self.manifest["total_bytes"], workers)
+        self.progress.event("manifest", "manifest: %d files, %d bytes" % (len(files), self.manifest["total_bytes"]), _phase("verify"))
+        self.progress.start_ticker()
+        try:
+            return self._run(started, manifest_s)
+        finally:
+            self.progress.stop_ticker()
+            self.rsync.terminate_all()
+
+    def _run(self, started, manifest_s):
+        verified, fetch, to_hash, self.stamp_files, digest, extras, _ = self._head_state()
+        if self.source["type"] == "path" and self.same_tree:
+            # The manifest was hashed from this very tree a moment ago.
+            verified, to_hash = sorted(verified + to_hash), []
+            source_stamp = read_stamp(os.path.join(self.dest, SOURCE_STAMP_NAME)) or {"files": {}}
+            self.stamp_files = dict((rel, source_stamp["files"][rel]) for rel in verified if rel in source_stamp["files"])
+            for rel in self.stamp_files:
+                self.stamp_files[rel] = dict(self.stamp_files[rel], sha256=self.manifest["files"][rel]["sha256"])
+        removed_on_head = []
+        if self.delete_extraneous:
+            for rel in extras:
+                self._remove(rel)
+                removed_on_head.append(rel)
+            if removed_on_head:
+                self.progress.event("head-removed", "removed from the head: %s" % ", ".join(removed_on_head))
+
+        self.mirrors = [WorkerMirror(w["name"], w["target"], self) for w in self.workers]
+        for mirror in self.mirrors:
+            mirror.start(plan_existing=bool(verified or to_hash))
+
+        def verified_now(rel):
+            self.progress.event("verified", "verified on the head: %s" % rel, _count_verified)
+            self._offer(rel, fresh=False)
+
+        for rel in verified:
+            verified_now(rel)
+
+        self.progress.event("download", "downloading %d files" % (len(fetch) + len(to_hash)), _phase("download"))
+        with ThreadPoolExecutor(max_workers=self.download_workers) as pool:
+            # Hash the untrusted files first, then queue the fetches; a bad file joins the fetches.
+            hashed = dict(zip(to_hash, pool.map(self._check_file, to_hash))) if to_hash else {}
+            bad = []
+            for rel in to_hash:
+                ok, detail, recorded = hashed[rel]
+                if ok:
+                    if recorded:
+                        self.stamp_files[rel] = recorded
+                    verified_now(rel)
+                else:
+                    bad.append(rel)
+            sizes = self.manifest["files"]
+            order = sorted(fetch + bad, key=lambda rel: (-sizes[rel]["size"], rel))
+            list(pool.map(self._fetch, order))
+
+        self.progress.event("mirror", "waiting for the mirror", _phase("mirror"))
+        for mirror in self.mirrors:
+            mirror.finish()
+        head_failed = bool(self.failures)
+        if not head_failed:
+            # Never delete on a worker while the head is incomplete: the worker may hold the good copy.
+            self.progress.event("final", "final pass on %d workers" % len(self.mirrors), _phase("final"))
+            passes = [m for m in self.mirrors if not m.failures]
+            threads = [threading.Thread(target=m.final_pass, args=(self.delete_extraneous,)) for m in passes]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+
+        stamp_data = render_stamp(dict(sorted(self.stamp_files.items())), digest)
+        if not head_failed:
+            _write_if_changed(self.stamp_file, stamp_data)
+        for mirror in self.mirrors:
+            self.failures.extend(mirror.failures)
+        total = time.monotonic() - started
+        result = self._result(
+            downloaded=sorted(self.downloaded),
+            mirrored=dict((m.name, sorted(m.copied)) for m in self.mirrors),
+            deleted=dict((m.name, sorted(m.deleted)) for m in self.mirrors),
+            removed_on_head=removed_on_head,
+            timings={
+                "manifest_s": round(manifest_s, 3),
+                "download_s": round(self.activity.span("download"), 3),
+                "mirror_s": round(self.activity.span("mirror"), 3),
+                "total_s": round(total, 3),
+                "overlap_s": round(self.activity.overlap, 3),
+            },
+        )
+        result["failures"] = list(self.failures)
+        phase = "failed" if self.failures else "done"
+        self.progress.event("end", "%s in %.1f s" % (phase, total), _phase(phase))
+        return result
+
+    def _plan(self, started, manifest_s):
+        """Check mode: what a run would download, copy and delete; nothing is written."""
+        verified, fetch, to_hash, _, _, extras, _ = self._head_state()
+        bad = [rel for rel in to_hash if not self._check_file(rel)[0]]
+        would_fetch = sorted(fetch + bad)
+        mirrored, deleted = {}, {}
+        for worker in self.workers:
+            copied, removed = [], []
+            if os.path.isdir(self.dest):
+                try:
+                    copied, removed = self.rsync.tree(self.dest, worker["target"], delete=self.delete_extraneous, dry_run=True)
+                except RsyncFailure as exc:
+                    self.failures.append("worker %s: dry run: %s" % (worker["name"], exc))
+            manifest_files = self.manifest["files"]
+            copied = [rel for rel in copied if rel in manifest_files and rel not in extras]
+            mirrored[worker["name"]] = sorted(set(copied) | set(would_fetch))
+            # A file the head lacks now but will fetch is not deleted on the worker.
+            deleted[worker["name"]] = sorted(rel for rel in removed if rel.rstrip("/") not in manifest_files)
+        result = self._result(
+            downloaded=would_fetch,
+            mirrored=mirrored,
+            deleted=deleted,
+            removed_on_head=extras if self.delete_extraneous else [],
+            timings={"manifest_s": round(manifest_s, 3), "download_s": 0.0, "mirror_s": 0.0, "total_s": round(time.monotonic() - started, 3), "overlap_s": 0.0},
+        )
+        result["failures"] = list(self.failures)
+        return result
+
+    def _result(self, downloaded, mirrored, deleted, removed_on_head, timings):
+        changed = bool(downloaded or removed_on_head or any(mirrored.values()) or any(deleted.values()))
+        return {
+            "changed": changed,
+            "commit": self.manifest.get("commit"),
+            "manifest_file": self.manifest_file,
+            "files": len(self.manifest["files"]),
+            "bytes": self.manifest["total_bytes"],
+            "downloaded": downloaded,
+            "mirrored": mirrored,
+            "deleted": deleted,
+            "removed_on_head": removed_on_head,
+            "timings": timings,
+        }
+
+
+def _phase(name):
+    def update(state):
+        state["phase"] = name
+
+    return update
+
+
+def _count_verified(state):
+    state["files_verified_on_head"] += 1

@@ -1,0 +1,300 @@
+#!/usr/bin/python
+# Copyright (c) sparkctl developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: checkpoint_sync
+short_description: Download a checkpoint once on the head, verify it, and stream it to every worker
+version_added: 0.1.0
+description:
+  - Runs on the head node as the service user. Every tensor-parallel rank reads all shards, so every node needs
+    the complete checkpoint at the same path; this module puts it there.
+  - "Manifest: for a hub source, the file list of O(source.repo_id) at the pinned O(source.revision) with sizes and
+    LFS sha256 (files stored in git have only a size and a git blob id, which is checked too), filtered by
+    O(source.allow_patterns) with huggingface_hub's own matching; for a path source, the files of the directory,
+    hashed (a stamp of size, mtime, ctime and inode skips unchanged files). Written to O(manifest_file) as JSON in
+    the format C(sparkctl.spark.checkpoint_verify) accepts as its C(manifest_file), plus C(repo_id), C(revision),
+    C(commit) and C(total_bytes)."
+  - "Head: a file of the manifest already in O(dest) is trusted when the verification stamp
+    (C(.sparkctl-verified.json), shared with C(sparkctl.spark.checkpoint_verify)) vouches for its size, times and
+    inode, and hashed otherwise. Missing or bad files are fetched with C(hf_hub_download) into O(dest) (real files,
+    no symlinked cache) by O(download_workers) threads, or copied from a path source with C(rsync -L), and
+    verified right away; a file is tried twice, then the task fails naming it. With O(delete_extraneous), files in
+    O(dest) that are not in the manifest are removed."
+  - "Streaming: each file is offered to every worker as soon as it is verified on the head, so mirroring
+    overlaps the download. Each worker gets up to O(streams) concurrent C(rsync -a --whole-file
+    --partial-dir=.rsync-partial) processes, one file each (never C(--inplace) on the live path); a dry run at the
+    start tells which of the files already on the head the worker lacks. A failed copy is tried once more."
+  - "Final pass per worker, once every file is done and only if the head is complete: one itemized
+    C(rsync -a --whole-file --delete) of the tree, excluding C(/.sparkctl-*) and C(/.cache/) so the worker's
+    own stamp stays. Any non-zero rsync exit (23, 24, 30 included) is a failure naming the worker, with the end
+    of rsync's error output."
+  - Progress is rewritten atomically to O(progress_file) at every file event and at least every second, for a
+    role that runs this module with C(async) and polls the file.
+  - The token is passed to huggingface_hub only; it never appears in the result, the progress file or a
+    message.
+author:
+  - sparkctl developers (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reads the hub's file list and hashes untrusted head files; asks each worker with C(rsync --dry-run
+        --itemize-changes); writes nothing, not even the manifest or the progress file.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+requirements:
+  - rsync >= 3.2.3 on the head and the workers (C(--mkpath)).
+  - huggingface_hub in the Python that runs the module, for hub sources only.
+options:
+  source:
+    description: Where the checkpoint comes from.
+    type: dict
+    required: true
+    suboptions:
+      type:
+        description: V(hub) for a Hugging Face repo, V(path) for a directory already on the head.
+        type: str
+        required: true
+        choices: [hub, path]
+      repo_id:
+        description: The repo, C(org/name). Required for V(hub).
+        type: str
+      revision:
+        description:
+          - The pinned revision (a commit sha, or a tag or branch, which is resolved to its commit once and the
+            files are fetched at that commit). Required for V(hub).
+        type: str
+      allow_patterns:
+        description: Only files matching one of these globs (huggingface_hub's semantics, C(*) spans C(/)).
+        type: list
+        elements: str
+      endpoint:
+        description: Hub URL, for a local stand-in. Defaults to huggingface_hub's (C(HF_ENDPOINT) or the hub).
+        type: str
+      path:
+        description: The source directory on the head. Required for V(path). May equal O(dest).
+        type: path
+  token:
+    description:
+      - Hugging Face token. Without it, huggingface_hub uses C(HF_TOKEN) or its token file.
+    type: str
+  dest:
+    description: The served directory on the head, the same path on every worker.
+    type: path
+    required: true
+  workers:
+    description: The workers to mirror to.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: Name used in the result and messages (the inventory hostname).
+        type: str
+        required: true
+      target:
+        description: rsync destination of O(dest) on that worker, over the link, e.g. C(spark@192.168.100.11:/srv/models/x/).
+        type: str
+        required: true
+  rsync_rsh:
+    description: rsync's C(-e) argument. The node's C(~/.ssh/config) sets cipher, key and pinned host keys.
+    type: str
+    default: ssh -o BatchMode=yes
+  streams:
+    description: Parallel rsync processes per worker (two measured best on the two-core nodes).
+    type: int
+    default: 2
+  download_workers:
+    description: Parallel downloads (or head copies, or head hashes) on the head.
+    type: int
+    default: 4
+  mirror:
+    description: Whether to mirror to the workers at all.
+    type: bool
+    default: true
+  progress_file:
+    description: Progress JSON path. Defaults to C(<dest>/.sparkctl-progress.json).
+    type: path
+  manifest_file:
+    description: Manifest JSON path. Defaults to C(<dest>/.sparkctl-manifest.json).
+    type: path
+  delete_extraneous:
+    description: Remove files not in the manifest from O(dest) on the head and, in the final pass, on the workers.
+    type: bool
+    default: true
+seealso:
+  - module: sparkctl.spark.checkpoint_verify
+notes:
+  - The final pass excludes C(.sparkctl-*), so the manifest file is not copied to the workers; give
+    C(sparkctl.spark.checkpoint_verify) on a worker the manifest another way.
+  - huggingface_hub resumes an interrupted transfer only within one call; a file that failed is fetched again
+    from byte 0 by the next run, and every complete file is kept.
+"""
+
+EXAMPLES = r"""
+---
+- name: Download the pinned checkpoint and stream it to the workers
+  sparkctl.spark.checkpoint_sync:
+    source:
+      type: hub
+      repo_id: upstage/solar-open2-250b-nvfp4
+      revision: 3f1c2e4b5d6a7f8e9d0c1b2a3f4e5d6c7b8a9f0e
+      allow_patterns: ["*.safetensors", "*.json"]
+    token: "{{ spark_hf_token }}"
+    dest: /srv/models/solar-open2-250b-nvfp4
+    workers:
+      - name: spark2
+        target: spark@192.168.100.11:/srv/models/solar-open2-250b-nvfp4/
+  async: 7200
+  poll: 0
+  register: spark_checkpoint_job
+
+- name: Mirror a directory already on the head
+  sparkctl.spark.checkpoint_sync:
+    source:
+      type: path
+      path: /srv/models/local-model
+    dest: /srv/models/local-model
+    workers:
+      - name: spark2
+        target: spark@192.168.100.11:/srv/models/local-model/
+"""
+
+RETURN = r"""
+commit:
+  description: The commit the files were fetched at (hub sources); V(null) for path sources.
+  type: str
+  returned: always
+  sample: 3f1c2e4b5d6a7f8e9d0c1b2a3f4e5d6c7b8a9f0e
+manifest_file:
+  description: Where the manifest was written (or would be, in check mode).
+  type: str
+  returned: always
+  sample: /srv/models/solar-open2-250b-nvfp4/.sparkctl-manifest.json
+files:
+  description: Number of files in the manifest.
+  type: int
+  returned: always
+  sample: 33
+bytes:
+  description: Their total size.
+  type: int
+  returned: always
+  sample: 153240365056
+downloaded:
+  description: Files fetched (or copied from a path source) on the head; in check mode, the ones that would be.
+  type: list
+  elements: str
+  returned: always
+  sample: [model-00002-of-00029.safetensors]
+mirrored:
+  description: Per worker, the files copied (or, in check mode, that would be).
+  type: dict
+  returned: always
+  sample: {spark2: [model-00002-of-00029.safetensors]}
+deleted:
+  description: Per worker, the paths the final pass deleted (or would delete).
+  type: dict
+  returned: always
+  sample: {spark2: [old-shard.safetensors]}
+removed_on_head:
+  description: Paths in O(dest) on the head that were removed because the manifest does not list them.
+  type: list
+  elements: str
+  returned: always
+  sample: []
+failures:
+  description: What failed, one line each, naming the file and the worker (only on failure).
+  type: list
+  elements: str
+  returned: failure
+  sample: ["worker spark2: model-00002-of-00029.safetensors: rsync exit 23: ..."]
+timings:
+  description:
+    - Seconds spent. C(download_s) and C(mirror_s) run from the first start to the last end of their kind;
+      C(overlap_s) is the time during which a download and a mirror copy ran at once.
+  type: dict
+  returned: always
+  sample: {manifest_s: 0.4, download_s: 610.2, mirror_s: 640.9, total_s: 652.0, overlap_s: 598.1}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_sync import (
+    DEFAULT_RSH,
+    CheckpointSync,
+    SyncError,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            source=dict(
+                type="dict",
+                required=True,
+                options=dict(
+                    type=dict(type="str", required=True, choices=["hub", "path"]),
+                    repo_id=dict(type="str"),
+                    revision=dict(type="str"),
+                    allow_patterns=dict(type="list", elements="str"),
+                    endpoint=dict(type="str"),
+                    path=dict(type="path"),
+                ),
+                required_if=[("type", "hub", ("repo_id", "revision")), ("type", "path", ("path",))],
+            ),
+            token=dict(type="str", no_log=True),
+            dest=dict(type="path", required=True),
+            workers=dict(
+                type="list",
+                elements="dict",
+                default=[],
+                options=dict(name=dict(type="str", required=True), target=dict(type="str", required=True)),
+            ),
+            rsync_rsh=dict(type="str", default=DEFAULT_RSH),
+            streams=dict(type="int", default=2),
+            download_workers=dict(type="int", default=4),
+            mirror=dict(type="bool", default=True),
+            progress_file=dict(type="path"),
+            manifest_file=dict(type="path"),
+            delete_extraneous=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        sync = CheckpointSync(
+            source=params["source"],
+            dest=params["dest"],
+            workers=params["workers"],
+            token=params["token"],
+            rsync_rsh=params["rsync_rsh"],
+            streams=params["streams"],
+            download_workers=params["download_workers"],
+            mirror=params["mirror"],
+            progress_file=params["progress_file"],
+            manifest_file=params["manifest_file"],
+            delete_extraneous=params["delete_extraneous"],
+            check_mode=module.check_mode,
+        )
+        result = sync.run()
+    except (SyncError, OSError) as exc:
+        module.fail_json(msg=str(exc), changed=False)
+
+    failures = result.pop("failures")
+    if failures:
+        shown = "; ".join(failures[:10]) + (" (and %d more)" % (len(failures) - 10) if len(failures) > 10 else "")
+        module.fail_json(msg="checkpoint sync to %s failed: %s" % (params["dest"], shown), failures=failures, **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

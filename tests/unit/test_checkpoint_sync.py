@@ -1,0 +1,407 @@
+"""sparkctl.spark.checkpoint_sync: hub stand-in -> head directory -> worker directories, real rsync.
+
+Everything stays on this machine: the hub is tests/lab/hub/hubstub.py on 127.0.0.1, the
+workers are local directories (or `fake:` targets reached through a shell script standing in
+for ssh, which runs rsync's server side locally). Checkpoints are a few MiB.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint, checkpoint_sync
+from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_sync as checkpoint_sync_module
+
+HUB_DIR = Path(__file__).resolve().parents[1] / "lab" / "hub"
+if str(HUB_DIR) not in sys.path:
+    sys.path.insert(0, str(HUB_DIR))
+
+from hubstub import HubStub  # noqa: E402
+from make_checkpoint import make_checkpoint, shard_name  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (apt-get install rsync)")
+
+REPO_ID = "sparklab/tiny-llama"
+TOKEN = "hf_stub_sync_0123456789"
+MIB = 1 << 20
+OWN = (".sparkctl-", ".cache")
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory):
+    """huggingface_hub with a private HF_HOME, online, no ambient token or endpoint."""
+    home = tmp_path_factory.mktemp("hf_home")
+    mp = pytest.MonkeyPatch()
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT"):
+        mp.delenv(var, raising=False)
+    mp.setenv("HF_HOME", str(home))
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    for name, value in {
+        "HF_HOME": str(home),
+        "HF_HUB_CACHE": str(home / "hub"),
+        "HF_TOKEN_PATH": str(home / "token"),
+        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
+        "HF_HUB_OFFLINE": False,
+        "HF_HUB_DISABLE_TELEMETRY": True,
+    }.items():
+        mp.setattr(constants, name, value)
+    yield huggingface_hub
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpt")
+    make_checkpoint(root, shards=4, shard_bytes=MIB, seed=11, workers=1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def big_ckpt(tmp_path_factory):
+    """Shards just over huggingface_hub's 10 MiB write chunk, so a cut can be resumed with a Range."""
+    root = tmp_path_factory.mktemp("ckpt_big")
+    make_checkpoint(root, shards=2, shard_bytes=12 * MIB, seed=12, workers=1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def stub(hf, ckpt):
+    with HubStub(ckpt, REPO_ID, token=TOKEN) as server:
+        yield server
+
+
+@pytest.fixture
+def hub(stub):
+    stub.reset()
+    return stub
+
+
+def tree(root: Path) -> dict[str, Path]:
+    """Checkpoint files under root, own bookkeeping excluded."""
+    return {
+        p.relative_to(root).as_posix(): p
+        for p in root.rglob("*")
+        if (p.is_file() or p.is_symlink()) and not p.relative_to(root).parts[0].startswith(OWN)
+    }
+
+
+def assert_identical(source: Path, copy: Path) -> None:
+    expected, got = tree(source), tree(copy)
+    assert sorted(got) == sorted(expected), copy
+    for name, path in expected.items():
+        assert not got[name].is_symlink(), name
+        assert filecmp.cmp(path, got[name], shallow=False), f"{copy}: {name}"
+
+
+def workers(tmp_path: Path, names=("w1", "w2"), prefix=""):
+    return [{"name": n, "target": f"{prefix}{tmp_path / n}/"} for n in names]
+
+
+def hub_source(server, **extra):
+    return {"type": "hub", "repo_id": REPO_ID, "revision": "main", "endpoint": server.url, **extra}
+
+
+def make_sync(tmp_path, server, **kwargs):
+    kwargs.setdefault("workers", workers(tmp_path))
+    kwargs.setdefault("token", TOKEN)
+    kwargs.setdefault("racy_window_ns", 0)
+    source = kwargs.pop("source", None) or hub_source(server)
+    return checkpoint_sync.CheckpointSync(source, str(tmp_path / "head"), **kwargs)
+
+
+def content_gets(server) -> int:
+    return sum(entry["gets"] for entry in server.stats()["files"].values())
+
+
+# A stand-in for ssh: drops the host and runs rsync's server side here. With a `cut` file next
+# to it holding a count, that many connections are cut: the server gets the first 200 kB of
+# the sender's stream and is then terminated, as when a link drops mid-file.
+FAKE_RSH = """#!PYTHON
+import os, subprocess, sys, threading, time
+here = os.path.dirname(os.path.abspath(__file__))
+command = " ".join(sys.argv[2:])
+try:
+    left = int(open(os.path.join(here, "cut")).read().strip() or 0)
+except OSError:
+    left = 0
+if left <= 0:
+    os.execvp("sh", ["sh", "-c", command])
+with open(os.path.join(here, "cut"), "w") as handle:
+    handle.write(str(left - 1))
+server = subprocess.Popen(["sh", "-c", command], stdin=subprocess.PIPE)
+cut = threading.Event()
+
+
+def pump():
+    budget = 200000
+    while budget > 0:
+        chunk = os.read(0, min(65536, budget))
+        if not chunk:
+            break
+        server.stdin.write(chunk)
+        server.stdin.flush()
+        budget -= len(chunk)
+    cut.set()
+
+
+threading.Thread(target=pump, daemon=True).start()
+while server.poll() is None and not cut.wait(0.02):
+    pass
+if server.poll() is not None:
+    os._exit(server.returncode)  # a small file went through before the cut
+time.sleep(0.1)
+server.terminate()
+server.wait()
+os._exit(12)
+""".replace("PYTHON", sys.executable)
+
+
+@pytest.fixture
+def fake_rsh(tmp_path):
+    script = tmp_path / "rsh" / "fake-ssh"
+    script.parent.mkdir()
+    script.write_text(FAKE_RSH)
+    script.chmod(0o755)
+    return script
+
+
+# --- clean run, converged re-run ----------------------------------------------------------------
+
+
+def test_clean_run_then_converged_rerun(hub, ckpt, tmp_path):
+    first = make_sync(tmp_path, hub).run()
+
+    head = tmp_path / "head"
+    assert first["failures"] == []
+    assert first["changed"] is True and first["commit"] == hub.commit
+    assert_identical(ckpt, head)
+    for name in ("w1", "w2"):
+        assert_identical(ckpt, tmp_path / name)
+        assert sorted(first["mirrored"][name]) == sorted(tree(ckpt))
+        assert first["deleted"][name] == []
+    assert sorted(first["downloaded"]) == sorted(tree(ckpt))
+    assert first["files"] == len(tree(ckpt)) and first["bytes"] == sum(p.stat().st_size for p in tree(ckpt).values())
+    assert not [p for p in head.rglob("*") if p.is_symlink()]
+
+    # The manifest is what checkpoint_verify takes, and the stamp written here satisfies it.
+    manifest = json.loads((head / ".sparkctl-manifest.json").read_text())
+    assert (manifest["repo_id"], manifest["revision"], manifest["commit"]) == (REPO_ID, "main", hub.commit)
+    assert manifest["total_bytes"] == first["bytes"]
+    normalized = checkpoint.normalize_manifest(manifest)
+    report = checkpoint.verify_checkpoint(str(head), manifest=normalized, write_stamp=False)
+    assert report["ok"] and report["rehashed"] == [], report
+    for name in ("w1", "w2"):
+        assert checkpoint.verify_checkpoint(str(tmp_path / name), manifest=normalized, extra_files="fail")["ok"]
+    progress = json.loads((head / ".sparkctl-progress.json").read_text())
+    assert progress["phase"] == "done" and progress["downloaded"] == first["files"]
+    assert progress["workers"]["w1"] == {"files_done": first["files"], "bytes_done": first["bytes"], "in_flight": []}
+
+    hub.reset()
+    rehash = []
+    real_hash = checkpoint_sync.sha256_file
+    second_sync = make_sync(tmp_path, hub)
+    try:
+        checkpoint_sync.sha256_file = lambda path: rehash.append(path) or real_hash(path)
+        second = second_sync.run()
+    finally:
+        checkpoint_sync.sha256_file = real_hash
+    assert second["failures"] == [] and second["changed"] is False
+    assert second["downloaded"] == [] and second["mirrored"] == {"w1": [], "w2": []}
+    assert second["deleted"] == {"w1": [], "w2": []}
+    assert content_gets(hub) == 0 and hub.stats()["by_route"] == {"model_info": 1}
+    assert rehash == [], "the stamp vouches for every head file"
+    # One dry run per worker found nothing missing: no per-file rsync was started.
+    assert not [e for e in second_sync.progress.events if e[1] == "mirror-start"]
+
+
+# --- interrupted download -----------------------------------------------------------------------
+
+
+def test_cut_mid_file_fails_the_run_and_the_rerun_fetches_only_that_file(hf, big_ckpt, tmp_path):
+    shard = shard_name(2, 2)
+    with HubStub(big_ckpt, REPO_ID) as server:
+        # Every GET of the shard is cut at 11 MiB and the client's resume is refused: both
+        # tries of the first run fail on that file.
+        server.set_faults(cut_after_bytes=11 * MIB, cut_path=shard, cut_times=0, fail_status=503, fail_path=shard, fail_times=0, fail_only_ranges=True)
+        first = make_sync(tmp_path, server, token=None).run()
+        assert len(first["failures"]) == 1 and first["failures"][0].startswith("download %s: " % shard)
+        assert not (tmp_path / "head" / shard).exists()
+        # The good files were still mirrored, but no final pass (no deletion on a worker while the head is incomplete).
+        assert shard_name(1, 2) in first["mirrored"]["w1"]
+        assert first["deleted"] == {"w1": [], "w2": []}
+        assert server.stats()["files"][shard]["cuts"] == 2
+
+        server.reset()
+        second = make_sync(tmp_path, server, token=None).run()
+        stats = server.stats()
+    assert second["failures"] == [] and second["downloaded"] == [shard]
+    assert second["mirrored"] == {"w1": [shard], "w2": [shard]}
+    assert list(stats["files"]) == [shard] and stats["files"][shard]["full_gets"] == 1
+    for name in ("head", "w1", "w2"):
+        assert_identical(big_ckpt, tmp_path / name)
+    assert not list((tmp_path / "head").rglob("*.incomplete"))
+
+
+def test_bad_file_on_the_head_is_replaced(hub, ckpt, tmp_path):
+    make_sync(tmp_path, hub).run()
+    victim = tmp_path / "head" / shard_name(3, 4)
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF
+    victim.write_bytes(bytes(data))  # same size; the huggingface_hub metadata still says "up to date"
+    (tmp_path / "head" / "stale.bin").write_bytes(b"old")
+    hub.reset()
+
+    result = make_sync(tmp_path, hub).run()
+
+    assert result["failures"] == [] and result["downloaded"] == [shard_name(3, 4)]
+    assert result["removed_on_head"] == ["stale.bin"]
+    assert result["mirrored"] == {"w1": [shard_name(3, 4)], "w2": [shard_name(3, 4)]}
+    for name in ("head", "w1", "w2"):
+        assert_identical(ckpt, tmp_path / name)
+
+
+# --- mirror -------------------------------------------------------------------------------------
+
+
+def test_interrupted_mirror_is_resumed_by_a_rerun(hub, ckpt, tmp_path, fake_rsh):
+    targets = workers(tmp_path, prefix="fake:")
+    (fake_rsh.parent / "cut").write_text("1000")  # every connection of the first run is cut
+    first = make_sync(tmp_path, hub, workers=targets, rsync_rsh=str(fake_rsh)).run()
+    assert first["failures"] and all(line.startswith("worker w") for line in first["failures"])
+    assert any("rsync exit" in line for line in first["failures"])
+    assert first["downloaded"], "the head finished regardless"
+    partial = [p for p in (tmp_path / "w1").rglob("*") if p.is_file() and p.stat().st_size < 1 * MIB and "safetensors" in p.name]
+    assert partial, "the cut left partial shards on the worker (in .rsync-partial)"
+
+    (fake_rsh.parent / "cut").write_text("0")
+    hub.reset()
+    second = make_sync(tmp_path, hub, workers=targets, rsync_rsh=str(fake_rsh)).run()
+    assert second["failures"] == [] and second["changed"] is True
+    assert second["downloaded"] == [] and content_gets(hub) == 0
+    for name in ("w1", "w2"):
+        assert_identical(ckpt, tmp_path / name)
+        assert not list((tmp_path / name).rglob(".rsync-partial")), "partial dirs are cleaned up"
+
+
+def test_truncated_and_extra_files_on_a_worker_are_repaired(hub, ckpt, tmp_path):
+    make_sync(tmp_path, hub).run()
+    w1 = tmp_path / "w1"
+    (w1 / shard_name(2, 4)).write_bytes((ckpt / shard_name(2, 4)).read_bytes()[:1000])
+    (w1 / "model-00009-of-00009.safetensors.incomplete").write_bytes(b"x")
+    (w1 / "old").mkdir()
+    (w1 / "old" / "shard.bin").write_bytes(b"y")
+    (w1 / ".sparkctl-verified.json").write_text("{}")  # the worker's own stamp stays
+    hub.reset()
+
+    result = make_sync(tmp_path, hub).run()
+
+    assert result["failures"] == [] and result["changed"] is True and result["downloaded"] == []
+    assert result["mirrored"] == {"w1": [shard_name(2, 4)], "w2": []}
+    assert sorted(result["deleted"]["w1"]) == ["model-00009-of-00009.safetensors.incomplete", "old/", "old/shard.bin"]
+    assert result["deleted"]["w2"] == []
+    assert_identical(ckpt, w1)
+    assert (w1 / ".sparkctl-verified.json").exists()
+
+
+def test_rsync_exit_23_fails_naming_the_worker(hub, ckpt, tmp_path):
+    blocker = tmp_path / "w2" / "config.json"
+    blocker.mkdir(parents=True)
+    (blocker / "keep").write_text("a directory where a file must go")
+
+    result = make_sync(tmp_path, hub, delete_extraneous=False).run()
+
+    assert [line for line in result["failures"] if "w1" in line] == []
+    (failure,) = result["failures"]
+    assert failure.startswith("worker w2: config.json: rsync exit 23: ") and "could not make way for new regular file: config.json" in failure
+    assert_identical(ckpt, tmp_path / "w1")
+
+
+def test_streaming_overlaps_download_and_mirror(hub, ckpt, tmp_path):
+    hub.set_faults(throttle_bytes_per_s=6 * MIB)
+    sync = make_sync(tmp_path, hub, download_workers=1)
+    result = sync.run()
+
+    assert result["failures"] == []
+    events = sync.progress.events
+    first_copy = min(t for t, kind, _ in events if kind == "mirror-start")
+    last_download = max(t for t, kind, _ in events if kind == "download-done")
+    assert first_copy < last_download, "the first worker copy starts before the last download ends"
+    timings = result["timings"]
+    assert timings["overlap_s"] > 0.1 and timings["download_s"] > 0.5
+    assert set(timings) == {"manifest_s", "download_s", "mirror_s", "total_s", "overlap_s"}
+
+
+# --- check mode, secrets, path sources ----------------------------------------------------------
+
+
+def test_check_mode_reports_and_writes_nothing(hub, ckpt, tmp_path):
+    result = make_sync(tmp_path, hub, check_mode=True).run()
+    assert result["changed"] is True and sorted(result["downloaded"]) == sorted(tree(ckpt))
+    assert sorted(result["mirrored"]["w1"]) == sorted(tree(ckpt))
+    assert not (tmp_path / "head").exists() and not (tmp_path / "w1").exists()
+    assert content_gets(hub) == 0
+
+    make_sync(tmp_path, hub).run()
+    (tmp_path / "w1" / shard_name(1, 4)).unlink()
+    (tmp_path / "w2" / "extra.txt").write_text("x")
+    snapshot = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    hub.reset()
+    drifted = make_sync(tmp_path, hub, check_mode=True).run()
+    assert drifted["changed"] is True and drifted["downloaded"] == []
+    assert drifted["mirrored"] == {"w1": [shard_name(1, 4)], "w2": []}
+    assert drifted["deleted"] == {"w1": [], "w2": ["extra.txt"]}
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == snapshot
+    assert content_gets(hub) == 0
+
+
+def run_module(args, capsys):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exit_info:
+            checkpoint_sync_module.main()
+    return exit_info.value.code, capsys.readouterr().out
+
+
+def test_module_never_shows_the_token(hub, tmp_path, capsys):
+    args = {"source": hub_source(hub), "token": TOKEN, "dest": str(tmp_path / "head"), "workers": workers(tmp_path)}
+    rc, out = run_module(args, capsys)
+    result = json.loads(out)
+    assert rc == 0 and result["changed"] is True and hub.stats()["auth"]["ok"] > 0
+    assert TOKEN not in out
+    for path in (tmp_path / "head").glob(".sparkctl-*"):
+        assert TOKEN not in path.read_text(), path
+
+    # A wrong token: the failure message does not carry it either.
+    rc, out = run_module(dict(args, token="hf_wrong_secret_42"), capsys)
+    assert rc == 1 and "hf_wrong_secret_42" not in out and "cannot read the file list" in json.loads(out)["msg"]
+
+
+def test_path_source(ckpt, tmp_path, capsys, monkeypatch):
+    source = tmp_path / "src"
+    shutil.copytree(ckpt, source)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # a path source needs the stdlib only
+    args = {"source": {"type": "path", "path": str(source)}, "dest": str(tmp_path / "head"), "workers": workers(tmp_path)}
+
+    rc, out = run_module(args, capsys)
+    first = json.loads(out)
+    assert rc == 0 and first["changed"] is True and first["commit"] is None
+    assert sorted(first["downloaded"]) == sorted(tree(ckpt))
+    for name in ("head", "w1", "w2"):
+        assert_identical(ckpt, tmp_path / name)
+
+    rc, out = run_module(args, capsys)
+    assert rc == 0 and json.loads(out)["changed"] is False
+
+    # Serving the directory in place: nothing is copied on the head, the workers are already right.
+    in_place = dict(args, source={"type": "path", "path": str(tmp_path / "head")})
+    rc, out = run_module(in_place, capsys)
+    assert rc == 0 and json.loads(out)["changed"] is False
+    manifest = json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text())
+    assert manifest["files"] == checkpoint_sync.path_manifest(str(ckpt))[0]["files"]
