@@ -1,7 +1,12 @@
-"""Make the project's collection importable as ansible_collections.sparkctl.spark."""
+"""Make the project's collection importable as ansible_collections.sparkctl.spark, and share
+the fixtures that keep hub tests on loopback with a private huggingface_hub home."""
 
+import ipaddress
+import socket
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTIONS = REPO / "collections"
@@ -16,3 +21,71 @@ if str(REPO) not in sys.path:
 LAB_NODE = REPO / "tests" / "lab" / "node"
 if str(LAB_NODE) not in sys.path:
     sys.path.insert(0, str(LAB_NODE))
+
+# The hub stand-in and checkpoint generator (tests/lab/hub) double as test helpers.
+HUB_DIR = REPO / "tests" / "lab" / "hub"
+if str(HUB_DIR) not in sys.path:
+    sys.path.insert(0, str(HUB_DIR))
+
+
+def _is_loopback(host) -> bool:
+    if host in (None, "localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def loopback_only():
+    """Refuse, and record, any connection or name lookup that is not loopback."""
+    attempts = []
+    real_connect, real_getaddrinfo = socket.socket.connect, socket.getaddrinfo
+
+    def connect(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address[0]):
+            attempts.append(("connect", address))
+            raise ConnectionRefusedError(f"test guard: {address} is not loopback")
+        return real_connect(sock, address)
+
+    def getaddrinfo(host, *args, **kwargs):
+        if not _is_loopback(host):
+            attempts.append(("getaddrinfo", host))
+            raise socket.gaierror(f"test guard: refusing to resolve {host!r}")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(socket.socket, "connect", connect)
+    mp.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield attempts
+    mp.undo()
+    assert attempts == [], f"requests left loopback: {attempts}"
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory):
+    """huggingface_hub with a private HF_HOME, telemetry off, online, and no ambient token."""
+    home = tmp_path_factory.mktemp("hf_home")
+    mp = pytest.MonkeyPatch()
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_OIDC_RESOURCE", "HF_ENDPOINT"):
+        mp.delenv(var, raising=False)
+    mp.setenv("HF_HOME", str(home))
+    mp.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    mp.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    # The constants are read at import time; re-point them in case something imported the
+    # library before this module.
+    for name, value in {
+        "HF_HOME": str(home),
+        "HF_HUB_CACHE": str(home / "hub"),
+        "HF_TOKEN_PATH": str(home / "token"),
+        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
+        "HF_HUB_OFFLINE": False,
+        "HF_HUB_DISABLE_TELEMETRY": True,
+    }.items():
+        mp.setattr(constants, name, value)
+    yield huggingface_hub
+    mp.undo()

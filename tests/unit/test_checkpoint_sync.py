@@ -13,48 +13,23 @@ import shutil
 import sys
 from pathlib import Path
 
+import module_runner
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint, checkpoint_sync
 from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_sync as checkpoint_sync_module
 
-HUB_DIR = Path(__file__).resolve().parents[1] / "lab" / "hub"
-if str(HUB_DIR) not in sys.path:
-    sys.path.insert(0, str(HUB_DIR))
+from hubstub import HubStub  # tests/lab/hub, on sys.path through conftest.py
+from make_checkpoint import make_checkpoint, shard_name
 
-from hubstub import HubStub  # noqa: E402
-from make_checkpoint import make_checkpoint, shard_name  # noqa: E402
-
-pytestmark = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (apt-get install rsync)")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (apt-get install rsync)"),
+    pytest.mark.usefixtures("loopback_only"),
+]
 
 REPO_ID = "sparklab/tiny-llama"
 TOKEN = "hf_stub_sync_0123456789"
 MIB = 1 << 20
 OWN = (".sparkctl-", ".cache")
-
-
-@pytest.fixture(scope="module")
-def hf(tmp_path_factory):
-    """huggingface_hub with a private HF_HOME, online, no ambient token or endpoint."""
-    home = tmp_path_factory.mktemp("hf_home")
-    mp = pytest.MonkeyPatch()
-    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT"):
-        mp.delenv(var, raising=False)
-    mp.setenv("HF_HOME", str(home))
-    import huggingface_hub
-    from huggingface_hub import constants
-
-    for name, value in {
-        "HF_HOME": str(home),
-        "HF_HUB_CACHE": str(home / "hub"),
-        "HF_TOKEN_PATH": str(home / "token"),
-        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
-        "HF_HUB_OFFLINE": False,
-        "HF_HUB_DISABLE_TELEMETRY": True,
-    }.items():
-        mp.setattr(constants, name, value)
-    yield huggingface_hub
-    mp.undo()
 
 
 @pytest.fixture(scope="module")
@@ -363,10 +338,7 @@ def test_check_mode_reports_and_writes_nothing(hub, ckpt, tmp_path):
 
 
 def run_module(args, capsys):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exit_info:
-            checkpoint_sync_module.main()
-    return exit_info.value.code, capsys.readouterr().out
+    return module_runner.run_module(checkpoint_sync_module.main, args, capsys, raw=True)
 
 
 def test_module_never_shows_the_token(hub, tmp_path, capsys):

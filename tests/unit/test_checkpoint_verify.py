@@ -13,9 +13,9 @@ import shutil
 import stat
 import struct
 
+import module_runner
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint
 from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_verify
 
@@ -845,10 +845,7 @@ def test_problem_lines_and_summary():
 
 
 def run_module(args, capsys):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exit_info:
-            checkpoint_verify.main()
-    return exit_info.value.code, json.loads(capsys.readouterr().out)
+    return module_runner.run_module(checkpoint_verify.main, args, capsys)
 
 
 @pytest.fixture

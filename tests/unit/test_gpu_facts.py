@@ -5,12 +5,11 @@ The recorded outputs are reconstructed, not captured; see fixtures/nvidia_smi/RE
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+import module_runner
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkctl.spark.plugins.module_utils import gpu
 from ansible_collections.sparkctl.spark.plugins.modules import gpu_facts
 
@@ -276,10 +275,7 @@ def test_failing_nvcc_keeps_its_path_but_no_version():
 
 
 def run_module(args, capsys):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exit_info:
-            gpu_facts.main()
-    return exit_info.value.code, json.loads(capsys.readouterr().out)
+    return module_runner.run_module(gpu_facts.main, args, capsys)
 
 
 @pytest.fixture

@@ -6,14 +6,13 @@ The /proc samples are hand-written to the kernel's formats; see fixtures/proc/RE
 from __future__ import annotations
 
 import collections
-import json
 import os
 import socket
 from pathlib import Path
 
+import module_runner
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkctl.spark.plugins.module_utils import host
 from ansible_collections.sparkctl.spark.plugins.modules import host_facts
 
@@ -405,10 +404,7 @@ def test_gather_host_facts_from_a_recorded_proc(tmp_path):
 
 
 def run_module(args, capsys):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exit_info:
-            host_facts.main()
-    return exit_info.value.code, json.loads(capsys.readouterr().out)
+    return module_runner.run_module(host_facts.main, args, capsys)
 
 
 @pytest.fixture

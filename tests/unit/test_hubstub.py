@@ -9,10 +9,8 @@ without a Range header.
 
 import filecmp
 import hashlib
-import ipaddress
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-HUB_DIR = Path(__file__).resolve().parents[1] / "lab" / "hub"
-if str(HUB_DIR) not in sys.path:
-    sys.path.insert(0, str(HUB_DIR))
+import hubstub  # tests/lab/hub, on sys.path through conftest.py
+from hubstub import HubStub, git_blob_sha1
+from make_checkpoint import make_checkpoint, plan_checkpoint, shard_name, shard_size
 
-from hubstub import HubStub, git_blob_sha1  # noqa: E402
-from make_checkpoint import make_checkpoint, plan_checkpoint, shard_name, shard_size  # noqa: E402
+# Every test here must stay on loopback: the guard refuses and records anything else.
+pytestmark = pytest.mark.usefixtures("loopback_only")
 
 REPO_ID = "sparklab/tiny-llama"
 TOKEN = "hf_stub_0123456789"
@@ -36,69 +34,6 @@ MIB = 1 << 20
 
 
 # -- isolation ----------------------------------------------------------------------------
-
-
-def _is_loopback(host) -> bool:
-    if host in (None, "localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
-@pytest.fixture(scope="module", autouse=True)
-def loopback_only():
-    """Refuse, and record, any connection or name lookup that is not loopback."""
-    attempts = []
-    real_connect, real_getaddrinfo = socket.socket.connect, socket.getaddrinfo
-
-    def connect(sock, address):
-        if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address[0]):
-            attempts.append(("connect", address))
-            raise ConnectionRefusedError(f"test guard: {address} is not loopback")
-        return real_connect(sock, address)
-
-    def getaddrinfo(host, *args, **kwargs):
-        if not _is_loopback(host):
-            attempts.append(("getaddrinfo", host))
-            raise socket.gaierror(f"test guard: refusing to resolve {host!r}")
-        return real_getaddrinfo(host, *args, **kwargs)
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(socket.socket, "connect", connect)
-    mp.setattr(socket, "getaddrinfo", getaddrinfo)
-    yield attempts
-    mp.undo()
-    assert attempts == [], f"requests left loopback: {attempts}"
-
-
-@pytest.fixture(scope="module")
-def hf(tmp_path_factory):
-    """huggingface_hub with a private HF_HOME, telemetry off, online, and no ambient token."""
-    home = tmp_path_factory.mktemp("hf_home")
-    mp = pytest.MonkeyPatch()
-    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_OIDC_RESOURCE", "HF_ENDPOINT"):
-        mp.delenv(var, raising=False)
-    mp.setenv("HF_HOME", str(home))
-    mp.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    mp.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    import huggingface_hub
-    from huggingface_hub import constants
-
-    # The constants are read at import time; re-point them in case something imported the
-    # library before this module.
-    for name, value in {
-        "HF_HOME": str(home),
-        "HF_HUB_CACHE": str(home / "hub"),
-        "HF_TOKEN_PATH": str(home / "token"),
-        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
-        "HF_HUB_OFFLINE": False,
-        "HF_HUB_DISABLE_TELEMETRY": True,
-    }.items():
-        mp.setattr(constants, name, value)
-    yield huggingface_hub
-    mp.undo()
 
 
 # -- checkpoints and stubs ----------------------------------------------------------------
@@ -437,7 +372,7 @@ def _http_json(method, url, body=None):
 def test_cli_stub_with_hf_endpoint_sees_every_client_request(small_ckpt, tmp_path):
     port_file = tmp_path / "port"
     server = subprocess.Popen(
-        [sys.executable, str(HUB_DIR / "hubstub.py"), "--root", str(small_ckpt), "--repo", REPO_ID]
+        [sys.executable, hubstub.__file__, "--root", str(small_ckpt), "--repo", REPO_ID]
         + ["--port", "0", "--port-file", str(port_file)],
         env={**os.environ, "HUBSTUB_TOKEN": TOKEN},
         stdout=subprocess.PIPE,

@@ -9,12 +9,11 @@ from __future__ import annotations
 import errno
 import json
 import os
-import sys
 from pathlib import Path
 
+import module_runner
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkctl.spark.plugins.module_utils import sysfs_net
 from ansible_collections.sparkctl.spark.plugins.modules import link_facts
 
@@ -422,10 +421,7 @@ def test_resolve_rejects_what_is_not_an_ipv4_address(address):
 
 
 def run_module(args, capsys):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exit_info:
-            link_facts.main()
-    return exit_info.value.code, json.loads(capsys.readouterr().out)
+    return module_runner.run_module(link_facts.main, args, capsys)
 
 
 @pytest.fixture

@@ -6,13 +6,11 @@ class/net directories are written here.
 
 from __future__ import annotations
 
-import json
-import sys
 import threading
 from pathlib import Path
 
+import module_runner
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkctl.spark.plugins.module_utils import sysfs_net
 from ansible_collections.sparkctl.spark.plugins.modules import roce_gid
 
@@ -45,10 +43,7 @@ def sysfs(tmp_path):
 
 
 def run_module(args, capsys):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exit_info:
-            roce_gid.main()
-    return exit_info.value.code, json.loads(capsys.readouterr().out)
+    return module_runner.run_module(roce_gid.main, args, capsys)
 
 
 class FakeClock:
