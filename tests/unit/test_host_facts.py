@@ -124,6 +124,7 @@ def test_disk_of_a_checkpoint_dir_that_does_not_exist_yet(tmp_path):
         "device": "/dev/nvme0n1p2",
         "mount_point": "/",
         "fstype": "ext4",
+        "used_bytes": 0,
     }
     assert seen == [str(tmp_path)]
 
@@ -145,6 +146,23 @@ def test_disk_of_an_existing_path(tmp_path):
     facts = host.disk_facts(str(tmp_path), [], lambda path: StatVfs(10, 3, 512))
 
     assert (facts["exists"], facts["checked_path"], facts["total_bytes"], facts["free_bytes"]) == (True, str(tmp_path), 5120, 1536)
+
+
+def test_used_bytes_counts_what_is_already_in_place(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "sub").mkdir(parents=True)
+    (ckpt / "a.safetensors").write_bytes(b"x" * 300_000)
+    (ckpt / "sub" / "b.json").write_bytes(b"y" * 5_000)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"z" * 1_000_000)
+    (ckpt / "link.bin").symlink_to(outside)  # a link's target is not part of the tree
+    (ckpt / "linkdir").symlink_to(tmp_path)
+
+    expected = sum(os.lstat(p).st_blocks * 512 for p in (ckpt / "a.safetensors", ckpt / "sub" / "b.json", ckpt / "link.bin"))
+    assert host.allocated_bytes(str(ckpt)) == expected
+    assert 300_000 <= expected < 1_000_000
+    assert host.disk_facts(str(ckpt), [])["used_bytes"] == expected
+    assert host.allocated_bytes(str(tmp_path / "missing")) == 0
 
 
 def test_disk_statvfs_failure_gives_nulls(tmp_path):
@@ -387,6 +405,7 @@ def test_gather_host_facts_from_a_recorded_proc(tmp_path):
             "device": "/dev/nvme0n1p2",
             "mount_point": "/",
             "fstype": "ext4",
+            "used_bytes": 0,
         }
     }
     if host.sys.byteorder == "little":

@@ -61,7 +61,8 @@ REQUIREMENTS = {
     "mem_total_min_bytes": str(109 * GIB),
     "mem_available_min_bytes": str(109 * GIB),
     "disk_path": "/srv/models",
-    "disk_min_free_bytes": str(163 * GIB),
+    "checkpoint_size_bytes": str(153 * GIB),
+    "disk_reserve_bytes": str(10 * GIB),
     "link_interfaces": ["enp1s0f1np1", "enP2p1s0f1np1"],
     "rdma_required": True,
     "ports": [{"port": 6379, "name": "ray-gcs"}, {"port": 8000, "name": "openai-api"}],
@@ -132,6 +133,18 @@ def test_too_little_disk_fails_with_both_numbers():
     result = _by_id(preflight_checks(facts, REQUIREMENTS))["disk.checkpoint"]
     assert result["status"] == "fail"
     assert "100.0 GiB free at /srv < 163.0 GiB needed" in result["detail"]
+
+
+def test_checkpoint_already_in_place_needs_only_the_reserve():
+    facts = copy.deepcopy(HEALTHY_GB10)
+    facts["host"]["disks"]["/srv/models"].update(free_bytes=20 * GIB, used_bytes=150 * GIB)
+    result = _by_id(preflight_checks(facts, REQUIREMENTS))["disk.checkpoint"]
+    assert result["status"] == "pass"
+    assert result["detail"] == "20.0 GiB free at /srv >= 13.0 GiB (150.0 GiB of it already in place)"
+    facts["host"]["disks"]["/srv/models"]["used_bytes"] = 100 * GIB
+    result = _by_id(preflight_checks(facts, REQUIREMENTS))["disk.checkpoint"]
+    assert result["status"] == "fail"
+    assert "20.0 GiB free at /srv < 63.0 GiB needed for the checkpoint (100.0 GiB of it already in place)" in result["detail"]
 
 
 def test_memory_below_the_model_budget_fails():

@@ -225,19 +225,24 @@ def check_disk(facts, req):
     if not path:
         return [_result("disk.checkpoint", "Free disk for the checkpoint", "skip", "no checkpoint directory set")]
     disk = ((facts.get("host") or {}).get("disks") or {}).get(path)
-    need = int(req.get("disk_min_free_bytes") or 0)
     if not disk or disk.get("free_bytes") is None:
         return [_result("disk.checkpoint", "Free disk for the checkpoint", "fail", f"could not read free space at {path}.",
                         "Check that the path's parent exists and is readable.")]
+    # What is already there (a checkpoint downloaded by an earlier run) needs no new room.
+    size = int(req.get("checkpoint_size_bytes") or 0)
+    reserve = int(req.get("disk_reserve_bytes") or 0)
+    present = int(disk.get("used_bytes") or 0)
+    need = max(size - present, 0) + reserve
     free = disk["free_bytes"]
     where = disk.get("checked_path") or path
+    in_place = f" ({_gib(present)} of it already in place)" if present else ""
     if free < need:
         return [
             _result("disk.checkpoint", "Free disk for the checkpoint", "fail",
-                    f"{_gib(free)} free at {where} < {_gib(need)} needed for the checkpoint and its reserve.",
+                    f"{_gib(free)} free at {where} < {_gib(need)} needed for the checkpoint{in_place} and its reserve.",
                     "Free space on that filesystem, or point 'spark_checkpoint_dir' at a larger one.")
         ]
-    return [_result("disk.checkpoint", "Free disk for the checkpoint", "pass", f"{_gib(free)} free at {where} >= {_gib(need)}")]
+    return [_result("disk.checkpoint", "Free disk for the checkpoint", "pass", f"{_gib(free)} free at {where} >= {_gib(need)}{in_place}")]
 
 
 def check_link(facts, req):

@@ -113,6 +113,27 @@ def mount_of(path, mounts):
     return best
 
 
+def allocated_bytes(path):
+    """Bytes the files under path occupy on disk (st_blocks), without following links or
+    leaving the file system; 0 when path does not exist. A checkpoint already in place
+    needs no new room, so the disk check subtracts this."""
+    try:
+        root_dev = os.lstat(path).st_dev
+    except OSError:
+        return 0
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(path, onerror=lambda error: None):
+        for name in filenames:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if st.st_dev == root_dev:
+                total += st.st_blocks * 512
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    return total
+
+
 def disk_facts(path, mounts, statvfs=os.statvfs):
     checked_path = nearest_existing_path(path)
     facts = {
@@ -124,6 +145,7 @@ def disk_facts(path, mounts, statvfs=os.statvfs):
         "device": None,
         "mount_point": None,
         "fstype": None,
+        "used_bytes": allocated_bytes(path) if checked_path == path else 0,
     }
     try:
         usage = statvfs(checked_path)

@@ -152,6 +152,12 @@ ansible_facts:
               description: File system type, V(null) when unknown.
               type: str
               sample: ext4
+            used_bytes:
+              description:
+                - Bytes the files under the path already occupy on disk (0 when it does not exist), so a checkpoint
+                  already in place is not counted twice against the free space.
+              type: int
+              sample: 153000000000
         listening:
           description: Listening TCP sockets, sorted by port.
           returned: always
