@@ -2,14 +2,22 @@
 head: a converged re-run changes nothing; a damaged worker copy (truncated
 shard, flipped byte with its mtime put back, leftover .incomplete, extra file)
 is repaired by one re-run; a download cut mid-file fails the run and the next
-run completes it, fetching only what was missing."""
+run completes it, fetching only what was missing; a mirror cut mid-transfer
+(the worker's daemon stopped, its connections ended) fails the run and the next
+run resumes it without downloading again; a node too small for the hub's real
+size is refused before anything is written."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
-from labrun import node_exec
+from labrun import LAB_INVENTORY, REPO, node_exec
 
 pytestmark = pytest.mark.lab
 
@@ -77,7 +85,9 @@ def test_download_cut_mid_file_is_completed_by_the_next_run(converged, run_site)
     try:
         failed = run_site("--tags", "checkpoint")
         assert failed.rc != 0
-        assert shard in failed.output
+        # The transfer's own failure stops the run, before verification.
+        assert f"download {shard}:" in failed.output, failed.output[-3000:]
+        assert "Verify every file of the checkpoint on this node" not in failed.output
     finally:
         _hub("/_stub/faults", {"reset": True})
     stats = _hub("/_stub/stats")
@@ -88,3 +98,86 @@ def test_download_cut_mid_file_is_completed_by_the_next_run(converged, run_site)
     assert done.rc == 0, done.output
     assert _sums("spark2") == _sums("spark1")
     assert shard in _sums("spark2")
+
+
+LINK_INTERFACES = ("enp1s0f1np1", "enP2p1s0f1np1")
+
+
+def _worker_bytes() -> int:
+    """Bytes of checkpoint data on the worker, the partial directory included."""
+    out = node_exec("spark2", "sh", "-c", f"du -sb --exclude='.sparkctl-*' {CKPT} | cut -f1").stdout
+    return int(out.strip() or 0)
+
+
+def _complete_shards() -> dict[str, str]:
+    """Worker shards whose size equals the head's: name -> inode."""
+    script = f"cd {CKPT} && stat -c '%n %s %i' -- *.safetensors 2>/dev/null || true"
+    head = {n: s for n, s, _ in (line.split() for line in node_exec("spark1", "sh", "-c", script).stdout.splitlines())}
+    worker = [line.split() for line in node_exec("spark2", "sh", "-c", script).stdout.splitlines()]
+    return {n: i for n, s, i in worker if head.get(n) == s}
+
+
+def _slow_cable(rate: str | None) -> None:
+    """Shape the head's sending side of both cable halves (inside the head node only)."""
+    for interface in LINK_INTERFACES:
+        node_exec("spark1", "tc", "qdisc", "del", "dev", interface, "root", check=False)
+        if rate:
+            node_exec("spark1", "tc", "qdisc", "add", "dev", interface, "root", "tbf", "rate", rate, "burst", "64kb", "latency", "100ms")
+
+
+def test_interrupted_mirror_is_resumed_by_the_next_run(converged, run_site, report_dir):
+    before = _sums("spark1")
+    node_exec("spark2", "sh", "-c", f"rm -f {CKPT}/*.safetensors")
+    _hub("/_stub/stats/reset", {})
+    _slow_cable("100mbit")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), SPARKCTL_REPORT_DIR=str(report_dir), ANSIBLE_NOCOLOR="1")
+    playbook = [str(Path(sys.executable).with_name("ansible-playbook")), "site.yml", "-i", str(LAB_INVENTORY), "--tags", "checkpoint"]
+    try:
+        run = subprocess.Popen(playbook, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 300
+        while _worker_bytes() < 150_000_000:
+            assert run.poll() is None and time.monotonic() < deadline, "the mirror never got going"
+            time.sleep(0.5)
+        # Cut it: no new connections, and the copies in flight end (their PIDs, started by this run).
+        node_exec("spark2", "systemctl", "stop", "sparkctl-rsyncd.socket")
+        pids = node_exec("spark2", "pgrep", "-u", "spark", "-x", "rsync", check=False).stdout.split()
+        if pids:
+            node_exec("spark2", "kill", *pids)
+        output, _ = run.communicate(timeout=600)
+    finally:
+        _slow_cable(None)
+    assert run.returncode != 0, output
+    assert "worker spark2" in output and "rsync exit" in output, output[-4000:]
+    assert _worker_bytes() < 1 << 30, "the run was cut before the mirror finished"
+    complete = _complete_shards()
+    assert len(complete) < 8, "the run was cut before the mirror finished"
+
+    resumed = run_site("--tags", "checkpoint")
+    assert resumed.rc == 0, resumed.output
+    assert "checkpoint : Listen on the cable addresses" in resumed.changed_tasks("spark2"), "the stopped socket is started again"
+    assert _sums("spark2") == before
+    # Resumed at file granularity: what arrived whole stays (same inode), the rest is sent.
+    after = _complete_shards()
+    assert {name: after[name] for name in complete} == complete
+    gets = {name: f["gets"] for name, f in _hub("/_stub/stats")["files"].items()}
+    assert not any(gets.values()), f"the head downloaded again: {gets}"
+    leftovers = node_exec("spark2", "find", CKPT, "-name", ".rsync-partial").stdout.strip()
+    assert leftovers == "", leftovers
+
+
+@pytest.fixture
+def small_worker_disk(converged):
+    # A 600 MB filesystem where the worker's checkpoint goes: smaller than the 1 GiB checkpoint.
+    node_exec("spark2", "sh", "-c", "mkdir -p /srv/sparkctl/models && mount -t tmpfs -o size=600m sparklab-small /srv/sparkctl/models")
+    yield
+    node_exec("spark2", "umount", "/srv/sparkctl/models")
+
+
+def test_node_too_small_for_the_real_size_is_refused_before_any_change(small_worker_disk, run_site):
+    # Preflight is told a wrong, tiny size and passes; the hub's file list tells the truth.
+    run = run_site("-e", "spark_checkpoint_size_bytes=1", "-e", "spark_disk_reserve_bytes=0")
+    assert run.rc != 0
+    assert "Not enough disk on spark2 for" in run.output and "of checkpoint (14 files)" in run.output, run.output[-3000:]
+    assert "point 'spark_checkpoint_dir' at a larger one" in run.output
+    assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
+    assert node_exec("spark2", "ls", "-A", "/srv/sparkctl/models").stdout.strip() == ""

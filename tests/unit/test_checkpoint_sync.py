@@ -377,3 +377,163 @@ def test_path_source(ckpt, tmp_path, capsys, monkeypatch):
     assert rc == 0 and json.loads(out)["changed"] is False
     manifest = json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text())
     assert manifest["files"] == checkpoint_sync.path_manifest(str(ckpt))[0]["files"]
+
+
+# --- the rsync daemon transport -----------------------------------------------------------------
+# Real `rsync --daemon` processes on 127.0.0.1, configured like the workers' sparkctl-rsyncd
+# (module `checkpoint`, auth user + secrets file, hosts allow), each serving the same directory:
+# two daemons stand for the two cable halves of one worker.
+
+DAEMON_USER = "sparkctl-mirror"
+DAEMON_SECRET = "daemon-secret-4f9c1e"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def daemons(tmp_path):
+    import os
+    import subprocess
+    import time
+
+    served = tmp_path / "wd"
+    served.mkdir()
+    secrets = tmp_path / "rsyncd.secrets"
+    secrets.write_text(f"{DAEMON_USER}:{DAEMON_SECRET}\n")
+    secrets.chmod(0o600)
+    running = []
+    for index in range(2):
+        port = _free_port()
+        log = tmp_path / f"rsyncd-{index}.log"
+        conf = tmp_path / f"rsyncd-{index}.conf"
+        conf.write_text(
+            f"uid = {os.getuid()}\ngid = {os.getgid()}\nuse chroot = no\nnumeric ids = yes\n"
+            f"log file = {log}\npid file = {tmp_path}/rsyncd-{index}.pid\n"
+            f"[checkpoint]\npath = {served}\nread only = no\nwrite only = yes\nlist = no\n"
+            f"auth users = {DAEMON_USER}\nsecrets file = {secrets}\nhosts allow = 127.0.0.1\nhosts deny = *\n"
+        )
+        process = subprocess.Popen(["rsync", "--daemon", "--no-detach", f"--config={conf}", "--address=127.0.0.1", f"--port={port}"])
+        running.append((process, port, log))
+    deadline = time.monotonic() + 10
+    for process, port, _ in running:
+        import socket
+
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    pytest.fail("the test rsync daemon did not start")
+                time.sleep(0.05)
+    yield served, [(port, log) for _, port, log in running]
+    for process, _, _ in running:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _password_file(tmp_path, secret=DAEMON_SECRET, mode=0o600):
+    path = tmp_path / "rsyncd.password"
+    path.write_text(secret + "\n")
+    path.chmod(mode)
+    return path
+
+
+def _daemon_worker(ports):
+    urls = [f"rsync://{DAEMON_USER}@127.0.0.1:{port}/checkpoint/" for port, _ in ports]
+    return {"name": "w1", "target": urls[0], "alternate_targets": urls[1:]}
+
+
+def test_daemon_transport_spreads_streams_over_every_target(hub, ckpt, tmp_path, daemons):
+    served, ports = daemons
+    worker = _daemon_worker(ports)
+    result = make_sync(tmp_path, hub, workers=[worker], streams=2, rsync_password=DAEMON_SECRET).run()
+
+    assert result["failures"] == [] and result["changed"] is True
+    assert_identical(ckpt, served)
+    for port, log in ports:
+        text = log.read_text()
+        assert DAEMON_SECRET not in text
+        assert f"rsync to checkpoint/ from {DAEMON_USER}@" in text, f"daemon on port {port} served no authenticated copy:\n{text}"
+
+    hub.reset()
+    again = make_sync(tmp_path, hub, workers=[worker], streams=2, rsync_password=DAEMON_SECRET).run()
+    assert again["failures"] == [] and again["changed"] is False
+
+
+def test_daemon_wrong_secret_fails_naming_the_worker_and_hides_the_secret(hub, ckpt, tmp_path, daemons):
+    _, ports = daemons
+    wrong = "not-the-daemon-secret"
+    result = make_sync(tmp_path, hub, workers=[_daemon_worker(ports)], rsync_password=wrong).run()
+
+    assert result["failures"]
+    assert all(line.startswith("worker w1: ") for line in result["failures"])
+    assert any("auth failed" in line for line in result["failures"])
+    assert not any(wrong in line for line in result["failures"])
+
+
+def test_daemon_target_needs_a_secret_and_one_transport(tmp_path):
+    daemon = {"name": "w1", "target": "rsync://u@127.0.0.1:1/checkpoint/"}
+    with pytest.raises(checkpoint_sync.SyncError, match="no rsync_password"):
+        checkpoint_sync.CheckpointSync({"type": "path", "path": str(tmp_path)}, str(tmp_path / "d"), workers=[daemon])
+    mixed = dict(daemon, alternate_targets=["u@127.0.0.1:/x/"])
+    with pytest.raises(checkpoint_sync.SyncError, match="mixes rsync:// and ssh"):
+        checkpoint_sync.CheckpointSync({"type": "path", "path": str(tmp_path)}, str(tmp_path / "d"), workers=[mixed], rsync_password="x")
+
+
+def test_password_file_must_be_private_and_non_empty(tmp_path):
+    assert checkpoint_sync.read_password_file(str(_password_file(tmp_path))) == DAEMON_SECRET
+    with pytest.raises(checkpoint_sync.SyncError, match="must be 0600"):
+        checkpoint_sync.read_password_file(str(_password_file(tmp_path, mode=0o644)))
+    with pytest.raises(checkpoint_sync.SyncError, match="is empty"):
+        checkpoint_sync.read_password_file(str(_password_file(tmp_path, secret="")))
+    with pytest.raises(checkpoint_sync.SyncError, match="cannot read"):
+        checkpoint_sync.read_password_file(str(tmp_path / "absent"))
+
+
+def test_module_reads_the_daemon_secret_from_its_file(hub, ckpt, tmp_path, daemons, capsys):
+    served, ports = daemons
+    args = {
+        "source": hub_source(hub),
+        "token": TOKEN,
+        "dest": str(tmp_path / "head"),
+        "workers": [_daemon_worker(ports)],
+        "rsync_password_file": str(_password_file(tmp_path)),
+    }
+    rc, out = run_module(args, capsys)
+    assert rc == 0, out
+    assert_identical(ckpt, served)
+    assert DAEMON_SECRET not in out
+
+    # A world-readable secret is refused before anything is copied.
+    rc, out = run_module(dict(args, rsync_password_file=str(_password_file(tmp_path, mode=0o644))), capsys)
+    assert rc == 1 and "must be 0600" in json.loads(out)["msg"] and DAEMON_SECRET not in out
+
+
+def test_manifest_only_reads_sizes_and_writes_nothing(hub, ckpt, tmp_path):
+    expected = sum(p.stat().st_size for p in tree(ckpt).values())
+
+    result = make_sync(tmp_path, hub, manifest_only=True).run()
+
+    assert result["changed"] is False and result["failures"] == []
+    assert result["bytes"] == expected and result["files"] == len(tree(ckpt))
+    assert not (tmp_path / "head").exists() and not (tmp_path / "w1").exists()
+    assert content_gets(hub) == 0, "the hub's metadata, not the files"
+
+
+def test_manifest_only_for_a_path_source_does_not_hash(ckpt, tmp_path, monkeypatch):
+    def no_hashing(*args, **kwargs):
+        raise AssertionError("manifest_only must not hash the source")
+
+    monkeypatch.setattr(checkpoint_sync, "sha256_file", no_hashing)
+    source = {"type": "path", "path": str(ckpt)}
+    result = checkpoint_sync.CheckpointSync(source, str(tmp_path / "dest"), manifest_only=True).run()
+
+    assert result["bytes"] == sum(p.stat().st_size for p in tree(ckpt).values())
+    assert not (tmp_path / "dest").exists()

@@ -6,6 +6,7 @@ The /proc samples are hand-written to the kernel's formats; see fixtures/proc/RE
 from __future__ import annotations
 
 import collections
+import json
 import os
 import socket
 from pathlib import Path
@@ -340,6 +341,42 @@ def test_port_holders_with_pid_process_and_unit(tmp_path):
     }
 
 
+SOCKET_UNITS_JSON = json.dumps(
+    [
+        {"listen": "/run/dbus/system_bus_socket", "unit": "dbus.socket", "activates": "dbus.service"},
+        {"listen": "[::ffff:127.0.0.1]:8000", "unit": "sparkctl-api.socket", "activates": "-"},
+        {"listen": "192.168.100.11:8730", "unit": "sparkctl-rsyncd.socket", "activates": "-"},
+        {"listen": "[fe80::1%enp1s0f1np1]:8731", "unit": "scoped.socket", "activates": "-"},
+        {"listen": "route 1361", "unit": "systemd-networkd.socket", "activates": "systemd-networkd.service"},
+        {"listen": "nonsense:80", "unit": "bad.socket"},
+    ]
+)
+
+
+def test_socket_units_parsed_from_systemctl_json():
+    assert host.parse_socket_units(SOCKET_UNITS_JSON) == {
+        ("::ffff:127.0.0.1", 8000): "sparkctl-api.socket",
+        ("192.168.100.11", 8730): "sparkctl-rsyncd.socket",
+        ("fe80::1", 8731): "scoped.socket",
+    }
+    assert host.parse_socket_units("") is None
+    assert host.parse_socket_units("not json") is None
+    assert host.parse_socket_units('{"a": 1}') is None
+
+
+def test_a_socket_systemd_holds_is_attributed_to_its_socket_unit(tmp_path):
+    # PID 1 holds the listener of a socket-activated service (inode 77001, port 8000).
+    proc = make_proc(tmp_path / "proc", {1: ("systemd", "cgroup_v2_container_root.txt", [77001])})
+    listening = host.read_listening(str(proc), "little")
+
+    attributed = host.port_facts([8000], listening, str(proc), host.parse_socket_units(SOCKET_UNITS_JSON))
+    unknown = host.port_facts([8000], listening, str(proc), {})
+
+    assert attributed["8000"]["holders"][0]["unit"] == "sparkctl-api.socket"
+    assert unknown["8000"]["holders"][0]["unit"] != "sparkctl-api.socket"
+    assert unknown["8000"]["holders"][0]["pid"] == 1
+
+
 def test_socket_owner_scan(tmp_path):
     proc = make_proc(tmp_path / "proc", SPARK_PROCESSES)
 
@@ -428,7 +465,12 @@ def run_module(args, capsys):
 
 @pytest.fixture
 def fake_systemctl(monkeypatch):
-    state = {"path": "/usr/bin/systemctl", "answer": (0, "systemd 255 (255.4-1ubuntu8)\n+PAM +AUDIT\n", ""), "calls": []}
+    state = {
+        "path": "/usr/bin/systemctl",
+        "answer": (0, "systemd 255 (255.4-1ubuntu8)\n+PAM +AUDIT\n", ""),
+        "sockets": (0, "[]\n", ""),
+        "calls": [],
+    }
 
     def get_bin_path(self, arg, required=False, opt_dirs=None):
         assert arg == "systemctl"
@@ -437,7 +479,7 @@ def fake_systemctl(monkeypatch):
     def run_command(self, args, check_rc=False, **kwargs):
         assert check_rc is False
         state["calls"].append(list(args))
-        return state["answer"]
+        return state["sockets"] if "list-sockets" in args else state["answer"]
 
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
@@ -459,7 +501,10 @@ def test_module_on_a_recorded_proc(tmp_path, monkeypatch, fake_systemctl, capsys
     assert facts["ports"]["22"]["holders"][0] == {"address": "0.0.0.0", "pid": 812, "process": "sshd", "unit": "sshd.service"}
     assert facts["ports"]["8265"]["holders"][0]["pid"] is None
     assert facts["systemd"] == {"pid1_comm": "systemd", "version": 255}
-    assert fake_systemctl["calls"] == [["/usr/bin/systemctl", "--version"]]
+    assert fake_systemctl["calls"] == [
+        ["/usr/bin/systemctl", "--version"],
+        ["/usr/bin/systemctl", "list-sockets", "--all", "--output=json"],
+    ]
 
 
 def test_module_in_check_mode_reads_the_same(tmp_path, monkeypatch, fake_systemctl, capsys):

@@ -211,7 +211,8 @@ def _load_inventory(path):
         merged = {}
         for group in member_of[host]:
             merged.update(group_vars.get(group, {}))
-        hostvars[host] = {**merged, **hvars}
+        # Ansible sets inventory_dir on every host; relative spark_profile_paths resolve against it.
+        hostvars[host] = {**merged, **hvars, "inventory_dir": str(path)}
     return groups, hostvars
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.sparkctl.spark.plugins.module_utils import profile as profiles
+
 DOCUMENTATION = r"""
 name: inventory_problems
 short_description: List what is wrong with a sparkctl inventory
@@ -15,6 +17,9 @@ description:
   - Checks the groups C(spark_head) and C(spark_workers) and each cluster host's C(spark_link) plan
     without contacting any host, and returns one message per problem, each naming the variable and the fix.
   - Link addresses are parsed with netaddr.
+  - The model profile (C(spark_model_profile), searched in C(spark_profile_paths) relative to the inventory directory,
+    then in the collection) is loaded with C(spark_profile_overrides) and refused when it is unknown, malformed or
+    walks into one of the seeds' traps (see the collection's profiles/README.md).
 options:
   _input:
     description: The C(groups) magic variable.
@@ -182,6 +187,19 @@ def _checkpoint_problems(vars_):
     return problems
 
 
+def _profile_problems(vars_):
+    """The model profile the inventory picked: found, well-formed, and clear of the seeds' traps."""
+    name = vars_.get("spark_model_profile", profiles.DEFAULT_PROFILE)
+    paths = vars_.get("spark_profile_paths", [])
+    overrides = vars_.get("spark_profile_overrides", {})
+    if paths is not None and (not isinstance(paths, list) or not all(isinstance(p, str) for p in paths)):
+        return [f"'spark_profile_paths' {paths!r} must be a list of directories (relative to the inventory directory or absolute)."]
+    if overrides is not None and not isinstance(overrides, dict):
+        return [f"'spark_profile_overrides' must be a mapping deep-merged over the profile, got {type(overrides).__name__}."]
+    base_dir = vars_.get("inventory_dir")
+    return [f"'spark_model_profile': {p}" for p in profiles.resolve(name, paths or [], overrides or {}, base_dir)[1]]
+
+
 def inventory_problems(groups, hostvars):
     """Return a list of human-readable problems; empty when the inventory is sound."""
     if not HAS_NETADDR:
@@ -209,6 +227,7 @@ def inventory_problems(groups, hostvars):
         )
 
     problems.extend(_checkpoint_problems(any_vars))
+    problems.extend(_profile_problems(any_vars))
 
     mgmt = any_vars.get("spark_management_network")
     mgmt_net = None

@@ -346,6 +346,14 @@ def preflight_report(hosts, hostvars, ignore_errors=False):
     return report
 
 
+def checkpoint_room(host_facts, path, size_bytes, reserve_bytes):
+    """The disk check alone, for a stage that knows the checkpoint's real size (the hub's
+    manifest) once the estimate preflight used is no longer the best figure: host_facts is one
+    node's spark_host_facts with path among its disks. Returns one result as check_disk does."""
+    req = {"disk_path": path, "checkpoint_size_bytes": size_bytes, "disk_reserve_bytes": reserve_bytes}
+    return check_disk({"host": host_facts or {}}, req)[0]
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -353,4 +361,5 @@ class FilterModule:
             "preflight_summary": preflight_summary,
             "preflight_lines": preflight_lines,
             "preflight_report": preflight_report,
+            "checkpoint_room": checkpoint_room,
         }

@@ -59,7 +59,12 @@ STDERR_TAIL_LINES = 6
 # Per-file options. --whole-file: on a fast private link the delta algorithm costs CPU and gains
 # nothing; -O: directory mtimes are not synced (the head's dest changes with every progress write);
 # --partial-dir keeps an interrupted file out of the live path (never --inplace).
-RSYNC_BASE = ("-a", "-O", "--whole-file", "--partial-dir=" + PARTIAL_DIR, "--itemize-changes")
+# --timeout: a cable pulled mid-copy ends the copy (and its retry) instead of hanging the run.
+RSYNC_BASE = ("-a", "-O", "--whole-file", "--partial-dir=" + PARTIAL_DIR, "--itemize-changes", "--timeout=%d" % 120)
+# A target of this form is an rsync daemon (the worker's sparkctl-rsyncd socket on its link address):
+# no ssh, no encryption on the private cable, authenticated with the daemon's secret.
+DAEMON_PREFIX = "rsync://"
+DAEMON_CONNECT_TIMEOUT_S = 20
 # The final pass leaves the node's own bookkeeping alone (stamp, progress, huggingface_hub's cache).
 RSYNC_EXCLUDES = ("--exclude=/.sparkctl-*", "--exclude=/.cache/")
 
@@ -189,6 +194,23 @@ def path_manifest(source, source_stamp_file=None, jobs=2, write_stamp=True, racy
     return build_manifest(files, source="path", path=source), real
 
 
+def path_sizes_manifest(source):
+    """The files of a source directory with their sizes only (sha256 None): what the transfer
+    would copy, without hashing. Symlinks to regular files count with their target's size."""
+    if not os.path.isdir(source):
+        raise SyncError("source path %s is not a directory" % source)
+    scan = scan_tree(source, compile_ignore(DEFAULT_IGNORE))
+    files = dict((rel, {"size": info.size, "sha256": None}) for rel, info in scan.files.items())
+    for rel in scan.symlinks:
+        try:
+            files[rel] = {"size": os.stat(os.path.join(source, rel)).st_size, "sha256": None}
+        except OSError as exc:
+            raise SyncError("symlink %s in %s is broken: %s" % (rel, source, exc.strerror or exc))
+    if not files:
+        raise SyncError("source path %s holds no files" % source)
+    return {"source": "path", "path": source, "commit": None, "files": files, "total_bytes": sum(f["size"] for f in files.values())}
+
+
 def _write_if_changed(path, data):
     try:
         with open(path, "rb") as handle:
@@ -245,8 +267,28 @@ def _target_dir(target, rel_dir):
     return base + "/" + (rel_dir + "/" if rel_dir else "")
 
 
+def is_daemon_target(target):
+    return target.startswith(DAEMON_PREFIX)
+
+
 def _tail(text, lines=STDERR_TAIL_LINES):
     return " | ".join(line for line in text.strip().splitlines()[-lines:])
+
+
+def read_password_file(path):
+    """The daemon secret: the file's first line. Refused when others can read it (rsync's own rule
+    for --password-file), so a secret left world-readable is noticed, not used."""
+    try:
+        st = os.stat(path)
+        if st.st_mode & 0o077:
+            raise SyncError("%s is readable by group or others (mode %o); it must be 0600" % (path, stat.S_IMODE(st.st_mode)))
+        with open(path) as handle:
+            password = handle.readline().strip()
+    except OSError as exc:
+        raise SyncError("cannot read the rsync daemon secret %s: %s" % (path, exc.strerror or exc))
+    if not password:
+        raise SyncError("the rsync daemon secret %s is empty" % path)
+    return password
 
 
 class RsyncFailure(Exception):
@@ -256,16 +298,27 @@ class RsyncFailure(Exception):
 
 
 class Rsync:
-    """Builds and runs the rsync commands; `binary` is swappable for tests."""
+    """Builds and runs the rsync commands; `binary` is swappable for tests. An `rsync://` target
+    goes to a daemon with `password` in RSYNC_PASSWORD (never on the command line); any other
+    target goes over `rsh`."""
 
-    def __init__(self, rsh=DEFAULT_RSH, binary="rsync", processes=None):
+    def __init__(self, rsh=DEFAULT_RSH, binary="rsync", processes=None, password=None):
         self.rsh = rsh
         self.binary = binary
+        self.password = password
         self.processes = processes if processes is not None else set()
         self.lock = threading.Lock()
 
-    def _run(self, argv):
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    def _transport(self, target):
+        if is_daemon_target(target):
+            return ["--contimeout=%d" % DAEMON_CONNECT_TIMEOUT_S]
+        return ["-e", self.rsh]
+
+    def _run(self, argv, target=None):
+        env = None
+        if target is not None and is_daemon_target(target) and self.password:
+            env = dict(os.environ, RSYNC_PASSWORD=self.password)
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env)
         with self.lock:
             self.processes.add(process)
         try:
@@ -274,26 +327,26 @@ class Rsync:
             with self.lock:
                 self.processes.discard(process)
         if process.returncode != 0:
-            raise RsyncFailure(process.returncode, err)
+            raise RsyncFailure(process.returncode, _scrub(err, self.password))
         return out
 
     def copy_file(self, dest, rel, target, extra=()):
         """Copy one file to target/rel (into its directory, so an odd directory named like the file
         on the worker fails instead of swallowing the file); returns the itemized names copied."""
         rel_dir = posixpath.dirname(rel)
-        argv = [self.binary] + list(RSYNC_BASE) + ["--mkpath", "-e", self.rsh] + list(extra)
+        argv = [self.binary] + list(RSYNC_BASE) + ["--mkpath"] + self._transport(target) + list(extra)
         argv += [os.path.join(dest, rel), _target_dir(target, rel_dir)]
-        return parse_itemized(self._run(argv))[0]
+        return parse_itemized(self._run(argv, target))[0]
 
     def tree(self, dest, target, delete=True, dry_run=False):
         """The whole-tree pass; returns (copied, deleted)."""
-        argv = [self.binary] + list(RSYNC_BASE) + ["--mkpath", "-e", self.rsh] + list(RSYNC_EXCLUDES)
+        argv = [self.binary] + list(RSYNC_BASE) + ["--mkpath"] + self._transport(target) + list(RSYNC_EXCLUDES)
         if delete:
             argv.append("--delete")
         if dry_run:
             argv.append("--dry-run")
         argv += [dest.rstrip("/") + "/", _target_dir(target, "")]
-        return parse_itemized(self._run(argv))
+        return parse_itemized(self._run(argv, target))
 
     def local_copy(self, source_file, dest, rel):
         """Head copy of a `path` source: real content (-L), into place through rsync's temp file."""
@@ -417,11 +470,14 @@ class Progress:
 
 class WorkerMirror:
     """One worker: a planner that asks rsync (dry run, one connection) which of the files already on
-    the head the worker lacks, then `streams` threads copying offered files one rsync each."""
+    the head the worker lacks, then `streams` threads copying offered files one rsync each. With
+    several targets (one per cable half) the streams are spread over them, stream i on target
+    i mod n; the planner and the final pass use the first."""
 
-    def __init__(self, name, target, sync):
+    def __init__(self, name, targets, sync):
         self.name = name
-        self.target = target
+        self.targets = list(targets)
+        self.target = self.targets[0]
         self.sync = sync
         self.offers = queue.Queue()
         self.fresh = set()
@@ -438,7 +494,8 @@ class WorkerMirror:
         planner.start()
         self.threads.append(planner)
         for index in range(self.sync.streams):
-            thread = threading.Thread(target=self._copy_loop, name="mirror-%s-%d" % (self.name, index), daemon=True)
+            target = self.targets[index % len(self.targets)]
+            thread = threading.Thread(target=self._copy_loop, args=(target,), name="mirror-%s-%d" % (self.name, index), daemon=True)
             thread.start()
             self.threads.append(thread)
 
@@ -469,14 +526,14 @@ class WorkerMirror:
         for _ in range(self.sync.streams):
             self.jobs.put(None)
 
-    def _copy_loop(self):
+    def _copy_loop(self, target):
         while True:
             rel = self.jobs.get()
             if rel is None:
                 return
-            self._copy(rel)
+            self._copy(rel, target)
 
-    def _copy(self, rel):
+    def _copy(self, rel, target):
         sync = self.sync
         size = sync.manifest["files"][rel]["size"]
         sync.progress.event("mirror-start", "%s: copying %s" % (self.name, rel), lambda s: s["workers"][self.name]["in_flight"].append(rel))
@@ -488,7 +545,7 @@ class WorkerMirror:
                 try:
                     # A file fetched in this run gets sent even when size and mtime second match
                     # (rsync's quick check compares whole seconds): the old copy may be the bad one.
-                    copied = sync.rsync.copy_file(sync.dest, rel, self.target, ("--ignore-times",) if rel in self.fresh else ())
+                    copied = sync.rsync.copy_file(sync.dest, rel, target, ("--ignore-times",) if rel in self.fresh else ())
                     error = None
                     break
                 except RsyncFailure as exc:
@@ -552,6 +609,8 @@ class CheckpointSync:
         racy_window_ns=None,
         rsync_binary="rsync",
         hub=None,
+        rsync_password=None,
+        manifest_only=False,
     ):
         if streams < 1 or download_workers < 1:
             raise SyncError("streams and download_workers must be 1 or more")
@@ -564,6 +623,13 @@ class CheckpointSync:
         names = [worker.get("name") for worker in workers]
         if any(not name or not worker.get("target") for name, worker in zip(names, workers)) or len(set(names)) != len(names):
             raise SyncError("each worker needs a unique name and a target")
+        for worker in workers:
+            targets = [worker["target"]] + list(worker.get("alternate_targets") or [])
+            daemon = set(is_daemon_target(t) for t in targets)
+            if len(daemon) > 1:
+                raise SyncError("worker %s mixes rsync:// and ssh targets; use one transport per worker" % worker["name"])
+            if True in daemon and not rsync_password:
+                raise SyncError("worker %s has rsync:// targets but no rsync_password (the daemon's secret)" % worker["name"])
         self.source = source
         self.dest = os.path.abspath(dest)
         self.workers = list(workers) if mirror else []
@@ -575,9 +641,10 @@ class CheckpointSync:
         self.stamp_file = os.path.join(self.dest, STAMP_NAME)
         self.delete_extraneous = delete_extraneous
         self.check_mode = check_mode
+        self.manifest_only = manifest_only
         self.hash_jobs = hash_jobs
         self.racy_window_ns = racy_window_ns
-        self.rsync = Rsync(rsync_rsh, rsync_binary)
+        self.rsync = Rsync(rsync_rsh, rsync_binary, password=rsync_password)
         self.hub = hub
         self.activity = Activity()
         self.manifest = None
@@ -601,11 +668,15 @@ class CheckpointSync:
                 raise SyncError("cannot read the file list of %s@%s: %s" % (source["repo_id"], source["revision"], _scrub(exc, self.token)))
         path = os.path.abspath(source["path"])
         self.same_tree = os.path.realpath(path) == os.path.realpath(self.dest)
-        stamp_file = os.path.join(self.dest, SOURCE_STAMP_NAME) if os.path.isdir(self.dest) or not self.check_mode else None
-        if not self.check_mode:
+        if self.manifest_only:
+            # Sizes are all a size check needs; hashing a large source here would be done twice.
+            return path_sizes_manifest(path)
+        read_only = self.check_mode or self.manifest_only
+        stamp_file = os.path.join(self.dest, SOURCE_STAMP_NAME) if os.path.isdir(self.dest) or not read_only else None
+        if not read_only:
             os.makedirs(self.dest, exist_ok=True)
         manifest, self.real_sources = path_manifest(
-            path, stamp_file, self.hash_jobs, write_stamp=not self.check_mode, racy_window_ns=self.racy_window_ns
+            path, stamp_file, self.hash_jobs, write_stamp=not read_only, racy_window_ns=self.racy_window_ns
         )
         return manifest
 
@@ -734,6 +805,15 @@ class CheckpointSync:
         manifest_s = time.monotonic() - started
         files = self.manifest["files"]
         workers = [w["name"] for w in self.workers]
+        if self.manifest_only:
+            return {
+                "changed": False,
+                "commit": self.manifest.get("commit"),
+                "manifest_file": self.manifest_file,
+                "files": len(files),
+                "bytes": self.manifest["total_bytes"],
+                "failures": [],
+            }
         if self.check_mode:
             return self._plan(started, manifest_s)
 
@@ -765,7 +845,7 @@ class CheckpointSync:
             if removed_on_head:
                 self.progress.event("head-removed", "removed from the head: %s" % ", ".join(removed_on_head))
 
-        self.mirrors = [WorkerMirror(w["name"], w["target"], self) for w in self.workers]
+        self.mirrors = [WorkerMirror(w["name"], [w["target"]] + list(w.get("alternate_targets") or []), self) for w in self.workers]
         for mirror in self.mirrors:
             mirror.start(plan_existing=bool(verified or to_hash))
 

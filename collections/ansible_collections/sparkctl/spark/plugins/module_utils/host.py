@@ -278,11 +278,38 @@ def _strip_or_none(text):
     return text or None
 
 
-def port_facts(ports, listening, proc_root):
+def parse_socket_units(json_text):
+    """`systemctl list-sockets --all --output=json` -> {(address, port): socket unit} for the
+    TCP/UDP listeners (paths and netlink entries are skipped). None when the text is unusable."""
+    import json
+
+    try:
+        entries = json.loads(json_text) if json_text else None
+    except ValueError:
+        return None
+    if not isinstance(entries, list):
+        return None
+    units = {}
+    for entry in entries:
+        listen, unit = (entry or {}).get("listen") or "", (entry or {}).get("unit")
+        host, sep, port = listen.rpartition(":")
+        if not sep or not port.isdigit() or not unit or listen.startswith("/"):
+            continue
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        try:
+            address = str(ipaddress.ip_address(host.split("%", 1)[0]))
+        except ValueError:
+            continue
+        units[(address, int(port))] = unit
+    return units
+
+
+def port_facts(ports, listening, proc_root, socket_units=None):
     """Return {str(port): {in_use, holders}} for the requested ports.
 
     When several processes share a listening socket (forked workers), the lowest PID,
-    usually the parent, is reported.
+    usually the parent, is reported. A socket systemd itself holds for socket activation
+    (PID 1) is attributed to its .socket unit when socket_units (parse_socket_units) knows it.
     """
     requested = []
     for port in ports:
@@ -299,16 +326,26 @@ def port_facts(ports, listening, proc_root):
                 continue
             pids = owners.get(entry["inode"]) or []
             pid = pids[0] if pids else None
+            unit = parse_cgroup_unit(read_text(os.path.join(proc_root, str(pid), "cgroup"))) if pid else None
+            if pid == 1 and socket_units:
+                unit = socket_units.get((_plain_address(entry["address"]), port), unit)
             holders.append(
                 {
                     "address": entry["address"],
                     "pid": pid,
                     "process": _strip_or_none(read_text(os.path.join(proc_root, str(pid), "comm"))) if pid else None,
-                    "unit": parse_cgroup_unit(read_text(os.path.join(proc_root, str(pid), "cgroup"))) if pid else None,
+                    "unit": unit,
                 }
             )
         result[str(port)] = {"in_use": bool(holders), "holders": holders}
     return result
+
+
+def _plain_address(address):
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return address
 
 
 def read_listening(proc_root, byteorder=sys.byteorder):
@@ -322,11 +359,12 @@ def read_listening(proc_root, byteorder=sys.byteorder):
     return listening
 
 
-def gather_host_facts(paths, ports, proc_root="/proc", systemctl_version_output=None, statvfs=os.statvfs):
+def gather_host_facts(paths, ports, proc_root="/proc", systemctl_version_output=None, statvfs=os.statvfs, socket_units_output=None):
     """Build the spark_host_facts fact.
 
     systemctl_version_output is the stdout of `systemctl --version`, or None when
-    systemctl is not available.
+    systemctl is not available; socket_units_output that of `systemctl list-sockets --all
+    --output=json`, or None.
     """
     mounts = parse_mountinfo(read_text(os.path.join(proc_root, "self", "mountinfo")))
     listening = read_listening(proc_root)
@@ -334,7 +372,7 @@ def gather_host_facts(paths, ports, proc_root="/proc", systemctl_version_output=
         "meminfo": parse_meminfo(read_text(os.path.join(proc_root, "meminfo"))),
         "disks": dict((path, disk_facts(path, mounts, statvfs)) for path in paths),
         "listening": listening,
-        "ports": port_facts(ports, listening, proc_root),
+        "ports": port_facts(ports, listening, proc_root, parse_socket_units(socket_units_output)),
         "systemd": {
             "pid1_comm": _strip_or_none(read_text(os.path.join(proc_root, "1", "comm"))),
             "version": parse_systemd_version(systemctl_version_output),

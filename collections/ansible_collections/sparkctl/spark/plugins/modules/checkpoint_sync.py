@@ -101,13 +101,30 @@ options:
         type: str
         required: true
       target:
-        description: rsync destination of O(dest) on that worker, over the link, e.g. C(spark@192.168.100.11:/srv/models/x/).
+        description:
+          - rsync destination of O(dest) on that worker, over the link. Either an rsync daemon module on the worker's
+            link address, C(rsync://USER@192.168.100.11:8730/checkpoint/) (authenticated with
+            O(rsync_password_file), no encryption on the private cable), or an ssh destination,
+            C(spark@192.168.100.11:/srv/models/x/) (through O(rsync_rsh)).
         type: str
         required: true
+      alternate_targets:
+        description:
+          - The same tree through the worker's other cable halves, of the same kind as O(target). The O(streams)
+            copies are spread over O(target) and these (stream i on target i mod n), so both halves carry data.
+        type: list
+        elements: str
+        default: []
   rsync_rsh:
-    description: rsync's C(-e) argument. The node's C(~/.ssh/config) sets cipher, key and pinned host keys.
+    description:
+      - rsync's C(-e) argument for ssh targets. The node's C(~/.ssh/config) sets cipher, key and pinned host keys.
     type: str
     default: ssh -o BatchMode=yes
+  rsync_password_file:
+    description:
+      - File on the head holding the rsync daemon's secret, for C(rsync://) targets. Read by the module and handed
+        to rsync in its environment, so the secret is neither in the module's arguments nor on a command line.
+    type: path
   streams:
     description: Parallel rsync processes per worker (two measured best on the two-core nodes).
     type: int
@@ -130,6 +147,12 @@ options:
     description: Remove files not in the manifest from O(dest) on the head and, in the final pass, on the workers.
     type: bool
     default: true
+  manifest_only:
+    description:
+      - Only read the file list (the hub's metadata, or the hashed source directory) and return RV(files) and
+        RV(bytes); nothing is written or transferred. For a size check on every node before the transfer.
+    type: bool
+    default: false
 seealso:
   - module: sparkctl.spark.checkpoint_verify
 notes:
@@ -150,9 +173,13 @@ EXAMPLES = r"""
       allow_patterns: ["*.safetensors", "*.json"]
     token: "{{ spark_hf_token }}"
     dest: /srv/models/solar-open2-250b-nvfp4
+    # The worker's sparkctl-rsyncd socket, on both cable halves.
+    rsync_password_file: /etc/sparkctl/checkpoint-rsyncd.password
     workers:
       - name: spark2
-        target: spark@192.168.100.11:/srv/models/solar-open2-250b-nvfp4/
+        target: rsync://sparkctl-mirror@192.168.100.11:8730/checkpoint/
+        alternate_targets:
+          - rsync://sparkctl-mirror@192.168.101.11:8730/checkpoint/
   async: 7200
   poll: 0
   register: spark_checkpoint_job
@@ -163,6 +190,7 @@ EXAMPLES = r"""
       type: path
       path: /srv/models/local-model
     dest: /srv/models/local-model
+    # Over ssh (the SSH mesh's key and cipher) where no rsync daemon runs.
     workers:
       - name: spark2
         target: spark@192.168.100.11:/srv/models/local-model/
@@ -232,6 +260,7 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_sync imp
     DEFAULT_RSH,
     CheckpointSync,
     SyncError,
+    read_password_file,
 )
 
 
@@ -257,20 +286,28 @@ def main():
                 type="list",
                 elements="dict",
                 default=[],
-                options=dict(name=dict(type="str", required=True), target=dict(type="str", required=True)),
+                options=dict(
+                    name=dict(type="str", required=True),
+                    target=dict(type="str", required=True),
+                    alternate_targets=dict(type="list", elements="str", default=[]),
+                ),
             ),
             rsync_rsh=dict(type="str", default=DEFAULT_RSH),
+            # A path, not the secret itself.
+            rsync_password_file=dict(type="path", no_log=False),
             streams=dict(type="int", default=2),
             download_workers=dict(type="int", default=4),
             mirror=dict(type="bool", default=True),
             progress_file=dict(type="path"),
             manifest_file=dict(type="path"),
             delete_extraneous=dict(type="bool", default=True),
+            manifest_only=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     params = module.params
     try:
+        password = read_password_file(params["rsync_password_file"]) if params["rsync_password_file"] else None
         sync = CheckpointSync(
             source=params["source"],
             dest=params["dest"],
@@ -284,6 +321,8 @@ def main():
             manifest_file=params["manifest_file"],
             delete_extraneous=params["delete_extraneous"],
             check_mode=module.check_mode,
+            rsync_password=password,
+            manifest_only=params["manifest_only"],
         )
         result = sync.run()
     except (SyncError, OSError) as exc:

@@ -209,7 +209,10 @@ ansible_facts:
                   type: str
                   sample: sshd
                 unit:
-                  description: Systemd unit of the process from C(/proc/<pid>/cgroup), V(null) outside a unit.
+                  description:
+                    - Systemd unit of the process from C(/proc/<pid>/cgroup), V(null) outside a unit. For a socket
+                      systemd holds itself (socket activation, PID 1), the C(.socket) unit from
+                      C(systemctl list-sockets).
                   type: str
                   sample: ssh.service
         systemd:
@@ -243,18 +246,23 @@ def main():
         supports_check_mode=True,
     )
 
-    systemctl_version_output = None
+    systemctl_version_output = socket_units_output = None
     systemctl_path = module.get_bin_path("systemctl")
     if systemctl_path:
         rc, stdout, stderr = module.run_command([systemctl_path, "--version"], check_rc=False)
         if rc == 0:
             systemctl_version_output = stdout
+        # Listeners systemd holds for socket activation belong to PID 1; this names their unit.
+        rc, stdout, stderr = module.run_command([systemctl_path, "list-sockets", "--all", "--output=json"], check_rc=False)
+        if rc == 0:
+            socket_units_output = stdout
 
     facts = gather_host_facts(
         module.params["paths"],
         module.params["ports"],
         proc_root=PROC_ROOT,
         systemctl_version_output=systemctl_version_output,
+        socket_units_output=socket_units_output,
     )
     module.exit_json(changed=False, ansible_facts=dict(spark_host_facts=facts))
 

@@ -1,0 +1,126 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Model profiles for playbooks: load one (user directories first), list what is wrong
+with it, render the engine's argv, environment and systemd units, and derive the
+checkpoint and memory variables the other stages read."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkctl.spark.plugins.module_utils import profile as profiles
+
+DOCUMENTATION = r"""
+name: profile_load
+short_description: Load a sparkctl model profile and merge the inventory's overrides
+version_added: 0.1.0
+description:
+  - Finds C(<name>.yml) in the user's profile directories (C(spark_profile_paths), relative ones resolved against
+    O(base_dir), normally C(inventory_dir)) and then in the collection's C(profiles/) directory; the first match wins.
+  - Follows C(extends:) (a profile may state only what differs from another), then deep-merges O(overrides)
+    (C(spark_profile_overrides)); mappings merge key by key, lists and scalars replace, C(null) removes a key.
+  - Fails naming the profile and the fix when the file is missing or not YAML. Schema and trap problems are not raised
+    here; ask C(profile_problems) for them (the validation play does, before any host is touched).
+  - Companion filters in this file, documented in RETURN, are C(profile_problems) (same arguments, returns the list of
+    problems), C(profile_render) (input a loaded profile, argument C(cluster); returns argv, env, units, secret_files),
+    C(profile_checkpoint) (a loaded profile to the C(spark_checkpoint) mapping), C(profile_node_memory_bytes)
+    (weights per rank + KV pool + overhead).
+options:
+  _input:
+    description: The profile name, e.g. C(solar-open2-nvfp4-vllm-venv) (the file name without C(.yml)).
+    type: str
+    required: true
+  paths:
+    description: User profile directories, searched before the collection's.
+    type: list
+    elements: path
+    default: []
+  overrides:
+    description: Deep-merged over the profile (C(spark_profile_overrides)).
+    type: dict
+    default: {}
+  base_dir:
+    description: Directory relative O(paths) are resolved against (the inventory directory).
+    type: path
+    default: ""
+"""
+
+EXAMPLES = r"""
+- name: Resolve the profile the inventory picked
+  ansible.builtin.set_fact:
+    spark_profile_resolved: >-
+      {{ spark_model_profile | sparkctl.spark.profile_load(spark_profile_paths, spark_profile_overrides, inventory_dir) }}
+
+- name: Refuse a profile with a schema error or a trap
+  ansible.builtin.assert:
+    that: problems | length == 0
+    fail_msg: "{{ problems }}"
+  vars:
+    problems: "{{ spark_model_profile | sparkctl.spark.profile_problems(spark_profile_paths, spark_profile_overrides, inventory_dir) }}"
+
+- name: Render the engine's units
+  ansible.builtin.set_fact:
+    engine_rendered: >-
+      {{ spark_profile_resolved | sparkctl.spark.profile_render({
+           'head': {'name': 'spark1', 'link_ip': '192.168.100.10'},
+           'workers': [{'name': 'spark2', 'link_ip': '192.168.100.11'}],
+           'service_user': 'spark', 'checkpoint_dir': '/srv/sparkctl/models/solar-open2-250b-nvfp4',
+           'venv_path': '/opt/sparkctl/venv', 'api_key_file': '/etc/sparkctl/api-key.env'}) }}
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - C(profile_load) returns the resolved profile (a mapping with C(name), C(_sources), C(_dir) and the schema's
+      sections).
+    - C(profile_problems) returns a list of sentences, each naming the profile, the key path and the fix; empty when the
+      profile is sound.
+    - C(profile_render) returns C(argv) (list, the head's engine process), C(command_line) (the same, shell-quoted),
+      C(env) (the engine's own variables; the fabric environment stays in C(/etc/sparkctl/fabric.env)), C(units)
+      (host name to unit file name to text) and C(secret_files) (path to C(format), C(key), C(mode) for the API key).
+    - C(profile_checkpoint) returns the C(spark_checkpoint) mapping with C(source=hub), C(repo_id), C(revision) and C(allow_patterns).
+    - C(profile_node_memory_bytes) returns an integer.
+  type: raw
+"""
+
+
+def profile_load(name, paths=None, overrides=None, base_dir=""):
+    try:
+        return profiles.load_profile(name, list(paths or []), dict(overrides or {}), base_dir or None)
+    except profiles.ProfileError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def profile_problems(name, paths=None, overrides=None, base_dir=""):
+    return profiles.resolve(name, list(paths or []), dict(overrides or {}) if isinstance(overrides, dict) else overrides,
+                            base_dir or None)[1]
+
+
+def profile_render(profile, cluster):
+    problems = profiles.profile_problems(profile)
+    if problems:
+        raise AnsibleFilterError("; ".join(problems))
+    try:
+        return profiles.render(profile, cluster)
+    except profiles.ProfileError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def profile_checkpoint(profile):
+    ckpt = profile.get("checkpoint") or {}
+    return {"source": "hub", "repo_id": ckpt.get("repo_id"), "revision": ckpt.get("revision"), "allow_patterns": []}
+
+
+def profile_node_memory_bytes(profile):
+    need = profiles.node_memory_bytes(profile)
+    return need["weights"] + need["kv_pool"] + need["overhead"]
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "profile_load": profile_load,
+            "profile_problems": profile_problems,
+            "profile_render": profile_render,
+            "profile_checkpoint": profile_checkpoint,
+            "profile_node_memory_bytes": profile_node_memory_bytes,
+        }

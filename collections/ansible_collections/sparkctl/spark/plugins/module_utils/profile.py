@@ -1,0 +1,1036 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Model profiles: one YAML file per served system (engine, runtime, checkpoint,
+topology, engine arguments, memory budget, expectations), loaded from the user's
+profile directories first and the collection's profiles/ second, merged with the
+inventory's overrides, validated, checked against the seeds' traps, and rendered
+into the engine's argv, environment and systemd units.
+
+Everything here is pure: no host is contacted, so the validation play can refuse
+a profile before any change."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shlex
+
+import yaml
+
+SCHEMA_VERSION = 1
+# Where the collection ships its profiles: <collection>/profiles/.
+COLLECTION_PROFILES = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "profiles"))
+DEFAULT_PROFILE = "solar-open2-nvfp4-vllm-venv"
+
+GIB = 1024**3
+# Usable for one engine rank on a 128 GB GB10 node after DGX OS, Docker and the
+# OOM guard: seed 000 puts it at "up to ~110 GiB"; DOMAIN.md at 110-121 GiB.
+DEFAULT_NODE_BUDGET_BYTES = 110 * GIB
+# pip's NCCL 2.28.9 deadlocks cross-node CUDA graph replay; fixed in 2.30.4 (seed 002).
+NCCL_GRAPH_FIX = (2, 30, 4)
+MAX_EXTENDS_DEPTH = 8
+
+ENGINES = ("vllm", "sglang")
+RUNTIMES = ("image", "venv")
+TOPOLOGIES = ("ray_tp", "ray_tp_ep", "sglang_ranks")
+ON_MISMATCH = ("warn", "fail")
+LINEAR_ATTENTION = ("none", "kda", "gated_delta", "mamba")
+
+# Flags the renderer derives from other sections; setting them in engine.args would
+# fight the topology, the API section or the parsers section.
+MANAGED_ARGS = {
+    "vllm": {
+        "model": "the checkpoint directory (cluster.checkpoint_dir)",
+        "served_model_name": "api.served_model_name",
+        "host": "api.bind",
+        "port": "api.port",
+        "api_key": "the API key file (never on argv)",
+        "tensor_parallel_size": "topology.tensor_parallel",
+        "enable_expert_parallel": "topology.kind: ray_tp_ep",
+        "distributed_executor_backend": "topology.kind (ray_tp / ray_tp_ep use Ray)",
+        "tool_call_parser": "parsers.tool_call",
+        "reasoning_parser": "parsers.reasoning",
+        "logits_processors": "parsers.logits_processors",
+        "enable_auto_tool_choice": "parsers.auto_tool_choice",
+    },
+    "sglang": {
+        "model_path": "the checkpoint directory (cluster.checkpoint_dir)",
+        "served_model_name": "api.served_model_name",
+        "host": "api (rank 0 listens on loopback behind the router)",
+        "port": "topology.rank0_port",
+        "api_key": "the API key file (never on argv)",
+        "tp_size": "topology.tensor_parallel",
+        "tensor_parallel_size": "topology.tensor_parallel",
+        "ep_size": "topology.expert_parallel",
+        "nnodes": "topology.nodes",
+        "node_rank": "the rank unit of each node",
+        "dist_init_addr": "the head's link address and topology.dist_init_port",
+        "tool_call_parser": "parsers.tool_call",
+        "reasoning_parser": "parsers.reasoning",
+        "config": "the API key file (sparkctl passes --config itself)",
+    },
+}
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ARG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
+_PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
+PLACEHOLDERS = ("venv", "model_dir", "served_model_name", "port", "bind")
+
+
+class ProfileError(Exception):
+    """A profile that cannot be loaded or is wrong; the message names the profile, the key and the fix."""
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+
+def search_dirs(paths=None, base_dir=None):
+    """The user's profile directories (relative ones resolved against base_dir, the
+    inventory directory), then the collection's own."""
+    dirs = []
+    for path in paths or []:
+        path = os.path.expanduser(str(path))
+        if not os.path.isabs(path) and base_dir:
+            path = os.path.join(str(base_dir), path)
+        dirs.append(os.path.normpath(path))
+    dirs.append(COLLECTION_PROFILES)
+    return dirs
+
+
+def find_profile(name, dirs):
+    """Path of <name>.yml (or .yaml) in the first directory holding it."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ProfileError(
+            f"profile name {name!r} is not valid: use lowercase letters, digits, '.', '_' and '-', "
+            "the file name without .yml (e.g. solar-open2-nvfp4-vllm-venv)."
+        )
+    for directory in dirs:
+        for ext in (".yml", ".yaml"):
+            candidate = os.path.join(directory, name + ext)
+            if os.path.isfile(candidate):
+                return candidate
+    known = sorted(available_profiles(dirs))
+    raise ProfileError(
+        f"profile {name!r} was not found in {', '.join(dirs)}: set spark_model_profile to one of "
+        f"{', '.join(known) or '(none)'}, or add {name}.yml to a directory listed in spark_profile_paths."
+    )
+
+
+def available_profiles(dirs):
+    names = set()
+    for directory in dirs:
+        if not os.path.isdir(directory):
+            continue
+        for entry in os.listdir(directory):
+            stem, ext = os.path.splitext(entry)
+            if ext in (".yml", ".yaml") and _NAME_RE.match(stem):
+                names.add(stem)
+    return names
+
+
+def _read_yaml(path, name):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"profile {name}: {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ProfileError(f"profile {name}: {path} must hold a mapping at the top level.")
+    return data
+
+
+def deep_merge(base, override):
+    """Merge override into a copy of base: mappings merge key by key, anything else
+    (lists included) replaces, and None deletes the key."""
+    result = copy.deepcopy(base) if isinstance(base, dict) else {}
+    for key, value in (override or {}).items():
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = deep_merge(result[key], value)
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+def _load_chain(name, dirs, seen):
+    if name in seen:
+        raise ProfileError(f"profile {name}: 'extends' loops ({' -> '.join(seen + [name])}); remove one 'extends'.")
+    if len(seen) >= MAX_EXTENDS_DEPTH:
+        raise ProfileError(f"profile {seen[0]}: 'extends' is nested deeper than {MAX_EXTENDS_DEPTH} levels.")
+    path = find_profile(name, dirs)
+    data = _read_yaml(path, name)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data, [path]
+    if not isinstance(parent, str):
+        raise ProfileError(f"profile {name}: extends: expected the name of another profile, got {parent!r}.")
+    base, sources = _load_chain(parent, dirs, seen + [name])
+    return deep_merge(base, data), sources + [path]
+
+
+def load_profile(name, paths=None, overrides=None, base_dir=None):
+    """Resolve a profile: the file (after its 'extends' chain) merged with the inventory's
+    overrides. The result carries 'name' (the requested profile), '_sources' (files read)
+    and '_dir' (the directory of the profile file, where build contexts and plugins live)."""
+    dirs = search_dirs(paths, base_dir)
+    data, sources = _load_chain(name, dirs, [])
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ProfileError(f"profile {name}: spark_profile_overrides must be a mapping, got {type(overrides).__name__}.")
+    if overrides:
+        data = deep_merge(data, overrides)
+    data["name"] = name
+    data["_sources"] = sources
+    data["_dir"] = os.path.dirname(sources[-1])
+    return data
+
+
+# --------------------------------------------------------------------------------------------
+# Schema validation
+# --------------------------------------------------------------------------------------------
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _type_name(value):
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+class _Checker:
+    """Collects schema problems, each prefixed with the profile and the key path."""
+
+    def __init__(self, profile):
+        self.profile = profile
+        self.name = profile.get("name", "?")
+        self.problems = []
+
+    def add(self, path, message):
+        self.problems.append(f"profile {self.name}: {path}: {message}")
+
+    def get(self, path, required=True):
+        node = self.profile
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                if required:
+                    self.add(path, "is missing.")
+                return None
+            node = node[part]
+        return node
+
+    def mapping(self, path, required=True):
+        value = self.get(path, required)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self.add(path, f"expected a mapping, got {_type_name(value)}.")
+            return None
+        return value
+
+    def integer(self, path, required=True, minimum=None, value=None):
+        value = self.get(path, required) if value is None else value
+        if value is None:
+            return None
+        if not _is_int(value):
+            self.add(path, f"expected an integer, got {_type_name(value)}.")
+            return None
+        if minimum is not None and value < minimum:
+            self.add(path, f"expected an integer >= {minimum}, got {value}.")
+            return None
+        return value
+
+    def number(self, path, required=True, low=None, high=None):
+        value = self.get(path, required)
+        if value is None:
+            return None
+        if not _is_number(value):
+            self.add(path, f"expected a number, got {_type_name(value)}.")
+            return None
+        if (low is not None and value <= low) or (high is not None and value > high):
+            self.add(path, f"expected a number in ({low}, {high}], got {value}.")
+            return None
+        return value
+
+    def string(self, path, required=True, choices=None, pattern=None, hint=""):
+        value = self.get(path, required)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            self.add(path, f"expected a non-empty string, got {_type_name(value)}.")
+            return None
+        if choices and value not in choices:
+            self.add(path, f"expected one of {', '.join(choices)}, got {value!r}.")
+            return None
+        if pattern and not pattern.match(value):
+            self.add(path, f"{value!r} is not valid{hint}.")
+            return None
+        return value
+
+    def strings(self, path, required=True):
+        value = self.get(path, required)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            self.add(path, f"expected a list of non-empty strings, got {_type_name(value)}.")
+            return None
+        return value
+
+    def unknown(self, path, node, known):
+        if isinstance(node, dict):
+            extra = sorted(set(node) - set(known))
+            if extra:
+                self.add(path, f"unknown key(s) {', '.join(extra)}; known keys are {', '.join(sorted(known))}.")
+
+
+TOP_KEYS = (
+    "schema_version", "name", "description", "seed", "engine", "runtime", "checkpoint", "model", "topology",
+    "nccl", "memory", "startup_log", "smoke", "api", "parsers", "reference", "boot", "cpu_affinity",
+    "forbid_env_values", "_sources", "_dir",
+)
+
+
+def _check_engine(c):
+    engine = c.mapping("engine")
+    if engine is None:
+        return None
+    c.unknown("engine", engine, ("kind", "command", "args", "env"))
+    kind = c.string("engine.kind", choices=ENGINES)
+    command = c.get("engine.command", required=False)
+    if command is not None:
+        if not isinstance(command, list) or not command or not all(isinstance(v, str) and v for v in command):
+            c.add("engine.command", f"expected a non-empty list of strings (argv), got {_type_name(command)}.")
+        else:
+            for word in command:
+                for placeholder in _PLACEHOLDER_RE.findall(word):
+                    if placeholder not in PLACEHOLDERS:
+                        c.add("engine.command", f"unknown placeholder {{{placeholder}}} in {word!r}; known: "
+                              f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}.")
+    args = c.mapping("engine.args", required=False) or {}
+    for key, value in args.items():
+        where = f"engine.args.{key}"
+        if not isinstance(key, str) or not _ARG_KEY_RE.match(key):
+            c.add(where, "argument names are the flag in snake_case (max_model_len for --max-model-len).")
+            continue
+        if kind in MANAGED_ARGS and key in MANAGED_ARGS[kind]:
+            c.add(where, f"is set by sparkctl from {MANAGED_ARGS[kind][key]}; set it there and remove it from engine.args.")
+            continue
+        if isinstance(value, list):
+            if not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+                c.add(where, "a list repeats the flag once per item; items must be strings or numbers.")
+        elif not isinstance(value, (str, int, float, bool, dict)):
+            c.add(where, f"expected a string, number, boolean, list or mapping, got {_type_name(value)}.")
+    for key in ("max_model_len", "context_length", "max_num_seqs", "max_num_batched_tokens", "max_running_requests",
+                "chunked_prefill_size", "kv_cache_memory_bytes", "speculative_num_steps", "speculative_eagle_topk",
+                "speculative_num_draft_tokens"):
+        if key in args:
+            c.integer(f"engine.args.{key}", value=args[key], minimum=-1 if key == "chunked_prefill_size" else 1)
+    for key in ("gpu_memory_utilization", "mem_fraction_static"):
+        if key in args:
+            if not _is_number(args[key]) or not 0 < args[key] <= 1:
+                c.add(f"engine.args.{key}", f"expected a fraction in (0, 1], got {_type_name(args[key])}.")
+    env = c.mapping("engine.env", required=False) or {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
+            c.add(f"engine.env.{key}", "is not a valid environment variable name.")
+        elif value is not None and not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            c.add(f"engine.env.{key}", f"expected a string or number, got {_type_name(value)} (quote 'true'/'false').")
+        elif value is not None and (re.search(r"[\s\"'$\\`]", str(value)) or str(value) == ""):
+            c.add(f"engine.env.{key}", f"{value!r} is empty or holds whitespace, quotes, '$', '`' or '\\', "
+                  "which systemd EnvironmentFile and docker --env-file read differently.")
+    return kind
+
+
+def _check_runtime(c):
+    runtime = c.mapping("runtime")
+    if runtime is None:
+        return None
+    c.unknown("runtime", runtime, ("kind", "image", "venv"))
+    kind = c.string("runtime.kind", choices=RUNTIMES)
+    if kind == "image":
+        image = c.mapping("runtime.image")
+        if image is not None:
+            c.unknown("runtime.image", image, ("pull", "build", "load", "nccl_version"))
+            sources = [k for k in ("pull", "build", "load") if k in image]
+            if len(sources) != 1:
+                c.add("runtime.image", f"give exactly one of pull, build or load (found {', '.join(sources) or 'none'}).")
+            if "pull" in image:
+                c.string("runtime.image.pull")
+            if "build" in image:
+                build = c.mapping("runtime.image.build")
+                if build is not None:
+                    c.unknown("runtime.image.build", build, ("base", "context", "tag", "build_on"))
+                    c.string("runtime.image.build.base")
+                    c.string("runtime.image.build.context")
+                    c.string("runtime.image.build.tag")
+                    c.string("runtime.image.build.build_on", required=False, choices=("head", "each"))
+                    context = build.get("context")
+                    if isinstance(context, str) and not os.path.isabs(context) and c.profile.get("_dir"):
+                        full = os.path.join(c.profile["_dir"], context)
+                        if not os.path.isfile(os.path.join(full, "Dockerfile")):
+                            c.add("runtime.image.build.context", f"{full} has no Dockerfile; keep the patch context "
+                                  "beside the profile (profiles/contexts/<name>/Dockerfile).")
+            if "load" in image:
+                c.string("runtime.image.load")
+            _check_version(c, "runtime.image.nccl_version", required=False)
+    elif kind == "venv":
+        venv = c.mapping("runtime.venv")
+        if venv is not None:
+            c.unknown("runtime.venv", venv, ("python", "packages", "extra_index_urls", "find_links", "plugin"))
+            c.string("runtime.venv.python")
+            packages = c.strings("runtime.venv.packages")
+            for idx, spec in enumerate(packages or []):
+                if "==" not in spec and " @ " not in spec:
+                    c.add(f"runtime.venv.packages[{idx}]", f"{spec!r} is not pinned; write name==version so every node "
+                          "installs the same build.")
+            c.strings("runtime.venv.extra_index_urls", required=False)
+            c.strings("runtime.venv.find_links", required=False)
+            plugin = c.mapping("runtime.venv.plugin", required=False)
+            if plugin is not None:
+                c.unknown("runtime.venv.plugin", plugin, ("source", "replaces", "architecture", "module"))
+                c.string("runtime.venv.plugin.source")
+                c.strings("runtime.venv.plugin.replaces")
+                c.string("runtime.venv.plugin.architecture")
+                c.string("runtime.venv.plugin.module", required=False)
+    return kind
+
+
+def _check_version(c, path, required=True):
+    value = c.get(path, required)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _VERSION_RE.match(value):
+        c.add(path, f"expected a version like '2.30.7' (quoted), got {_type_name(value)}.")
+        return None
+    return tuple(int(x) for x in _VERSION_RE.match(value).groups())
+
+
+def _check_checkpoint(c):
+    ckpt = c.mapping("checkpoint")
+    if ckpt is None:
+        return
+    c.unknown("checkpoint", ckpt, ("repo_id", "revision", "shards", "size_bytes", "precision", "dir_name",
+                                   "quantized_alternatives"))
+    c.string("checkpoint.repo_id", pattern=_REPO_ID_RE, hint=" (a hub repo id like 'org/name')")
+    c.string("checkpoint.revision")
+    c.integer("checkpoint.shards", required=False, minimum=1)
+    c.integer("checkpoint.size_bytes", minimum=1)
+    c.string("checkpoint.precision", choices=("bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int4"))
+    c.string("checkpoint.dir_name", pattern=_NAME_RE, hint=" (lowercase, digits, '.', '_', '-')")
+    alternatives = c.get("checkpoint.quantized_alternatives", required=False)
+    if alternatives is not None:
+        if not isinstance(alternatives, list):
+            c.add("checkpoint.quantized_alternatives", f"expected a list of {{repo_id, precision}}, got {_type_name(alternatives)}.")
+        else:
+            for idx, alt in enumerate(alternatives):
+                if not isinstance(alt, dict) or not isinstance(alt.get("repo_id"), str) or not isinstance(alt.get("precision"), str):
+                    c.add(f"checkpoint.quantized_alternatives[{idx}]", "expected {repo_id, precision}.")
+
+
+def _check_topology(c, engine):
+    topo = c.mapping("topology")
+    if topo is None:
+        return
+    c.unknown("topology", topo, ("kind", "tensor_parallel", "expert_parallel", "nodes", "dist_init_port",
+                                 "rank0_port", "ray_port"))
+    kind = c.string("topology.kind", choices=TOPOLOGIES)
+    tp = c.integer("topology.tensor_parallel", minimum=1)
+    ep = c.integer("topology.expert_parallel", required=False, minimum=1)
+    nodes = c.integer("topology.nodes", minimum=1)
+    for port in ("dist_init_port", "rank0_port", "ray_port"):
+        value = c.integer(f"topology.{port}", required=False, minimum=1)
+        if value is not None and value > 65535:
+            c.add(f"topology.{port}", f"expected a TCP port (1-65535), got {value}.")
+    if kind == "sglang_ranks" and engine not in (None, "sglang"):
+        c.add("topology.kind", f"sglang_ranks runs SGLang's own multi-node launcher; engine.kind is {engine!r}: use ray_tp.")
+    if kind in ("ray_tp", "ray_tp_ep") and engine == "sglang":
+        c.add("topology.kind", "SGLang does not run on Ray here: use sglang_ranks.")
+    if kind == "ray_tp_ep" and tp and ep != tp:
+        c.add("topology.expert_parallel", f"vLLM's expert parallel size is tensor_parallel x data_parallel = {tp}; "
+              f"set expert_parallel: {tp} (got {ep}).")
+    if kind == "ray_tp" and ep not in (None, 1):
+        c.add("topology.expert_parallel", "ray_tp does not shard experts; use kind: ray_tp_ep or remove expert_parallel.")
+    if tp and nodes and tp % nodes:
+        c.add("topology.tensor_parallel", f"{tp} ranks do not spread evenly over {nodes} nodes (one GB10 GPU per node).")
+    if tp and nodes and tp > nodes:
+        c.add("topology.tensor_parallel", f"{tp} ranks need {tp} GPUs; a DGX Spark has one GPU, so set nodes: {tp}.")
+
+
+def _check_memory(c):
+    mem = c.mapping("memory")
+    if mem is None:
+        return
+    c.unknown("memory", mem, ("weights_per_rank_bytes", "kv_pool_bytes", "overhead_bytes", "gpu_memory_utilization",
+                              "node_budget_bytes", "notes"))
+    c.integer("memory.weights_per_rank_bytes", required=False, minimum=1)
+    c.integer("memory.kv_pool_bytes", minimum=1)
+    c.integer("memory.overhead_bytes", minimum=0)
+    c.number("memory.gpu_memory_utilization", required=False, low=0, high=1)
+    c.integer("memory.node_budget_bytes", required=False, minimum=1)
+
+
+def _check_rest(c):
+    log = c.get("startup_log", required=False)
+    if log is not None:
+        if not isinstance(log, list):
+            c.add("startup_log", f"expected a list of {{name, regex, on_mismatch}}, got {_type_name(log)}.")
+        else:
+            for idx, item in enumerate(log):
+                where = f"startup_log[{idx}]"
+                if not isinstance(item, dict):
+                    c.add(where, "expected a mapping {name, regex, on_mismatch, [expect|min|max]}.")
+                    continue
+                c.unknown(where, item, ("name", "regex", "expect", "min", "max", "tolerance", "on_mismatch"))
+                if not isinstance(item.get("name"), str):
+                    c.add(f"{where}.name", "is missing.")
+                regex = item.get("regex")
+                try:
+                    compiled = re.compile(regex) if isinstance(regex, str) else None
+                except re.error as exc:
+                    c.add(f"{where}.regex", f"is not a valid regular expression: {exc}.")
+                    compiled = None
+                if compiled is None and not isinstance(regex, str):
+                    c.add(f"{where}.regex", "is missing.")
+                numeric = any(k in item for k in ("min", "max", "tolerance")) or _is_number(item.get("expect"))
+                if compiled is not None and numeric and compiled.groups < 1:
+                    c.add(f"{where}.regex", "needs a capture group holding the number to compare.")
+                for key in ("min", "max", "tolerance"):
+                    if key in item and not _is_number(item[key]):
+                        c.add(f"{where}.{key}", f"expected a number, got {_type_name(item[key])}.")
+                if item.get("on_mismatch") not in ON_MISMATCH:
+                    c.add(f"{where}.on_mismatch", f"expected warn or fail, got {_type_name(item.get('on_mismatch'))}.")
+    smoke = c.mapping("smoke")
+    if smoke is not None:
+        c.unknown("smoke", smoke, ("endpoint", "prompt", "expect", "max_tokens", "chat_template_kwargs"))
+        c.string("smoke.endpoint", choices=("completions", "chat"))
+        c.string("smoke.prompt")
+        c.string("smoke.expect")
+        c.integer("smoke.max_tokens", required=False, minimum=1)
+    api = c.mapping("api")
+    if api is not None:
+        c.unknown("api", api, ("port", "served_model_name", "bind", "tool_request_overrides"))
+        port = c.integer("api.port", minimum=1)
+        if port is not None and port > 65535:
+            c.add("api.port", f"expected a TCP port (1-65535), got {port}.")
+        c.string("api.served_model_name")
+        c.string("api.bind", required=False)
+        c.mapping("api.tool_request_overrides", required=False)
+    parsers = c.mapping("parsers", required=False)
+    if parsers is not None:
+        c.unknown("parsers", parsers, ("tool_call", "reasoning", "logits_processors", "auto_tool_choice"))
+        c.string("parsers.tool_call", required=False)
+        c.string("parsers.reasoning", required=False)
+        for idx, proc in enumerate(c.strings("parsers.logits_processors", required=False) or []):
+            if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", proc):
+                c.add(f"parsers.logits_processors[{idx}]", f"{proc!r} is not a full dotted path 'package.module:ClassName'.")
+        auto = c.get("parsers.auto_tool_choice", required=False)
+        if auto is not None and not isinstance(auto, bool):
+            c.add("parsers.auto_tool_choice", f"expected true or false, got {_type_name(auto)}.")
+    boot = c.mapping("boot", required=False)
+    if boot is not None:
+        c.unknown("boot", boot, ("first_seconds", "warm_seconds", "timeout_seconds"))
+        for key in ("first_seconds", "warm_seconds", "timeout_seconds"):
+            c.integer(f"boot.{key}", required=False, minimum=1)
+    cpus = c.get("cpu_affinity", required=False)
+    if cpus is not None and (not isinstance(cpus, str) or not re.match(r"^\d+(-\d+)?(,\d+(-\d+)?)*$", cpus)):
+        c.add("cpu_affinity", f"expected CPU ranges like '5-9,15-19', got {_type_name(cpus)}.")
+    forbid = c.mapping("forbid_env_values", required=False)
+    for key, values in (forbid or {}).items():
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            c.add(f"forbid_env_values.{key}", "expected a list of forbidden substrings.")
+    reference = c.mapping("reference", required=False)
+    if reference is not None:
+        c.unknown("reference", reference, ("source", "decode_tok_s", "ttft_s", "throughput_tok_s", "notes"))
+    model = c.mapping("model", required=False)
+    if model is not None:
+        c.unknown("model", model, ("architecture", "linear_attention", "parameters", "context_native"))
+        c.string("model.linear_attention", required=False, choices=LINEAR_ATTENTION)
+    nccl = c.mapping("nccl", required=False)
+    if nccl is not None:
+        c.unknown("nccl", nccl, ("preload",))
+        preload = c.mapping("nccl.preload", required=False)
+        if preload is not None:
+            c.unknown("nccl.preload", preload, ("version", "path"))
+            _check_version(c, "nccl.preload.version")
+            path = c.string("nccl.preload.path")
+            if path is not None and not path.startswith("/"):
+                c.add("nccl.preload.path", f"expected an absolute library path on the nodes, got {path!r}.")
+
+
+def schema_problems(profile):
+    """Problems with the shape of a resolved profile; each names the profile and key path."""
+    c = _Checker(profile)
+    c.unknown("(top level)", profile, TOP_KEYS)
+    version = profile.get("schema_version")
+    if version != SCHEMA_VERSION:
+        c.add("schema_version", f"expected {SCHEMA_VERSION}, got {_type_name(version)}.")
+    engine = _check_engine(c)
+    _check_runtime(c)
+    _check_checkpoint(c)
+    _check_topology(c, engine)
+    _check_memory(c)
+    _check_rest(c)
+    return c.problems
+
+
+# --------------------------------------------------------------------------------------------
+# Trap rules (the seeds' ways to wedge or crash a node), judged before any change
+# --------------------------------------------------------------------------------------------
+
+
+def _fmt_bytes(n):
+    return f"{n / 1e9:.1f} GB ({n / GIB:.1f} GiB)"
+
+
+def _args(profile):
+    return (profile.get("engine") or {}).get("args") or {}
+
+
+def _engine_env(profile):
+    return (profile.get("engine") or {}).get("env") or {}
+
+
+def context_tokens(profile):
+    args = _args(profile)
+    return args.get("max_model_len") or args.get("context_length")
+
+
+def uses_cuda_graphs(profile):
+    args = _args(profile)
+    if (profile.get("engine") or {}).get("kind") == "sglang":
+        return not args.get("disable_cuda_graph")
+    return not args.get("enforce_eager")
+
+
+def speculative_method(profile):
+    args = _args(profile)
+    if args.get("speculative_config"):
+        spec = args["speculative_config"]
+        return spec.get("method", "configured") if isinstance(spec, dict) else "configured"
+    if args.get("speculative_algorithm"):
+        return str(args["speculative_algorithm"])
+    return None
+
+
+def node_memory_bytes(profile):
+    """Per-node need: weights per rank + KV pool + runtime overhead (weights default to the
+    checkpoint split evenly over the tensor-parallel ranks)."""
+    mem = profile.get("memory") or {}
+    weights = mem.get("weights_per_rank_bytes")
+    if weights is None:
+        size = (profile.get("checkpoint") or {}).get("size_bytes") or 0
+        tp = (profile.get("topology") or {}).get("tensor_parallel") or 1
+        weights = -(-size // tp)
+    return {
+        "weights": int(weights),
+        "kv_pool": int(mem.get("kv_pool_bytes") or 0),
+        "overhead": int(mem.get("overhead_bytes") or 0),
+        "budget": int(mem.get("node_budget_bytes") or DEFAULT_NODE_BUDGET_BYTES),
+    }
+
+
+def _nccl_fixed(profile):
+    preload = (profile.get("nccl") or {}).get("preload") or {}
+    image_nccl = ((profile.get("runtime") or {}).get("image") or {}).get("nccl_version")
+    for version in (preload.get("version"), image_nccl):
+        match = _VERSION_RE.match(str(version or ""))
+        if match and tuple(int(x) for x in match.groups()) >= NCCL_GRAPH_FIX:
+            return True
+    return False
+
+
+def trap_problems(profile):
+    """The seeds' traps, each refused with the reason and the fix."""
+    name = profile.get("name", "?")
+    engine = (profile.get("engine") or {}).get("kind")
+    args = _args(profile)
+    env = _engine_env(profile)
+    problems = []
+
+    def refuse(message):
+        problems.append(f"profile {name}: {message}")
+
+    if str(args.get("load_format", "")).lower() == "dummy":
+        refuse("engine.args.load_format: 'dummy' is refused: the dummy initialiser upcasts fp8 parameters to fp16 "
+               "(seed 002: the 51.2 GB fp8 PLE table alone needs > 150 GB transiently) and wedges a 128 GB GB10 node; "
+               "remove load_format and load the real checkpoint.")
+    if args.get("no_ple_offload_embedding"):
+        refuse("engine.args.no_ple_offload_embedding is refused: disabling PLE offload pins ~26 GB more per rank on the GPU "
+               "side and over-commits unified memory (seed 002); remove it and keep SGLang's automatic offload.")
+    for var, forbidden in (profile.get("forbid_env_values") or {}).items():
+        value = str(env.get(var, ""))
+        for needle in forbidden:
+            if needle in value:
+                refuse(f"engine.env.{var}={value!r} contains {needle!r}, which this profile forbids (the seed's recipe was "
+                       f"never validated with it on GB10); remove it from engine.env.{var}.")
+    ctx = context_tokens(profile)
+    if engine == "sglang" and _is_int(ctx) and ctx >= 900_000:
+        chunk = args.get("chunked_prefill_size")
+        if chunk is None or (_is_int(chunk) and (chunk > 1024 or chunk < 0)):
+            shown = "unset (SGLang picks a larger default)" if chunk is None else ("-1 (unchunked)" if _is_int(chunk) and chunk < 0 else chunk)
+            refuse(f"engine.args.chunked_prefill_size is {shown} at a {ctx:,}-token context: the QSA indexer's fp32 "
+                   "workspace grows with chunk x history and 4096 wedged the box (seed 002); set chunked_prefill_size: 1024 "
+                   "or lower.")
+    linear = (profile.get("model") or {}).get("linear_attention")
+    method = speculative_method(profile)
+    if linear == "kda" and method:
+        refuse(f"speculative decoding ({method}) is refused on a KDA linear-attention model: vLLM's spec-decode path "
+               "asserts on the KDA recurrent state on the first token (seed 004, every method); remove "
+               f"engine.args.{'speculative_config' if 'speculative_config' in args else 'speculative_algorithm'}.")
+    nodes = (profile.get("topology") or {}).get("nodes") or 1
+    if nodes > 1 and uses_cuda_graphs(profile) and not _nccl_fixed(profile):
+        fix = "engine.args.enforce_eager: true" if engine != "sglang" else "engine.args.disable_cuda_graph: true"
+        refuse("cross-node CUDA graphs without an NCCL that fixes the graph-replay deadlock (>= 2.30.4; pip's 2.28.9 hangs "
+               f"the first generation, seeds 002/004): set {fix}, or preload a fixed host NCCL with "
+               "nccl.preload {version: '2.30.7', path: /abs/libnccl.so.2}.")
+    mem = node_memory_bytes(profile)
+    total = mem["weights"] + mem["kv_pool"] + mem["overhead"]
+    if mem["kv_pool"] and total > mem["budget"]:
+        ckpt = profile.get("checkpoint") or {}
+        precision = str(ckpt.get("precision", "")).upper()
+        msg = (f"memory: {_fmt_bytes(mem['weights'])} of weights per rank + {_fmt_bytes(mem['kv_pool'])} KV pool + "
+               f"{_fmt_bytes(mem['overhead'])} overhead = {_fmt_bytes(total)} per node exceeds the node budget of "
+               f"{_fmt_bytes(mem['budget'])}")
+        if precision in ("BF16", "FP16"):
+            alts = ckpt.get("quantized_alternatives") or []
+            named = ", ".join(f"{a['repo_id']} ({a['precision'].upper()})" for a in alts if isinstance(a, dict))
+            msg += (f": the {precision} checkpoint {ckpt.get('repo_id', '')} does not fit two Sparks; serve a quantized "
+                    f"(FP8) checkpoint instead{' such as ' + named if named else ''}, via spark_profile_overrides "
+                    "{checkpoint: {repo_id, revision, size_bytes, precision: fp8, ...}, memory: {weights_per_rank_bytes: ...}}.")
+        else:
+            msg += ": shrink memory.kv_pool_bytes (and the engine's KV argument with it) or the context length."
+        refuse(msg)
+    kv_arg = args.get("kv_cache_memory_bytes")
+    if engine == "vllm" and kv_arg is not None and kv_arg != (profile.get("memory") or {}).get("kv_pool_bytes"):
+        refuse(f"engine.args.kv_cache_memory_bytes ({kv_arg}) differs from memory.kv_pool_bytes "
+               f"({(profile.get('memory') or {}).get('kv_pool_bytes')}): the budget check would judge the wrong pool; "
+               "set both to the same value.")
+    return problems
+
+
+def profile_problems(profile):
+    """Schema problems first; traps only on a profile whose shape is sound."""
+    problems = schema_problems(profile)
+    if problems:
+        return problems
+    return trap_problems(profile)
+
+
+def resolve(name, paths=None, overrides=None, base_dir=None):
+    """(profile or None, problems): what the validation play needs."""
+    try:
+        profile = load_profile(name, paths, overrides, base_dir)
+    except ProfileError as exc:
+        return None, [str(exc)]
+    return profile, profile_problems(profile)
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+
+def _flag(key):
+    return "--" + key.replace("_", "-")
+
+
+def _value(value):
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def args_argv(args):
+    """engine.args -> argv: true is a bare flag, false is omitted, a list repeats the flag,
+    a mapping is passed as compact JSON."""
+    argv = []
+    for key, value in args.items():
+        if value is True:
+            argv.append(_flag(key))
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, list):
+            for item in value:
+                argv += [_flag(key), _value(item)]
+        else:
+            argv += [_flag(key), _value(value)]
+    return argv
+
+
+def _default_command(engine, runtime):
+    if engine == "vllm":
+        return ["{venv}/bin/vllm", "serve", "{model_dir}"] if runtime == "venv" else ["vllm", "serve", "{model_dir}"]
+    python = "{venv}/bin/python" if runtime == "venv" else "python3"
+    return [python, "-m", "sglang.launch_server", "--model-path", "{model_dir}"]
+
+
+def _fill(words, values):
+    return [_PLACEHOLDER_RE.sub(lambda m: str(values[m.group(1)]), w) for w in words]
+
+
+def _bare_ip(address):
+    return str(address).split("/", 1)[0]
+
+
+def _require_cluster(cluster, runtime):
+    missing = [k for k in ("head", "workers", "service_user", "checkpoint_dir", "api_key_file") if not cluster.get(k)]
+    if runtime == "venv" and not cluster.get("venv_path"):
+        missing.append("venv_path")
+    if runtime == "image" and not cluster.get("image"):
+        missing.append("image")
+    if missing:
+        raise ProfileError(f"render: the cluster description lacks {', '.join(missing)}.")
+
+
+def engine_argv(profile, cluster, node_rank=0):
+    """The argv of the engine process on node `node_rank` (0 = head)."""
+    engine = profile["engine"]["kind"]
+    runtime = profile["runtime"]["kind"]
+    topo = profile["topology"]
+    api = profile["api"]
+    parsers = profile.get("parsers") or {}
+    values = {
+        "venv": cluster.get("venv_path", ""),
+        "model_dir": cluster["checkpoint_dir"],
+        "served_model_name": api["served_model_name"],
+        "port": api["port"],
+        "bind": api.get("bind", "0.0.0.0"),
+    }
+    argv = _fill(profile["engine"].get("command") or _default_command(engine, runtime), values)
+    head_ip = _bare_ip(cluster["head"]["link_ip"])
+    if engine == "vllm":
+        argv += ["--served-model-name", api["served_model_name"], "--host", values["bind"], "--port", str(api["port"])]
+        argv += ["--distributed-executor-backend", "ray", "--tensor-parallel-size", str(topo["tensor_parallel"])]
+        if topo["kind"] == "ray_tp_ep":
+            argv.append("--enable-expert-parallel")
+        argv += args_argv(profile["engine"].get("args") or {})
+        if parsers.get("auto_tool_choice"):
+            argv.append("--enable-auto-tool-choice")
+        if parsers.get("tool_call"):
+            argv += ["--tool-call-parser", parsers["tool_call"]]
+        if parsers.get("reasoning"):
+            argv += ["--reasoning-parser", parsers["reasoning"]]
+        for proc in parsers.get("logits_processors") or []:
+            argv += ["--logits-processors", proc]
+        return argv
+    # SGLang: every node runs one rank of the same command; rank 0 serves HTTP on
+    # loopback behind the router, and reads its API key from a --config file.
+    argv += ["--served-model-name", api["served_model_name"], "--tp-size", str(topo["tensor_parallel"])]
+    if topo.get("expert_parallel", 1) > 1:
+        argv += ["--ep-size", str(topo["expert_parallel"])]
+    argv += ["--nnodes", str(topo["nodes"]), "--node-rank", str(node_rank),
+             "--dist-init-addr", f"{head_ip}:{topo.get('dist_init_port', 25000)}"]
+    if node_rank == 0:
+        argv += ["--host", "127.0.0.1", "--port", str(topo.get("rank0_port", 30000)), "--config", cluster["api_key_file"]]
+    argv += args_argv(profile["engine"].get("args") or {})
+    if parsers.get("tool_call"):
+        argv += ["--tool-call-parser", parsers["tool_call"]]
+    if parsers.get("reasoning"):
+        argv += ["--reasoning-parser", parsers["reasoning"]]
+    return argv
+
+
+def router_argv(profile, cluster):
+    """SGLang's router on the head: the public API in front of rank 0."""
+    api = profile["api"]
+    runtime = profile["runtime"]["kind"]
+    python = f"{cluster['venv_path']}/bin/python" if runtime == "venv" else "python3"
+    rank0 = f"http://127.0.0.1:{profile['topology'].get('rank0_port', 30000)}"
+    return [python, "-m", "sglang_router.launch_router", "--worker-urls", rank0,
+            "--host", api.get("bind", "0.0.0.0"), "--port", str(api["port"])]
+
+
+def ray_argv(profile, cluster, node):
+    """`ray start` for the head (node is None) or a worker, every port on the link address."""
+    runtime = profile["runtime"]["kind"]
+    ray = f"{cluster['venv_path']}/bin/ray" if runtime == "venv" else "ray"
+    head_ip = _bare_ip(cluster["head"]["link_ip"])
+    port = profile["topology"].get("ray_port", 6379)
+    common = ["--block", "--disable-usage-stats", "--num-gpus=1", "--min-worker-port=10002", "--max-worker-port=19999"]
+    if node is None:
+        return [ray, "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}",
+                # Whoever reaches the dashboard/Jobs API runs code: loopback only.
+                "--dashboard-host=127.0.0.1", "--dashboard-port=8265", "--ray-client-server-port=10001"] + common
+    return [ray, "start", f"--address={head_ip}:{port}", f"--node-ip-address={_bare_ip(node['link_ip'])}"] + common
+
+
+def environment(profile):
+    """The engine's own environment (profile engine.env). The fabric environment (NCCL, Gloo,
+    UCX, Ray, *_HOST_IP, MAX_JOBS, PATH, LD_PRELOAD) lives in /etc/sparkctl/fabric.env, which
+    every sparkctl-* unit reads first, so it is not repeated here."""
+    env = {}
+    for key, value in _engine_env(profile).items():
+        if value is not None:
+            env[key] = str(value)
+    return env
+
+
+def secret_files(profile, cluster):
+    """How the API key reaches the engine without appearing on argv (`ps`)."""
+    if profile["engine"]["kind"] == "vllm":
+        # vLLM reads VLLM_API_KEY when --api-key is absent (docs: OpenAI-compatible server).
+        return {cluster["api_key_file"]: {"format": "env", "key": "VLLM_API_KEY", "mode": "0600"}}
+    # SGLang reads server arguments from a YAML file given with --config.
+    return {cluster["api_key_file"]: {"format": "yaml", "key": "api-key", "mode": "0600"}}
+
+
+def systemd_quote(word):
+    """One ExecStart word: '%' and '$' escaped for systemd, quoted when it holds whitespace or quotes."""
+    word = str(word).replace("%", "%%").replace("$", "$$")
+    if word and not re.search(r"[\s\"'\\;]", word):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _exec(argv):
+    return " ".join(systemd_quote(w) for w in argv)
+
+
+def _docker_run(profile, cluster, container, argv, env_files):
+    run = ["/usr/bin/docker", "run", "--rm", "--name", container, "--network", "host", "--ipc", "host",
+           "--gpus", "all", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+    for env_file in env_files:
+        run += ["--env-file", env_file]
+    if profile.get("cpu_affinity"):
+        run += ["--cpuset-cpus", profile["cpu_affinity"]]
+    ckpt = cluster["checkpoint_dir"]
+    run += ["-v", f"{ckpt}:{ckpt}:ro"]
+    preload = ((profile.get("nccl") or {}).get("preload") or {}).get("path")
+    if preload:
+        # fabric.env's LD_PRELOAD names a host path: the container sees it at the same place.
+        lib_dir = os.path.dirname(preload)
+        run += ["-v", f"{lib_dir}:{lib_dir}:ro"]
+    run.append(cluster["image"])
+    return run + argv
+
+
+def _unit(description, user, exec_argv, env_files, after=(), requires=(), cpu_affinity=None, docker_name=None,
+          timeout=None):
+    deps = " ".join(["network-online.target"] + list(after))
+    # A crash loop stops after 3 starts in 10 minutes instead of re-allocating memory forever.
+    lines = ["[Unit]", f"Description={description}", f"After={deps}", "Wants=network-online.target",
+             "StartLimitIntervalSec=600", "StartLimitBurst=3"]
+    if requires:
+        lines.append(f"Requires={' '.join(requires)}")
+        lines.append(f"PartOf={' '.join(requires)}")
+    lines += ["", "[Service]", "Type=simple"]
+    if docker_name:
+        # The docker CLI runs as root; the container holds the engine and its environment.
+        lines.append(f"ExecStartPre=-/usr/bin/docker rm -f {docker_name}")
+    elif user:
+        lines.append(f"User={user}")
+        for env_file in env_files:
+            lines.append(f"EnvironmentFile={env_file}")
+        if cpu_affinity:
+            lines.append(f"CPUAffinity={cpu_affinity}")
+        lines += ["LimitMEMLOCK=infinity", "LimitNOFILE=1048576"]
+    lines.append(f"ExecStart={_exec(exec_argv)}")
+    if docker_name:
+        lines.append(f"ExecStop=/usr/bin/docker stop {docker_name}")
+    lines += ["Restart=on-failure", "RestartSec=10"]
+    if timeout:
+        lines.append(f"TimeoutStartSec={timeout}")
+    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
+    return "\n".join(lines)
+
+
+def render(profile, cluster):
+    """{argv, env, units, secret_files}: argv of the head's engine process, the engine's own
+    environment, and per host the systemd units (file name -> text)."""
+    _require_cluster(cluster, profile["runtime"]["kind"])
+    name = profile["name"]
+    engine = profile["engine"]["kind"]
+    runtime = profile["runtime"]["kind"]
+    topo = profile["topology"]
+    user = cluster["service_user"]
+    fabric_env = cluster.get("fabric_env_file", "/etc/sparkctl/fabric.env")
+    engine_env = cluster.get("engine_env_file", "/etc/sparkctl/engine.env")
+    key_file = cluster["api_key_file"]
+    timeout = (profile.get("boot") or {}).get("timeout_seconds")
+    head = cluster["head"]["name"]
+    workers = list(cluster["workers"])
+    units = {head: {}}
+    for worker in workers:
+        units[worker["name"]] = {}
+    argv = engine_argv(profile, cluster, 0)
+    image = runtime == "image"
+
+    if topo["kind"] in ("ray_tp", "ray_tp_ep"):
+        # Ray actors inherit the raylet's environment: the fabric and engine files go on
+        # the Ray units; the API key only on the API server.
+        ray_files = [fabric_env, engine_env]
+        nodes = [(head, None, "sparkctl-ray-head")] + [(w["name"], w, "sparkctl-ray-worker") for w in workers]
+        for host, node, unit in nodes:
+            ray = ray_argv(profile, cluster, node)
+            files = ray_files + ([key_file] if node is None and image else [])
+            exec_argv = _docker_run(profile, cluster, unit, ray, files) if image else ray
+            role = "head" if node is None else "worker"
+            units[host][f"{unit}.service"] = _unit(
+                f"sparkctl Ray {role} for {name}", user, exec_argv, files, docker_name=unit if image else None,
+                cpu_affinity=profile.get("cpu_affinity"))
+        if image:
+            # NVIDIA's multi-node guide: the API server runs inside the head's Ray container,
+            # which already carries every environment file.
+            api_exec = ["/usr/bin/docker", "exec", "sparkctl-ray-head"] + argv
+            units[head]["sparkctl-engine.service"] = _unit(
+                f"sparkctl {engine} API for {name}", None, api_exec, [], after=("sparkctl-ray-head.service",),
+                requires=("sparkctl-ray-head.service",), timeout=timeout)
+        else:
+            units[head]["sparkctl-engine.service"] = _unit(
+                f"sparkctl {engine} API for {name}", user, argv, [fabric_env, engine_env, key_file],
+                after=("sparkctl-ray-head.service",), requires=("sparkctl-ray-head.service",),
+                cpu_affinity=profile.get("cpu_affinity"), timeout=timeout)
+    else:
+        for rank, host in enumerate([head] + [w["name"] for w in workers]):
+            rank_argv = argv if rank == 0 else engine_argv(profile, cluster, rank)
+            # SGLang's key arrives through --config <file>, so no rank needs it in its environment.
+            files = [fabric_env, engine_env]
+            unit = "sparkctl-sglang-rank"
+            exec_argv = rank_argv
+            if image:
+                exec_argv = _docker_run(profile, cluster, unit, rank_argv, files)
+                if rank == 0:
+                    # --config reads the key file inside the container: mount it read-only.
+                    idx = exec_argv.index(cluster["image"])
+                    exec_argv = exec_argv[:idx] + ["-v", f"{key_file}:{key_file}:ro"] + exec_argv[idx:]
+            units[host][f"{unit}.service"] = _unit(
+                f"sparkctl SGLang rank {rank}/{topo['nodes']} for {name}", user, exec_argv, files,
+                docker_name=unit if image else None, cpu_affinity=profile.get("cpu_affinity"), timeout=timeout)
+        router = router_argv(profile, cluster)
+        if image:
+            router = ["/usr/bin/docker", "run", "--rm", "--name", "sparkctl-sglang-router", "--network", "host",
+                      cluster["image"]] + router
+        units[head]["sparkctl-sglang-router.service"] = _unit(
+            f"sparkctl SGLang router (public API) for {name}", user, router, [],
+            after=("sparkctl-sglang-rank.service",), requires=("sparkctl-sglang-rank.service",),
+            docker_name="sparkctl-sglang-router" if image else None)
+    return {
+        "argv": argv,
+        "command_line": shlex.join(argv),
+        "env": environment(profile),
+        "units": units,
+        "secret_files": secret_files(profile, cluster),
+    }

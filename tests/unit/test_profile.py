@@ -1,0 +1,438 @@
+"""Model profiles: schema errors name the key, every seed trap is refused (and accepted
+once fixed), overrides merge, user directories win, the memory budget refuses BF16
+Solar-Open-100B, and the rendered argv / environment / units of every shipped profile
+are compared with reviewed golden files under tests/unit/golden/profiles/.
+Regenerate with SPARKCTL_UPDATE_GOLDEN=1 and review the diff."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkctl.spark.plugins.filter import profile as profile_filter
+from ansible_collections.sparkctl.spark.plugins.filter.inventory_problems import inventory_problems
+from ansible_collections.sparkctl.spark.plugins.module_utils import profile as P
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_PROFILES = REPO / "tests" / "lab" / "profiles"
+GOLDEN = Path(__file__).parent / "golden" / "profiles"
+SHIPPED = [
+    "solar-open2-nvfp4-vllm-venv",
+    "solar-open2-nvfp4-vllm-venv-256k",
+    "solar-open2-nvfp4-ngc-ep",
+    "qwen38-flash-next-nvfp4-sglang",
+    "solar-open-100b-vllm-fork",
+]
+# Seed 001 as shipped is refused by the memory budget; its golden renders the FP8 fix.
+SOLAR100_FP8 = {
+    "checkpoint": {"repo_id": "mike-ravkine/Solar-Open-100B-FP8-Dynamic", "size_bytes": 103000000000,
+                   "precision": "fp8", "dir_name": "solar-open-100b-fp8", "shards": None},
+}
+
+
+def load(name, overrides=None, paths=(str(LAB_PROFILES),)):
+    return P.load_profile(name, list(paths), overrides or {})
+
+
+def problems(name, overrides=None, paths=(str(LAB_PROFILES),)):
+    return P.resolve(name, list(paths), overrides or {})[1]
+
+
+def cluster(profile):
+    ckpt = profile["checkpoint"]["dir_name"]
+    image = profile["runtime"].get("image") or {}
+    return {
+        "head": {"name": "spark1", "link_ip": "192.168.100.10/24"},
+        "workers": [{"name": "spark2", "link_ip": "192.168.100.11/24"}],
+        "service_user": "spark",
+        "checkpoint_dir": f"/srv/sparkctl/models/{ckpt}",
+        "venv_path": f"/opt/sparkctl/venvs/{profile['name']}",
+        "image": image.get("pull") or (image.get("build") or {}).get("tag") or image.get("load"),
+        "api_key_file": "/etc/sparkctl/api-key.env" if profile["engine"]["kind"] == "vllm" else "/etc/sparkctl/sglang-api.yaml",
+    }
+
+
+# ----------------------------------------------------------------------------- shipped profiles
+
+
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n != "solar-open-100b-vllm-fork"] + ["lab-standin"])
+def test_shipped_profiles_are_sound(name):
+    assert problems(name) == []
+
+
+def test_default_profile_is_shipped_and_keeps_the_old_memory_figure():
+    profile = load(P.DEFAULT_PROFILE, paths=())
+    assert profile_filter.profile_node_memory_bytes(profile) == 109046032916
+    assert profile_filter.profile_checkpoint(profile) == {
+        "source": "hub", "repo_id": "nota-ai/Solar-Open2-250B-Nota-NVFP4", "revision": "main", "allow_patterns": []}
+
+
+def test_256k_variant_extends_the_1m_profile():
+    base, variant = load("solar-open2-nvfp4-vllm-venv"), load("solar-open2-nvfp4-vllm-venv-256k")
+    assert variant["engine"]["args"]["max_model_len"] == 262144
+    assert variant["memory"]["kv_pool_bytes"] == variant["engine"]["args"]["kv_cache_memory_bytes"] == 8000000000
+    assert variant["runtime"] == base["runtime"] and variant["checkpoint"] == base["checkpoint"]
+    assert [Path(s).name for s in variant["_sources"]] == ["solar-open2-nvfp4-vllm-venv.yml", "solar-open2-nvfp4-vllm-venv-256k.yml"]
+
+
+def test_lab_profile_matches_the_lab_inventory():
+    profile = load("lab-standin")
+    inv = yaml.safe_load((REPO / "inventories" / "lab" / "group_vars" / "all.yml").read_text())
+    assert inv["spark_model_profile"] == "lab-standin"
+    assert profile_filter.profile_checkpoint(profile) == inv["spark_checkpoint"]
+    assert profile["checkpoint"]["size_bytes"] == inv["spark_checkpoint_size_bytes"]
+    assert profile_filter.profile_node_memory_bytes(profile) == inv["spark_model_memory_bytes"]
+    assert f"/srv/sparkctl/models/{profile['checkpoint']['dir_name']}" == inv["spark_checkpoint_dir"]
+    assert profile["checkpoint"]["shards"] == 8
+
+
+def test_sglang_build_context_is_kept_with_the_profile():
+    profile = load("qwen38-flash-next-nvfp4-sglang")
+    context = Path(profile["_dir"]) / profile["runtime"]["image"]["build"]["context"]
+    dockerfile = (context / "Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=" + profile["runtime"]["image"]["build"]["base"] in dockerfile
+    assert "is_sm100_supported" in (context / "patch_qsa_backend.py").read_text()
+
+
+def test_patch_script_is_idempotent_and_refuses_a_moved_anchor(tmp_path):
+    import importlib.util
+
+    script = Path(load("qwen38-flash-next-nvfp4-sglang")["_dir"]) / "contexts/qwen38-flash-next-sglang/patch_qsa_backend.py"
+    spec = importlib.util.spec_from_file_location("patch_qsa_backend", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    target = tmp_path / "qwen_sparse_attn_backend.py"
+    target.write_text("def _resolve_flash_attn_varlen_func():\n    return None\n")
+    assert module.main(str(target)) == 0
+    once = target.read_text()
+    assert module.main(str(target)) == 0 and target.read_text() == once
+    compile(once, str(target), "exec")
+    moved = tmp_path / "moved.py"
+    moved.write_text("def something_else():\n    pass\n")
+    assert module.main(str(moved)) == 1
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def test_unknown_profile_names_the_variable_and_the_choices():
+    (msg,) = problems("nope")
+    assert "profile 'nope' was not found" in msg and "spark_model_profile" in msg and "lab-standin" in msg
+
+
+def test_bad_profile_name_is_refused():
+    (msg,) = problems("../etc/passwd")
+    assert "is not valid" in msg
+
+
+def test_user_profile_directory_wins_over_the_collection(tmp_path):
+    shadow = yaml.safe_load((Path(P.COLLECTION_PROFILES) / "solar-open2-nvfp4-vllm-venv.yml").read_text())
+    shadow["api"]["port"] = 9000
+    (tmp_path / "solar-open2-nvfp4-vllm-venv.yml").write_text(yaml.safe_dump(shadow))
+    assert load("solar-open2-nvfp4-vllm-venv", paths=(str(tmp_path),))["api"]["port"] == 9000
+    assert load("solar-open2-nvfp4-vllm-venv", paths=())["api"]["port"] == 8000
+
+
+def test_relative_user_directory_resolves_against_the_inventory(tmp_path):
+    (tmp_path / "inv" / "profiles").mkdir(parents=True)
+    (tmp_path / "inv" / "profiles" / "mine.yml").write_text("extends: lab-standin\napi: {port: 8123}\n")
+    profile, found = P.resolve("mine", ["profiles", str(LAB_PROFILES)], {}, str(tmp_path / "inv"))
+    assert found == [] and profile["api"]["port"] == 8123 and profile["name"] == "mine"
+
+
+def test_extends_loop_is_refused(tmp_path):
+    (tmp_path / "a.yml").write_text("extends: b\n")
+    (tmp_path / "b.yml").write_text("extends: a\n")
+    (msg,) = problems("a", paths=(str(tmp_path),))
+    assert "'extends' loops (a -> b -> a)" in msg
+
+
+def test_invalid_yaml_is_refused(tmp_path):
+    (tmp_path / "broken.yml").write_text("engine: [unclosed\n")
+    (msg,) = problems("broken", paths=(str(tmp_path),))
+    assert "is not valid YAML" in msg
+
+
+def test_overrides_merge_deeply_replace_lists_and_null_removes():
+    profile = load("lab-standin", {
+        "engine": {"args": {"max_num_seqs": 2, "enforce_eager": None}, "env": {"EXTRA": "1"}},
+        "startup_log": [{"name": "only", "regex": "x", "on_mismatch": "warn"}],
+    })
+    args = profile["engine"]["args"]
+    assert args["max_num_seqs"] == 2 and args["max_model_len"] == 4096 and "enforce_eager" not in args
+    assert profile["engine"]["env"] == {"SPARKLAB_ENGINE_ROLE": "standin", "EXTRA": "1"}
+    assert [item["name"] for item in profile["startup_log"]] == ["only"]
+    # The file on disk is untouched by a merge.
+    assert "enforce_eager" in load("lab-standin")["engine"]["args"]
+
+
+def test_overrides_must_be_a_mapping():
+    (msg,) = problems("lab-standin", ["not", "a", "mapping"])
+    assert "spark_profile_overrides must be a mapping" in msg
+
+
+# ----------------------------------------------------------------------------- schema errors
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({"engine": {"args": {"max_model_len": "abc"}}}, "profile lab-standin: engine.args.max_model_len: expected an integer, got 'abc'."),
+    ({"engine": {"kind": "tgi"}}, "engine.kind: expected one of vllm, sglang, got 'tgi'."),
+    ({"runtime": {"kind": "conda"}}, "runtime.kind: expected one of image, venv, got 'conda'."),
+    ({"runtime": {"venv": {"packages": ["ray"]}}}, "runtime.venv.packages[0]: 'ray' is not pinned"),
+    ({"checkpoint": {"size_bytes": None}}, "checkpoint.size_bytes: is missing."),
+    ({"checkpoint": {"repo_id": "no-slash"}}, "checkpoint.repo_id: 'no-slash' is not valid (a hub repo id"),
+    ({"topology": {"kind": "mesh"}}, "topology.kind: expected one of ray_tp, ray_tp_ep, sglang_ranks, got 'mesh'."),
+    ({"topology": {"tensor_parallel": 3}}, "topology.tensor_parallel: 3 ranks do not spread evenly over 2 nodes"),
+    ({"memory": {"kv_pool_bytes": -1}}, "memory.kv_pool_bytes: expected an integer >= 1, got -1."),
+    ({"engine": {"args": {"gpu_memory_utilization": 1.5}}}, "engine.args.gpu_memory_utilization: expected a fraction in (0, 1]"),
+    ({"engine": {"args": {"tensor_parallel_size": 2}}}, "engine.args.tensor_parallel_size: is set by sparkctl from topology.tensor_parallel"),
+    ({"engine": {"args": {"api_key": "secret"}}}, "engine.args.api_key: is set by sparkctl from the API key file (never on argv)"),
+    ({"engine": {"args": {"Max-Len": 1}}}, "engine.args.Max-Len: argument names are the flag in snake_case"),
+    ({"engine": {"env": {"BAD VAR": "x"}}}, "engine.env.BAD VAR: is not a valid environment variable name."),
+    ({"engine": {"env": {"A": "two words"}}}, "engine.env.A: 'two words' is empty or holds whitespace"),
+    ({"engine": {"command": ["{python}", "-m", "x"]}}, "engine.command: unknown placeholder {python}"),
+    ({"api": {"port": 70000}}, "api.port: expected a TCP port (1-65535), got 70000."),
+    ({"smoke": {"expect": ""}}, "smoke.expect: expected a non-empty string, got ''."),
+    ({"startup_log": [{"name": "x", "regex": "(", "on_mismatch": "warn"}]}, "startup_log[0].regex: is not a valid regular expression"),
+    ({"startup_log": [{"name": "x", "regex": "no group", "min": 1, "on_mismatch": "warn"}]}, "startup_log[0].regex: needs a capture group"),
+    ({"startup_log": [{"name": "x", "regex": "y", "on_mismatch": "panic"}]}, "startup_log[0].on_mismatch: expected warn or fail, got 'panic'."),
+    ({"parsers": {"logits_processors": ["NoModulePath"]}}, "parsers.logits_processors[0]: 'NoModulePath' is not a full dotted path"),
+    ({"cpu_affinity": "five"}, "cpu_affinity: expected CPU ranges like '5-9,15-19', got 'five'."),
+    ({"nccl": {"preload": {"version": "latest", "path": "/x/libnccl.so.2"}}}, "nccl.preload.version: expected a version like '2.30.7'"),
+    ({"surprise": 1}, "(top level): unknown key(s) surprise"),
+    ({"schema_version": 2}, "schema_version: expected 1, got 2."),
+    ({"runtime": {"kind": "image"}}, "runtime.image: is missing."),
+    ({"runtime": {"kind": "image", "image": {"pull": "a", "load": "b"}}}, "runtime.image: give exactly one of pull, build or load (found pull, load)."),
+    ({"topology": {"kind": "sglang_ranks"}}, "topology.kind: sglang_ranks runs SGLang's own multi-node launcher"),
+    ({"topology": {"kind": "ray_tp_ep", "expert_parallel": 1}}, "topology.expert_parallel: vLLM's expert parallel size is tensor_parallel x data_parallel = 2"),
+])
+def test_schema_errors_name_the_key(overrides, expected):
+    found = problems("lab-standin", overrides)
+    assert any(expected in msg for msg in found), found
+    assert all(msg.startswith("profile lab-standin: ") for msg in found)
+
+
+def test_build_context_without_dockerfile_is_refused():
+    found = problems("qwen38-flash-next-nvfp4-sglang", {"runtime": {"image": {"build": {"context": "contexts/missing"}}}})
+    assert any("runtime.image.build.context" in m and "has no Dockerfile" in m for m in found), found
+
+
+# ----------------------------------------------------------------------------- trap rules
+
+
+def test_load_format_dummy_is_refused_and_auto_is_accepted():
+    (msg,) = problems("qwen38-flash-next-nvfp4-sglang", {"engine": {"args": {"load_format": "dummy"}}})
+    assert "engine.args.load_format: 'dummy' is refused" in msg and "fp16" in msg
+    assert problems("qwen38-flash-next-nvfp4-sglang", {"engine": {"args": {"load_format": "auto"}}}) == []
+
+
+def test_disabling_ple_offload_is_refused():
+    (msg,) = problems("qwen38-flash-next-nvfp4-sglang", {"engine": {"args": {"no_ple_offload_embedding": True}}})
+    assert "no_ple_offload_embedding is refused" in msg and "26 GB" in msg
+    assert problems("qwen38-flash-next-nvfp4-sglang", {"engine": {"args": {"no_ple_offload_embedding": False}}}) == []
+
+
+def test_expandable_segments_is_refused_where_the_profile_forbids_it():
+    bad = {"engine": {"env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}}
+    (msg,) = problems("qwen38-flash-next-nvfp4-sglang", bad)
+    assert "engine.env.PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True' contains 'expandable_segments'" in msg
+    # Another allocator setting is fine, and so is the same variable where the profile does not forbid it.
+    assert problems("qwen38-flash-next-nvfp4-sglang", {"engine": {"env": {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}}}) == []
+    assert problems("lab-standin", bad) == []
+
+
+@pytest.mark.parametrize("chunk", [2048, 4096, -1, None])
+def test_chunked_prefill_above_1024_at_900k_is_refused(chunk):
+    (msg,) = problems("qwen38-flash-next-nvfp4-sglang", {"engine": {"args": {"chunked_prefill_size": chunk}}})
+    assert "engine.args.chunked_prefill_size" in msg and "900,000-token context" in msg and "1024" in msg
+
+
+def test_chunked_prefill_is_free_below_900k_and_at_1024():
+    assert problems("qwen38-flash-next-nvfp4-sglang", {"engine": {"args": {"chunked_prefill_size": 512}}}) == []
+    assert problems("qwen38-flash-next-nvfp4-sglang", {"engine": {"args": {"chunked_prefill_size": 4096, "context_length": 262144}}}) == []
+
+
+@pytest.mark.parametrize("spec", [{"method": "ngram", "num_speculative_tokens": 4}, {"method": "eagle"}])
+def test_speculative_decode_on_a_kda_model_is_refused(spec):
+    (msg,) = problems("solar-open2-nvfp4-vllm-venv", {"engine": {"args": {"speculative_config": spec}}})
+    assert f"speculative decoding ({spec['method']}) is refused on a KDA linear-attention model" in msg
+    assert "engine.args.speculative_config" in msg
+
+
+def test_speculative_decode_is_fine_without_kda():
+    # Seed 002's NEXTN runs on gated-delta state; the same drafting on a KDA model is refused.
+    assert problems("qwen38-flash-next-nvfp4-sglang") == []
+    (msg,) = problems("qwen38-flash-next-nvfp4-sglang", {"model": {"linear_attention": "kda"}})
+    assert "speculative decoding (NEXTN) is refused" in msg
+
+
+def test_cross_node_cuda_graphs_need_eager_or_a_fixed_nccl():
+    (msg,) = problems("solar-open2-nvfp4-vllm-venv", {"engine": {"args": {"enforce_eager": None}}})
+    assert "cross-node CUDA graphs" in msg and "enforce_eager: true" in msg and "2.30.4" in msg
+    fixed = {"engine": {"args": {"enforce_eager": None}}, "nccl": {"preload": {"version": "2.30.7", "path": "/opt/nccl/libnccl.so.2"}}}
+    assert problems("solar-open2-nvfp4-vllm-venv", fixed) == []
+    broken = {"engine": {"args": {"enforce_eager": None}}, "nccl": {"preload": {"version": "2.28.9", "path": "/opt/nccl/libnccl.so.2"}}}
+    assert len(problems("solar-open2-nvfp4-vllm-venv", broken)) == 1
+    # SGLang: graphs on with the seed's host NCCL 2.30.7 is the shipped profile; without the preload it is refused.
+    (msg,) = problems("qwen38-flash-next-nvfp4-sglang", {"nccl": None})
+    assert "disable_cuda_graph: true" in msg
+
+
+def test_single_node_graphs_need_no_nccl_fix():
+    assert problems("lab-standin", {"engine": {"args": {"enforce_eager": None}}, "topology": {"nodes": 1, "tensor_parallel": 1}}) == []
+
+
+def test_memory_budget_refuses_bf16_solar_100b_and_points_to_fp8():
+    (msg,) = problems("solar-open-100b-vllm-fork")
+    assert "102.5 GB (95.5 GiB) of weights per rank" in msg
+    assert "exceeds the node budget of 118.1 GB (110.0 GiB)" in msg
+    assert "BF16 checkpoint upstage/Solar-Open-100B does not fit two Sparks" in msg
+    assert "quantized (FP8) checkpoint" in msg and "mike-ravkine/Solar-Open-100B-FP8-Dynamic" in msg
+
+
+def test_memory_budget_accepts_the_fp8_checkpoint():
+    assert problems("solar-open-100b-vllm-fork", SOLAR100_FP8) == []
+
+
+def test_memory_budget_over_a_quantized_model_says_shrink_the_pool():
+    over = {"engine": {"args": {"kv_cache_memory_bytes": 60000000000}}, "memory": {"kv_pool_bytes": 60000000000}}
+    (msg,) = problems("solar-open2-nvfp4-vllm-venv", over)
+    assert "exceeds the node budget" in msg and "shrink memory.kv_pool_bytes" in msg and "GiB" in msg
+
+
+def test_kv_argument_and_budget_must_agree():
+    (msg,) = problems("solar-open2-nvfp4-vllm-venv", {"engine": {"args": {"kv_cache_memory_bytes": 32000000000}}})
+    assert "engine.args.kv_cache_memory_bytes (32000000000) differs from memory.kv_pool_bytes (28000000000)" in msg
+
+
+def test_lab_budget_is_tiny_and_enforced():
+    (msg,) = problems("lab-standin", {"memory": {"kv_pool_bytes": 2147483648}, "engine": {"args": {"kv_cache_memory_bytes": 2147483648}}})
+    assert "exceeds the node budget of 2.1 GB (2.0 GiB)" in msg
+
+
+# ----------------------------------------------------------------------------- inventory validation
+
+
+def _lab_hostvars(**extra):
+    inv = yaml.safe_load((REPO / "inventories" / "lab" / "group_vars" / "all.yml").read_text())
+    hosts = yaml.safe_load((REPO / "inventories" / "lab" / "hosts.yml").read_text())
+    groups_ = hosts["all"]["children"]["sparklab"]["children"]
+    groups = {"spark_head": list(groups_["spark_head"]["hosts"]), "spark_workers": list(groups_["spark_workers"]["hosts"])}
+    hostvars = {}
+    for group in groups_.values():
+        for host, hvars in group["hosts"].items():
+            hostvars[host] = {**inv, **hvars, "inventory_dir": str(REPO / "inventories" / "lab"), **extra}
+    return groups, hostvars
+
+
+def test_lab_inventory_passes_with_its_profile():
+    assert inventory_problems(*_lab_hostvars()) == []
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ({"spark_model_profile": "nope"}, "profile 'nope' was not found"),
+    ({"spark_profile_overrides": {"engine": {"args": {"load_format": "dummy"}}}}, "'dummy' is refused"),
+    ({"spark_profile_overrides": {"engine": {"args": {"max_model_len": "abc"}}}}, "engine.args.max_model_len: expected an integer, got 'abc'"),
+    ({"spark_profile_paths": "tests/lab/profiles"}, "'spark_profile_paths'"),
+    ({"spark_model_profile": "solar-open-100b-vllm-fork"}, "quantized (FP8) checkpoint"),
+])
+def test_inventory_validation_refuses_bad_profiles(extra, expected):
+    found = inventory_problems(*_lab_hostvars(**extra))
+    assert any(expected in msg and msg.startswith("'spark_model_profile'") or expected in msg for msg in found), found
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+GOLDEN_CASES = {name: (name, {}) for name in SHIPPED if name != "solar-open-100b-vllm-fork"}
+GOLDEN_CASES["solar-open-100b-vllm-fork"] = ("solar-open-100b-vllm-fork", SOLAR100_FP8)
+GOLDEN_CASES["lab-standin"] = ("lab-standin", {})
+
+
+def _rendered_files(name, overrides):
+    profile = load(name, overrides)
+    out = profile_filter.profile_render(profile, cluster(profile))
+    files = {
+        "argv.txt": "\n".join(out["argv"]) + "\n",
+        "command_line.txt": out["command_line"] + "\n",
+        "env.env": "".join(f"{k}={v}\n" for k, v in out["env"].items()),
+        "secret_files.json": json.dumps(out["secret_files"], indent=2, sort_keys=True) + "\n",
+    }
+    for host, units in out["units"].items():
+        for unit, text in units.items():
+            files[f"units/{host}/{unit}"] = text
+    return files
+
+
+@pytest.mark.parametrize("case", list(GOLDEN_CASES))
+def test_rendering_matches_golden(case):
+    name, overrides = GOLDEN_CASES[case]
+    files = _rendered_files(name, overrides)
+    directory = GOLDEN / case
+    if os.environ.get("SPARKCTL_UPDATE_GOLDEN") == "1":
+        for old in sorted(directory.rglob("*"), reverse=True) if directory.exists() else []:
+            old.unlink() if old.is_file() else old.rmdir()
+        for rel, text in files.items():
+            (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+            (directory / rel).write_text(text)
+    on_disk = {str(p.relative_to(directory)): p.read_text() for p in directory.rglob("*") if p.is_file()}
+    assert sorted(on_disk) == sorted(files)
+    for rel, text in files.items():
+        assert text == on_disk[rel], rel
+
+
+def test_vllm_api_key_never_reaches_argv():
+    profile = load("solar-open2-nvfp4-vllm-venv")
+    out = P.render(profile, cluster(profile))
+    assert "--api-key" not in out["argv"]
+    assert out["secret_files"] == {"/etc/sparkctl/api-key.env": {"format": "env", "key": "VLLM_API_KEY", "mode": "0600"}}
+    assert "EnvironmentFile=/etc/sparkctl/api-key.env" in out["units"]["spark1"]["sparkctl-engine.service"]
+    assert "api-key" not in out["units"]["spark1"]["sparkctl-ray-head.service"]
+
+
+def test_sglang_ranks_join_the_head_link_address():
+    profile = load("qwen38-flash-next-nvfp4-sglang")
+    c = cluster(profile)
+    c["workers"].append({"name": "spark3", "link_ip": "192.168.100.12"})
+    profile["topology"]["nodes"] = 3
+    out = P.render(profile, c)
+    for rank, host in enumerate(["spark1", "spark2", "spark3"]):
+        unit = out["units"][host]["sparkctl-sglang-rank.service"]
+        assert f"--node-rank {rank} " in unit and "--nnodes 3 " in unit
+        assert "--dist-init-addr 192.168.100.10:25000" in unit
+        assert ("--config /etc/sparkctl/sglang-api.yaml" in unit) == (rank == 0)
+    assert "sparkctl-sglang-router.service" in out["units"]["spark1"]
+    assert "sparkctl-sglang-router.service" not in out["units"]["spark2"]
+
+
+def test_fabric_environment_is_not_duplicated():
+    for name in list(GOLDEN_CASES):
+        profile = load(*GOLDEN_CASES[name])
+        env = P.environment(profile)
+        assert not {"NCCL_SOCKET_IFNAME", "SGLANG_HOST_IP", "VLLM_HOST_IP", "MAX_JOBS", "LD_PRELOAD"} & set(env)
+
+
+def test_systemd_quoting_escapes_specifiers_and_json():
+    assert P.systemd_quote("50%") == "50%%"
+    assert P.systemd_quote("$HOME") == "$$HOME"
+    assert P.systemd_quote('{"a":1}') == '"{\\"a\\":1}"'
+    assert P.systemd_quote("plain") == "plain"
+
+
+def test_render_refuses_a_profile_with_problems():
+    profile = load("solar-open-100b-vllm-fork")
+    with pytest.raises(AnsibleFilterError, match="quantized"):
+        profile_filter.profile_render(profile, cluster(profile))
+
+
+def test_render_refuses_an_incomplete_cluster():
+    profile = load("lab-standin")
+    with pytest.raises(AnsibleFilterError, match="lacks venv_path"):
+        profile_filter.profile_render(profile, {**cluster(profile), "venv_path": ""})
+
+
+def test_profile_load_filter_raises_with_the_fix():
+    with pytest.raises(AnsibleFilterError, match="spark_profile_paths"):
+        profile_filter.profile_load("nope", [], {}, "")
