@@ -220,3 +220,12 @@ def _load_inventory(path):
 def test_shipped_inventories_are_sound(inventory):
     groups, hostvars = _load_inventory(REPO / "inventories" / inventory)
     assert inventory_problems(groups, hostvars) == []
+
+
+def test_profile_needing_more_nodes_than_the_inventory_has_is_refused():
+    four = {"topology": {"nodes": 4, "tensor_parallel": 4}}
+    groups, hostvars = _cluster(spark1={"spark_profile_overrides": four})
+    problems = inventory_problems(groups, hostvars)
+    assert any("runs on 4 nodes (topology.nodes) but the inventory has 2" in p for p in problems), problems
+    groups, hostvars = _cluster(workers=("spark2", "spark3"), spark1={"spark_profile_overrides": {"topology": {"nodes": 3, "tensor_parallel": 3}}})
+    assert not any("topology.nodes" in p for p in inventory_problems(groups, hostvars))

@@ -187,8 +187,9 @@ def _checkpoint_problems(vars_):
     return problems
 
 
-def _profile_problems(vars_):
-    """The model profile the inventory picked: found, well-formed, and clear of the seeds' traps."""
+def _profile_problems(vars_, cluster_size):
+    """The model profile the inventory picked: found, well-formed, clear of the seeds' traps, and
+    needing no more nodes than the inventory has."""
     name = vars_.get("spark_model_profile", profiles.DEFAULT_PROFILE)
     paths = vars_.get("spark_profile_paths", [])
     overrides = vars_.get("spark_profile_overrides", {})
@@ -197,7 +198,15 @@ def _profile_problems(vars_):
     if overrides is not None and not isinstance(overrides, dict):
         return [f"'spark_profile_overrides' must be a mapping deep-merged over the profile, got {type(overrides).__name__}."]
     base_dir = vars_.get("inventory_dir")
-    return [f"'spark_model_profile': {p}" for p in profiles.resolve(name, paths or [], overrides or {}, base_dir)[1]]
+    resolved, problems = profiles.resolve(name, paths or [], overrides or {}, base_dir)
+    problems = [f"'spark_model_profile': {p}" for p in problems]
+    nodes = ((resolved or {}).get("topology") or {}).get("nodes") if not problems else None
+    if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > cluster_size:
+        problems.append(
+            f"'spark_model_profile': profile {name} runs on {nodes} nodes (topology.nodes) but the inventory has "
+            f"{cluster_size} (spark_head + spark_workers): add workers, or pick a profile for {cluster_size} node(s)."
+        )
+    return problems
 
 
 def inventory_problems(groups, hostvars):
@@ -227,7 +236,7 @@ def inventory_problems(groups, hostvars):
         )
 
     problems.extend(_checkpoint_problems(any_vars))
-    problems.extend(_profile_problems(any_vars))
+    problems.extend(_profile_problems(any_vars, len(cluster)))
 
     mgmt = any_vars.get("spark_management_network")
     mgmt_net = None
