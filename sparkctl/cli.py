@@ -1,86 +1,293 @@
-"""`sparkctl up | doctor | report`: run the project's playbooks through ansible-runner."""
+"""sparkctl: bring DGX Sparks joined by a direct RoCE cable to a verified serving cluster.
+
+Every command runs one or more stages, each a playbook in playbooks/, through
+ansible-runner. Exit codes: 0 success, 1 play failure, 2 bad usage or inventory,
+3 unreachable host."""
 
 from __future__ import annotations
 
 import argparse
-import os
+import json
+import shlex
+import subprocess
 import sys
-import time
 from pathlib import Path
 
+import yaml
+
 from . import __version__
+from .events import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from .project import project_dir, report_dir
 from .report import show_preflight
+from .result import StageResult, document, run_exit_code
+from .stages import UP_STAGES, plan
 
-STAGES = {"up": None, "doctor": "preflight"}
+DEFAULT_INVENTORY = "inventories/spark"
+
+COMMAND_HELP = {
+    "up": f"run every stage in order ({', '.join(UP_STAGES)}), stop at the first failure; re-run to repair drift",
+    "doctor": "run only the preflight checks and print the report",
+    "provision": "the direct cable, RoCE fabric environment, linger and SSH mesh",
+    "serve": "start Ray and the engine services",
+    "verify": "check the served model end to end",
+    "bench": "run the benchmarks",
+    "stop": "stop the engine services",
+    "status": "show what runs where (read-only, fast)",
+    "logs": "show the services' recent logs (read-only, fast)",
+}
+
+# The variable playbooks/logs.yml reads for the number of lines (--node is a --limit).
+LOGS_LINES_VAR = "logs_lines"
+# Commands whose point is what their play prints: shown after the stage table.
+PRINTING_COMMANDS = ("status", "logs")
+
+
+def _run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    """The options every stage command takes. Accepted before and after the command
+    (`sparkctl --json doctor` and `sparkctl doctor --json`): the subcommand's copy
+    only sets what was given."""
+
+    def default(value):
+        return argparse.SUPPRESS if suppress else value
+
+    parser.add_argument("-i", "--inventory", default=default(DEFAULT_INVENTORY),
+                        help=f"inventory directory or file (default: {DEFAULT_INVENTORY})")
+    parser.add_argument("--profile", default=default(None), help="model profile to use (sets spark_model_profile)")
+    parser.add_argument("--check", action="store_true", default=default(False),
+                        help="dry run with diff: report what would change, change nothing")
+    parser.add_argument("-t", "--tags", default=default(""), help="only tasks with these tags (comma separated)")
+    parser.add_argument("--skip-tags", default=default(""), help="skip tasks with these tags (comma separated)")
+    parser.add_argument("-l", "--limit", default=default(""), help="limit to these hosts (an Ansible pattern)")
+    parser.add_argument("-e", "--extra-vars", action="append", default=default([]), metavar="VARS",
+                        help="extra variables: key=value ..., a JSON/YAML mapping, or @file (repeatable)")
+    parser.add_argument("--json", action="store_true", default=default(False),
+                        help="print one JSON document for the run on stdout, no progress")
+    parser.add_argument("-v", "--verbose", action="count", default=default(0),
+                        help="more Ansible verbosity, and one line per task result (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparkctl", description=__doc__)
+    parser = argparse.ArgumentParser(prog="sparkctl", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"sparkctl {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("up", "run every stage of site.yml (re-run to repair drift)"),
-                            ("doctor", "run only the preflight checks and print the report")):
-        cmd = sub.add_parser(name, help=help_text)
-        cmd.add_argument("-i", "--inventory", default="inventories/spark",
-                         help="inventory directory or file (default: inventories/spark)")
-        cmd.add_argument("-t", "--tags", default="", help="only these site.yml stages (comma separated)")
-        cmd.add_argument("-l", "--limit", default="", help="limit to these hosts")
-        cmd.add_argument("--check", action="store_true", help="dry run: report what would change")
-        cmd.add_argument("extra", nargs="*", help="more ansible-playbook arguments after --")
+    _run_options(parser, suppress=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _run_options(common, suppress=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, help_text in COMMAND_HELP.items():
+        cmd = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        if name == "logs":
+            cmd.add_argument("-n", "--lines", type=_positive_int, default=50, help="lines per service (default 50)")
+            cmd.add_argument("--node", help="only this node")
+    lab = sub.add_parser("lab", help="the embedded two-node lab (tests/lab/sparklab)",
+                         description="Delegates to tests/lab/sparklab: up (idempotent), down (REMOVES the lab), "
+                                     "status, shell NODE.")
+    lab.add_argument("action", choices=["up", "down", "status", "shell"])
+    lab.add_argument("node", nargs="?", help="the node for `shell`")
+    lab.add_argument("--yes", action="store_true", help="`down` without asking")
     rep = sub.add_parser("report", help="print the last preflight report")
-    rep.add_argument("--json", action="store_true", help="print the raw JSON")
+    rep.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the raw JSON")
     return parser
 
 
-def runner_kwargs(args: argparse.Namespace, root: Path) -> dict:
-    """The ansible_runner.run() arguments for a command; kept pure so it is tested."""
-    inventory = Path(args.inventory)
-    if not inventory.is_absolute():
-        inventory = (Path.cwd() / inventory) if (Path.cwd() / inventory).exists() else root / inventory
-    tags = args.tags or (STAGES.get(args.command) or "")
-    cmdline = []
-    if args.check:
-        cmdline.append("--check")
-    cmdline.extend(args.extra)
-    kwargs = {
-        "private_data_dir": str(root / ".sparkctl" / "runner"),
-        "project_dir": str(root),
-        "playbook": "site.yml",
-        "inventory": str(inventory),
-        "envvars": {"ANSIBLE_CONFIG": str(root / "ansible.cfg")},
-        "cmdline": " ".join(cmdline) or None,
-    }
-    if tags:
-        kwargs["tags"] = tags
-    if args.limit:
-        kwargs["limit"] = args.limit
-    return kwargs
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
-def run_playbook(kwargs: dict) -> int:
-    import ansible_runner  # imported late: `sparkctl report` must not need it
+class UsageError(Exception):
+    """Bad input found after parsing: exit 2 with the message."""
 
-    os.makedirs(kwargs["private_data_dir"], exist_ok=True)
-    result = ansible_runner.run(**kwargs)
-    return 0 if result.status == "successful" and result.rc == 0 else (result.rc or 1)
+
+def parse_extra_vars(values: list[str]) -> tuple[dict, list[str]]:
+    """`-e` values as Ansible takes them: @file (kept as a file), a JSON/YAML mapping, or key=value pairs."""
+    merged: dict = {}
+    files: list[str] = []
+    for value in values:
+        text = value.strip()
+        if text.startswith("@"):
+            path = Path(text[1:]).expanduser()
+            if not path.is_file():
+                raise UsageError(f"-e {value}: no such file")
+            files.append(str(path.resolve()))
+        elif text.startswith(("{", "[")) or (":" in text and "=" not in text):
+            try:
+                loaded = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise UsageError(f"-e {value!r} is not valid YAML/JSON: {exc}") from None
+            if not isinstance(loaded, dict):
+                raise UsageError(f"-e {value!r} is not a mapping")
+            merged.update(loaded)
+        else:
+            for pair in shlex.split(text):
+                key, sep, val = pair.partition("=")
+                if not sep or not key:
+                    raise UsageError(f"-e {value!r}: expected key=value, a mapping or @file")
+                merged[key] = val
+    return merged, files
+
+
+def resolve_inventory(value: str, root: Path, cwd: Path | None = None) -> Path:
+    """The inventory as given if it exists (relative to the working directory), else relative to the project."""
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        candidates = [path]
+    else:
+        candidates = list(dict.fromkeys([(cwd or Path.cwd()) / path, root / path]))
+    for candidate in candidates:
+        if candidate.exists():
+            return candidate.resolve()
+    raise UsageError(f"no inventory at {value} (looked in {', '.join(str(c) for c in candidates)})")
+
+
+def run_options(args: argparse.Namespace, root: Path):
+    """The command line as the runner's options; pure apart from resolving paths."""
+    from .runner import RunOptions
+
+    extravars, files = parse_extra_vars(args.extra_vars)
+    if args.profile:
+        extravars["spark_model_profile"] = args.profile
+    limit = args.limit
+    if args.command == "logs":
+        extravars[LOGS_LINES_VAR] = args.lines
+        if args.node:
+            if limit:
+                raise UsageError("logs: give --node or --limit, not both")
+            limit = args.node
+    return RunOptions(inventory=resolve_inventory(args.inventory, root), extravars=extravars, extravar_files=files,
+                      check=args.check, tags=args.tags, skip_tags=args.skip_tags, limit=with_control_node(limit),
+                      verbosity=args.verbose)
+
+
+def with_control_node(limit: str) -> str:
+    """A --limit that keeps the control node: the inventory validation play runs there and cannot be skipped."""
+    if not limit or "localhost" in limit.replace(":", ",").split(","):
+        return limit
+    return f"{limit},localhost"
+
+
+def reports_written(root: Path, results: list[StageResult]) -> dict:
+    """The JSON reports this run's stages wrote (preflight, later verify and benchmark), by name."""
+    directory = report_dir(root).resolve()
+    found = {}
+    for result in results:
+        for name in result.files:
+            path = Path(name)
+            if path.suffix != ".json" or path.resolve().parent != directory or not path.is_file():
+                continue
+            try:
+                found[path.stem] = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                continue
+    return found
+
+
+def _consoles(as_json: bool):
+    from rich.console import Console
+
+    # Progress goes to stderr so stdout stays the summaries (or the one JSON document).
+    return Console(), Console(stderr=True, quiet=as_json)
+
+
+def run_stages(args: argparse.Namespace, root: Path) -> int:
+    from .render import StageProgress, show_output, show_stage
+    from .runner import run_stage
+
+    out, err = _consoles(args.json)
+    command_plan = plan(args.command, root)
+
+    def finish(results: list[StageResult], code: int, error: str | None = None, inventory: str | None = None) -> int:
+        if error:
+            print(f"sparkctl: {error}", file=sys.stderr)
+        if args.json:
+            doc = document(args.command, inventory, results, code, unavailable=command_plan.unavailable,
+                           reports=reports_written(root, results), error=error, check=args.check,
+                           profile=args.profile)
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return code
+
+    if not command_plan.stages:
+        missing = command_plan.unavailable[0]
+        return finish([], EXIT_USAGE, f"`{args.command}` is not available in this version of sparkctl "
+                                      f"(no playbooks/{missing}.yml yet).")
+    try:
+        options = run_options(args, root)
+    except UsageError as exc:
+        return finish([], EXIT_USAGE, str(exc))
+    if command_plan.unavailable:
+        err.print(f"not available in this version (skipped): {', '.join(command_plan.unavailable)}")
+
+    results: list[StageResult] = []
+    for stage in command_plan.stages:
+        if run_exit_code(results) != EXIT_OK:
+            results.append(StageResult.not_run(stage.name, str(stage.playbook.relative_to(root))))
+            continue
+        if args.json:
+            result = run_stage(stage, options, root)
+        else:
+            with StageProgress(stage.name, err, verbosity=args.verbose) as progress:
+                result = run_stage(stage, options, root, on_event=progress.on_event, on_status=progress.on_status)
+        results.append(result)
+        if not args.json:
+            if args.command in PRINTING_COMMANDS:
+                show_output(result, out)
+            show_stage(result, out)
+            _show_preflight_report(args.command, result, root, out)
+    code = run_exit_code(results)
+    if not args.json and code != EXIT_OK:
+        skipped = [r.name for r in results if r.status == "not_run"]
+        if skipped:
+            out.print(f"stopped: not run: {', '.join(skipped)}")
+    return finish(results, code, inventory=str(options.inventory))
+
+
+def _show_preflight_report(command: str, result: StageResult, root: Path, console) -> None:
+    """The doctor's table: always for `doctor`, for `up` when preflight failed; only a report this run wrote."""
+    if result.name != "preflight" or (command != "doctor" and result.exit_code == EXIT_OK):
+        return
+    path = report_dir(root) / "preflight.json"
+    if reports_written(root, [result]).get("preflight") is not None:
+        show_preflight(path, console)
+
+
+def run_lab(args: argparse.Namespace, root: Path) -> int:
+    sparklab = root / "tests" / "lab" / "sparklab"
+    if not sparklab.is_file():
+        print(f"sparkctl: no lab in this checkout ({sparklab} is missing).", file=sys.stderr)
+        return EXIT_USAGE
+    if args.action == "shell" and not args.node:
+        print("sparkctl: `lab shell` needs a NODE (e.g. spark1).", file=sys.stderr)
+        return EXIT_USAGE
+    if args.action == "down":
+        print("sparkctl: WARNING: `lab down` REMOVES the lab: its node containers, management network and "
+              "volumes (the node image is kept; `sparkctl lab up` recreates it).", file=sys.stderr)
+        if not args.yes:
+            if not sys.stdin.isatty():
+                print("sparkctl: refusing without a terminal to confirm; pass --yes.", file=sys.stderr)
+                return EXIT_USAGE
+            if input("Remove the lab? [y/N] ").strip().lower() not in ("y", "yes"):
+                print("sparkctl: lab kept.", file=sys.stderr)
+                return EXIT_FAILED
+    command = [sys.executable, str(sparklab), args.action]
+    if args.node:
+        command.append(args.node)
+    return subprocess.call(command, cwd=root)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     root = project_dir()
-    preflight_report = report_dir(root) / "preflight.json"
     if args.command == "report":
-        if args.json:
+        preflight_report = report_dir(root) / "preflight.json"
+        if getattr(args, "json", False):
             sys.stdout.write(preflight_report.read_text() if preflight_report.exists() else "{}\n")
             return 0
         return 0 if show_preflight(preflight_report) else 1
-    started = time.time()
-    rc = run_playbook(runner_kwargs(args, root))
-    # Show the report only if this run wrote it: a stale one would mislead.
-    if preflight_report.exists() and preflight_report.stat().st_mtime >= started:
-        show_preflight(preflight_report)
-    return rc
+    if args.command == "lab":
+        return run_lab(args, root)
+    return run_stages(args, root)
 
 
 if __name__ == "__main__":

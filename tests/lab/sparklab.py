@@ -1041,6 +1041,34 @@ def cmd_hub(plan: Plan, args) -> int:
     return 0
 
 
+# The lab has no registry and no internet images: the image runtime's base is the
+# host's own node image (a Debian with python3), streamed into the head's docker.
+BASE_IMAGE_TAG = "sparklab/base:1"
+
+
+def cmd_base_image(plan: Plan, args) -> int:
+    check_docker()
+    node = plan.node(args.node) if args.node else plan.head
+    source = f"{IMAGE_REPO}:latest"
+    want = docker("image", "inspect", "--format", "{{.Id}}", source).stdout.strip()
+    have = docker("exec", node.name, "docker", "image", "inspect", "--format", "{{.Id}}", args.tag,
+                  check=False).stdout.strip()
+    if have == want:
+        say(f"{node.name}: {args.tag} up to date ({want[:19]})")
+        return 0
+    t0 = time.monotonic()
+    save = subprocess.Popen([DOCKER, "save", source], stdout=subprocess.PIPE)
+    load = subprocess.run([DOCKER, "exec", "-i", node.name, "docker", "load"], stdin=save.stdout,
+                          capture_output=True, text=True)
+    save.stdout.close()
+    if save.wait() != 0 or load.returncode != 0:
+        raise LabError(f"{node.name}: docker save {source} | docker load failed: {load.stderr.strip()}")
+    docker("exec", node.name, "docker", "tag", source, args.tag)
+    docker("exec", node.name, "docker", "rmi", source, check=False)
+    say(f"{node.name}: {args.tag} loaded from {source} ({want[:19]}) in {time.monotonic() - t0:.1f}s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="sparklab", description="The sparkctl two-node lab (systemd containers "
@@ -1076,6 +1104,11 @@ def main(argv: list[str] | None = None) -> int:
     hub.add_argument("--throttle-bytes-per-s", type=int, default=0, help="WAN-like rate; 0 = unthrottled")
     hub.add_argument("--token", default="", help="require this bearer token (a lab token, not a real one)")
     hub.set_defaults(fn=cmd_hub)
+    bi = sub.add_parser("base-image", help="load the node image into a node's docker as the image "
+                        "runtime's base (needs docker in the node, e.g. after playbooks/runtime.yml)")
+    bi.add_argument("--node", help="node (default the head)")
+    bi.add_argument("--tag", default=BASE_IMAGE_TAG, help=f"tag inside the node (default {BASE_IMAGE_TAG})")
+    bi.set_defaults(fn=cmd_base_image)
     args = ap.parse_args(argv)
     try:
         if os.geteuid() != 0 and args.command in ("up", "down", "image", "status"):

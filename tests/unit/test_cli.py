@@ -1,38 +1,224 @@
-"""The wrapper: argument mapping to ansible-runner and the report rendering."""
+"""The wrapper's command line: parsing, mapping to the runner's options, the lab
+delegation and the report rendering. Nothing here runs a playbook."""
 
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
-from sparkctl import cli, report
+from sparkctl import cli, report, runner
+from sparkctl.stages import Stage
 
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     (tmp_path / "site.yml").write_text("---\n")
     (tmp_path / "inventories" / "spark").mkdir(parents=True)
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "preflight.yml").write_text("---\n")
     monkeypatch.setenv("SPARKCTL_PROJECT", str(tmp_path))
     monkeypatch.delenv("SPARKCTL_REPORT_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
-def test_doctor_runs_only_the_preflight_stage(project):
-    args = cli.build_parser().parse_args(["doctor", "-i", "inventories/spark", "--", "-vv"])
-    kwargs = cli.runner_kwargs(args, project)
-    assert kwargs["tags"] == "preflight"
-    assert kwargs["playbook"] == "site.yml"
-    assert kwargs["inventory"] == str(project / "inventories" / "spark")
-    assert kwargs["cmdline"] == "-vv"
-    assert kwargs["envvars"]["ANSIBLE_CONFIG"] == str(project / "ansible.cfg")
+def parse(*argv):
+    return cli.build_parser().parse_args(list(argv))
 
 
-def test_up_runs_every_stage_and_passes_check_and_limit(project):
-    args = cli.build_parser().parse_args(["up", "--check", "-l", "spark2"])
-    kwargs = cli.runner_kwargs(args, project)
-    assert "tags" not in kwargs
-    assert kwargs["limit"] == "spark2"
-    assert kwargs["cmdline"] == "--check"
+def test_defaults():
+    args = parse("up")
+    assert (args.command, args.inventory, args.check, args.json, args.verbose) == ("up", "inventories/spark", False, False, 0)
+    assert (args.tags, args.skip_tags, args.limit, args.extra_vars, args.profile) == ("", "", "", [], None)
+
+
+def test_options_work_before_and_after_the_command():
+    before = parse("--json", "-v", "-i", "inventories/lab", "doctor")
+    after = parse("doctor", "--json", "-v", "-i", "inventories/lab")
+    for args in (before, after):
+        assert (args.json, args.verbose, args.inventory) == (True, 1, "inventories/lab")
+
+
+def test_verbosity_counts():
+    assert parse("provision", "-vvv").verbose == 3
+
+
+@pytest.mark.parametrize("argv", [["frobnicate"], ["logs", "-n", "0"], ["lab", "sideways"], ["up", "--bogus"], []])
+def test_bad_usage_exits_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.build_parser().parse_args(argv)
+    assert exc.value.code == 2
+
+
+def test_run_options_map_the_command_line(project):
+    args = parse("up", "-i", "inventories/spark", "--profile", "solar-open2-nvfp4-vllm-venv-256k", "--check",
+                 "--tags", "link,fabric", "--skip-tags", "ssh", "-l", "spark2", "-vv", "-e", "a=1 b=two",
+                 "-e", '{"c": [1, 2]}')
+    options = cli.run_options(args, project)
+    assert options.inventory == project / "inventories" / "spark"
+    assert options.extravars == {"a": "1", "b": "two", "c": [1, 2], "spark_model_profile": "solar-open2-nvfp4-vllm-venv-256k"}
+    assert (options.check, options.tags, options.skip_tags, options.verbosity) == (True, "link,fabric", "ssh", 2)
+    # The inventory validation runs on the control node and cannot be limited away.
+    assert options.limit == "spark2,localhost"
+
+
+@pytest.mark.parametrize("limit, expected", [("", ""), ("spark2", "spark2,localhost"), ("localhost", "localhost"),
+                                             ("spark_workers:localhost", "spark_workers:localhost")])
+def test_limit_keeps_the_control_node(limit, expected):
+    assert cli.with_control_node(limit) == expected
+
+
+def test_logs_options_become_variables_and_a_limit(project):
+    options = cli.run_options(parse("logs", "-n", "200", "--node", "spark2"), project)
+    assert options.extravars == {"logs_lines": 200}
+    assert options.limit == "spark2,localhost"
+    assert cli.run_options(parse("logs"), project).extravars == {"logs_lines": 50}
+    with pytest.raises(cli.UsageError, match="--node or --limit"):
+        cli.run_options(parse("logs", "--node", "spark2", "-l", "spark1"), project)
+
+
+@pytest.mark.parametrize("values, extravars", [
+    (["x=1"], {"x": "1"}),
+    (["x=1 y='two words'"], {"x": "1", "y": "two words"}),
+    (['{"x": {"y": true}}'], {"x": {"y": True}}),
+    (["x: 3"], {"x": 3}),
+    (["x=1", "x=2"], {"x": "2"}),
+])
+def test_extra_vars(values, extravars):
+    assert cli.parse_extra_vars(values) == (extravars, [])
+
+
+def test_extra_vars_files_pass_through(tmp_path):
+    path = tmp_path / "vars.yml"
+    path.write_text("x: 1\n")
+    assert cli.parse_extra_vars([f"@{path}"]) == ({}, [str(path)])
+    with pytest.raises(cli.UsageError, match="no such file"):
+        cli.parse_extra_vars([f"@{tmp_path / 'missing.yml'}"])
+
+
+@pytest.mark.parametrize("value", ["novalue", "[1, 2]", "{broken"])
+def test_bad_extra_vars(value):
+    with pytest.raises(cli.UsageError):
+        cli.parse_extra_vars([value])
+
+
+def test_inventory_resolves_from_cwd_then_project(project, tmp_path_factory, monkeypatch):
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (elsewhere / "mine").mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert cli.resolve_inventory("mine", project) == elsewhere / "mine"
+    assert cli.resolve_inventory("inventories/spark", project) == project / "inventories" / "spark"
+    with pytest.raises(cli.UsageError, match="no inventory at nowhere"):
+        cli.resolve_inventory("nowhere", project)
+
+
+def test_runner_kwargs(project):
+    options = runner.RunOptions(inventory=project / "inventories" / "spark", extravar_files=["/v.yml"], check=True,
+                                tags="preflight", skip_tags="ports", limit="spark1,localhost", verbosity=2)
+    stage = Stage("preflight", project / "playbooks" / "preflight.yml")
+    kwargs = runner.runner_kwargs(stage, options, project, "preflight-x", project / "ev.json")
+    assert kwargs["private_data_dir"] == str(project / ".sparkctl" / "runner")
+    assert kwargs["project_dir"] == str(project)
+    assert kwargs["playbook"] == str(project / "playbooks" / "preflight.yml")
+    assert kwargs["ident"] == "preflight-x"
+    assert (kwargs["quiet"], kwargs["suppress_env_files"], kwargs["rotate_artifacts"]) == (True, True, runner.KEEP_ARTIFACTS)
+    assert kwargs["cmdline"] == f"-e @{project / 'ev.json'} -e @/v.yml --check --diff"
+    assert (kwargs["tags"], kwargs["skip_tags"], kwargs["limit"], kwargs["verbosity"]) == ("preflight", "ports", "spark1,localhost", 2)
+    env = kwargs["envvars"]
+    assert env["ANSIBLE_CONFIG"] == str(project / "ansible.cfg")
+    assert env["SPARKCTL_REPORT_DIR"] == str(project / ".sparkctl" / "reports")
+    assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)
+    # Extra variables never travel as runner's `extravars` (they would be on the recorded command line).
+    assert "extravars" not in kwargs
+
+
+def test_runner_kwargs_leave_out_what_was_not_asked(project):
+    options = runner.RunOptions(inventory=project / "inventories" / "spark")
+    kwargs = runner.runner_kwargs(Stage("preflight", project / "playbooks" / "preflight.yml"), options, project, "i", None)
+    assert not {"cmdline", "tags", "skip_tags", "limit", "verbosity"} & set(kwargs)
+
+
+def test_idents_are_unique_and_name_the_stage():
+    idents = {runner.new_ident("checkpoint", now=86400 * 365) for _ in range(20)}
+    assert len(idents) > 1
+    assert all(re.fullmatch(r"checkpoint-1971010\dT\d{6}-[0-9a-f]{4}", i) for i in idents)
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "SPARKCTL_API_KEY", "AWS_SECRET_ACCESS_KEY",
+                                  "ANSIBLE_BECOME_PASSWORD", "GITHUB_AUTH"])
+def test_secret_named_variables_are_redacted(name):
+    assert runner.redact_env({name: "s3cret", "PATH": "/bin"}) == {name: runner.REDACTED, "PATH": "/bin"}
+
+
+def test_redact_command_file(tmp_path):
+    (tmp_path / "command").write_text(json.dumps({"command": ["ansible-playbook"], "env": {"HF_TOKEN": "hf_x", "HOME": "/root"}}))
+    runner.redact_command_file(tmp_path)
+    record = json.loads((tmp_path / "command").read_text())
+    assert record == {"command": ["ansible-playbook"], "env": {"HF_TOKEN": runner.REDACTED, "HOME": "/root"}}
+    assert (tmp_path / "command").stat().st_mode & 0o077 == 0
+    runner.redact_command_file(tmp_path / "missing")  # no artifact dir: nothing to do
+
+
+@pytest.mark.parametrize("command", ["serve", "verify", "bench", "stop", "status", "logs"])
+def test_commands_without_their_playbook_exit_2(project, command, capsys):
+    assert cli.main([command]) == 2
+    assert "is not available in this version of sparkctl" in capsys.readouterr().err
+
+
+# --- lab -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lab_calls(project, monkeypatch):
+    (project / "tests" / "lab").mkdir(parents=True)
+    (project / "tests" / "lab" / "sparklab").write_text("")
+    calls = []
+    monkeypatch.setattr(subprocess, "call", lambda cmd, cwd=None: calls.append((cmd, cwd)) or 0)
+    return calls
+
+
+def test_lab_delegates_to_sparklab(project, lab_calls):
+    assert cli.main(["lab", "up"]) == 0
+    assert cli.main(["lab", "shell", "spark2"]) == 0
+    sparklab = str(project / "tests" / "lab" / "sparklab")
+    assert lab_calls == [([sys.executable, sparklab, "up"], project), ([sys.executable, sparklab, "shell", "spark2"], project)]
+
+
+def test_lab_shell_needs_a_node(project, lab_calls, capsys):
+    assert cli.main(["lab", "shell"]) == 2
+    assert lab_calls == []
+
+
+def test_lab_down_warns_and_needs_a_yes_without_a_terminal(project, lab_calls, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False, raising=False)
+    assert cli.main(["lab", "down"]) == 2
+    err = capsys.readouterr().err
+    assert "`lab down` REMOVES the lab" in err and "pass --yes" in err
+    assert lab_calls == []
+    assert cli.main(["lab", "down", "--yes"]) == 0
+    assert "REMOVES the lab" in capsys.readouterr().err
+    assert lab_calls[-1][0][-1] == "down"
+
+
+def test_lab_down_asks_on_a_terminal(project, lab_calls, monkeypatch):
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr("builtins.input", lambda prompt: "n")
+    assert cli.main(["lab", "down"]) == 1
+    assert lab_calls == []
+    monkeypatch.setattr("builtins.input", lambda prompt: "y")
+    assert cli.main(["lab", "down"]) == 0
+    assert len(lab_calls) == 1
+
+
+def test_lab_without_a_lab_checkout(project, capsys):
+    assert cli.main(["lab", "up"]) == 2
+    assert "no lab in this checkout" in capsys.readouterr().err
+
+
+# --- report --------------------------------------------------------------------------
 
 
 def _report(ok_second=True):
@@ -64,6 +250,14 @@ def test_report_command_exit_code_follows_the_verdict(project):
     assert cli.main(["report"]) == 0
     (reports / "preflight.json").write_text(json.dumps(_report(ok_second=False)))
     assert cli.main(["report"]) == 1
+
+
+def test_report_json_prints_the_raw_report(project, capsys):
+    reports = project / ".sparkctl" / "reports"
+    reports.mkdir(parents=True)
+    (reports / "preflight.json").write_text(json.dumps(_report()))
+    assert cli.main(["report", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == _report()
 
 
 def test_missing_report_says_what_to_run(project):

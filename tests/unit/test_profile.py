@@ -44,8 +44,8 @@ def cluster(profile):
     ckpt = profile["checkpoint"]["dir_name"]
     image = profile["runtime"].get("image") or {}
     return {
-        "head": {"name": "spark1", "link_ip": "192.168.100.10/24"},
-        "workers": [{"name": "spark2", "link_ip": "192.168.100.11/24"}],
+        "head": {"name": "spark1", "link_ip": "192.168.100.10/24", "interface": "enp1s0f1np1"},
+        "workers": [{"name": "spark2", "link_ip": "192.168.100.11/24", "interface": "enp1s0f1np1"}],
         "service_user": "spark",
         "checkpoint_dir": f"/srv/sparkctl/models/{ckpt}",
         "venv_path": f"/opt/sparkctl/venvs/{profile['name']}",
@@ -436,3 +436,17 @@ def test_render_refuses_an_incomplete_cluster():
 def test_profile_load_filter_raises_with_the_fix():
     with pytest.raises(AnsibleFilterError, match="spark_profile_paths"):
         profile_filter.profile_load("nope", [], {}, "")
+
+
+def test_profile_cluster_describes_any_number_of_workers():
+    from ansible_collections.sparkctl.spark.plugins.filter.profile import profile_cluster
+
+    groups = {"spark_head": ["a"], "spark_workers": ["b", "c", "d"]}
+    hostvars = {h: {"spark_link": [{"interface": "enp1s0f1np1", "address": f"192.168.100.{i}/24"}]} for i, h in enumerate("abcd", 10)}
+    venv = {"name": "v", "runtime": {"kind": "venv"}}
+    cluster = profile_cluster(groups, hostvars, "spark", "/srv/m", "/etc/sparkctl/api-key.env", venv, "/opt/v")
+    assert cluster["head"] == {"name": "a", "link_ip": "192.168.100.10", "interface": "enp1s0f1np1"}
+    assert [w["link_ip"] for w in cluster["workers"]] == ["192.168.100.11", "192.168.100.12", "192.168.100.13"]
+    assert cluster["venv_path"] == "/opt/v" and "image" not in cluster
+    image = {"runtime": {"kind": "image", "image": {"build": {"tag": "x:local"}}}}
+    assert profile_cluster(groups, hostvars, "spark", "/srv/m", "/k", image)["image"] == "x:local"

@@ -115,6 +115,38 @@ def profile_node_memory_bytes(profile):
     return need["weights"] + need["kv_pool"] + need["overhead"]
 
 
+def profile_cluster(groups, hostvars, service_user, checkpoint_dir, api_key_file, profile=None, venv_path=None):
+    """The cluster description profile_render takes: head and workers with their first cable
+    half's address, the service user, the checkpoint path, the API key file, and the runtime's
+    venv path or image reference (from the profile's runtime)."""
+    head = (groups.get("spark_head") or [None])[0]
+    if head is None:
+        raise AnsibleFilterError("profile_cluster: the inventory has no spark_head host")
+
+    def node(host):
+        links = (hostvars.get(host) or {}).get("spark_link") or []
+        if not links:
+            raise AnsibleFilterError("profile_cluster: %s has no spark_link" % host)
+        # The interface lets the Ray units wait for the cable half before binding to it.
+        return {"name": host, "link_ip": str(links[0]["address"]).split("/")[0], "interface": links[0]["interface"]}
+
+    cluster = {
+        "head": node(head),
+        "workers": [node(w) for w in groups.get("spark_workers") or [] if w != head],
+        "service_user": service_user,
+        "checkpoint_dir": checkpoint_dir,
+        "api_key_file": api_key_file,
+    }
+    runtime = (profile or {}).get("runtime") or {}
+    if runtime.get("kind") == "venv":
+        cluster["venv_path"] = venv_path
+    elif runtime.get("kind") == "image":
+        image = runtime.get("image") or {}
+        build = image.get("build") or {}
+        cluster["image"] = build.get("tag") or image.get("pull") or image.get("tag") or image.get("load")
+    return cluster
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -123,4 +155,5 @@ class FilterModule:
             "profile_render": profile_render,
             "profile_checkpoint": profile_checkpoint,
             "profile_node_memory_bytes": profile_node_memory_bytes,
+            "profile_cluster": profile_cluster,
         }

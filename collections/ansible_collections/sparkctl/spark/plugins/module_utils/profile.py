@@ -79,6 +79,8 @@ _ARG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 _REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 _PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
+_PYTHON_RE = re.compile(r"^3(\.[0-9]+)?$")
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 PLACEHOLDERS = ("venv", "model_dir", "served_model_name", "port", "bind")
 
 
@@ -397,8 +399,10 @@ def _check_runtime(c):
     elif kind == "venv":
         venv = c.mapping("runtime.venv")
         if venv is not None:
-            c.unknown("runtime.venv", venv, ("python", "packages", "extra_index_urls", "find_links", "plugin"))
-            c.string("runtime.venv.python")
+            c.unknown("runtime.venv", venv, ("python", "packages", "extra_index_urls", "find_links", "plugin",
+                                              "registry"))
+            c.string("runtime.venv.python", pattern=_PYTHON_RE,
+                     hint=': write "3" for the system python3 or "3.X" for that minor (e.g. "3.12")')
             packages = c.strings("runtime.venv.packages")
             for idx, spec in enumerate(packages or []):
                 if "==" not in spec and " @ " not in spec:
@@ -410,9 +414,20 @@ def _check_runtime(c):
             if plugin is not None:
                 c.unknown("runtime.venv.plugin", plugin, ("source", "replaces", "architecture", "module"))
                 c.string("runtime.venv.plugin.source")
-                c.strings("runtime.venv.plugin.replaces")
+                for idx, rel in enumerate(c.strings("runtime.venv.plugin.replaces") or []):
+                    norm = os.path.normpath(rel)
+                    if os.path.isabs(rel) or norm.startswith("..") or norm.endswith(".orig"):
+                        c.add(f"runtime.venv.plugin.replaces[{idx}]", f"{rel!r} must be a path inside site-packages "
+                              "(relative, no '..', not a .orig backup), e.g. vllm/model_executor/models/registry.py.")
                 c.string("runtime.venv.plugin.architecture")
-                c.string("runtime.venv.plugin.module", required=False)
+                c.string("runtime.venv.plugin.module", required=False, pattern=_MODULE_RE, hint=": a dotted module name")
+            registry = c.mapping("runtime.venv.registry", required=False)
+            if registry is not None:
+                # How to list the engine's architectures when it is not stock vLLM or SGLang.
+                c.unknown("runtime.venv.registry", registry, ("module", "attribute"))
+                c.string("runtime.venv.registry.module", pattern=_MODULE_RE, hint=": a dotted module name")
+                c.string("runtime.venv.registry.attribute", pattern=_MODULE_RE,
+                         hint=": a dotted attribute of the module, e.g. ModelRegistry.get_supported_archs")
     return kind
 
 
@@ -927,12 +942,37 @@ def _docker_run(profile, cluster, container, argv, env_files):
     return run + argv
 
 
+# networkd's waiter (systemd package; /lib is /usr/lib on DGX OS and Debian 12).
+NETWORKD_WAIT_ONLINE = "/usr/lib/systemd/systemd-networkd-wait-online"
+
+
+def link_wait_argv(argv, interface, path_dirs=()):
+    """argv behind a /bin/sh that waits until the cable half is routable (networkd) and puts
+    path_dirs first on PATH, then execs argv unchanged ("$0" "$@": no re-quoting).
+
+    The wait lives in ExecStart, not ExecStartPre: a Type=simple unit is "started" at once,
+    so a node booting without its peer (no carrier) does not stall boot or burn the start
+    limit; it logs once a minute until the peer is back. PATH is prepended here because
+    fabric.env (an EnvironmentFile, which beats Environment=) spells PATH out without the
+    venv, and the processes Ray starts need the venv's ninja besides nvcc."""
+    script = ""
+    if interface:
+        script += (f"until {NETWORKD_WAIT_ONLINE} --interface={interface}:routable --timeout=60; do "
+                   f"echo \"sparkctl: waiting for {interface} to be routable\" >&2; sleep 5; done; ")
+    if path_dirs:
+        script += f"PATH={':'.join(path_dirs)}:$PATH; export PATH; "
+    if not script:
+        return list(argv)
+    return ["/bin/sh", "-c", script + 'exec "$0" "$@"'] + list(argv)
+
+
 def _unit(description, user, exec_argv, env_files, after=(), requires=(), cpu_affinity=None, docker_name=None,
-          timeout=None):
+          timeout=None, restart="on-failure", restart_sec=10, start_limit_burst=3, environment=None, stop_timeout=None):
     deps = " ".join(["network-online.target"] + list(after))
-    # A crash loop stops after 3 starts in 10 minutes instead of re-allocating memory forever.
+    # A crash loop stops after start_limit_burst starts in 10 minutes instead of
+    # re-allocating memory forever.
     lines = ["[Unit]", f"Description={description}", f"After={deps}", "Wants=network-online.target",
-             "StartLimitIntervalSec=600", "StartLimitBurst=3"]
+             "StartLimitIntervalSec=600", f"StartLimitBurst={start_limit_burst}"]
     if requires:
         lines.append(f"Requires={' '.join(requires)}")
         lines.append(f"PartOf={' '.join(requires)}")
@@ -947,12 +987,16 @@ def _unit(description, user, exec_argv, env_files, after=(), requires=(), cpu_af
         if cpu_affinity:
             lines.append(f"CPUAffinity={cpu_affinity}")
         lines += ["LimitMEMLOCK=infinity", "LimitNOFILE=1048576"]
+    for key, value in (environment or {}).items():
+        lines.append(f"Environment={systemd_quote(f'{key}={value}')}")
     lines.append(f"ExecStart={_exec(exec_argv)}")
     if docker_name:
         lines.append(f"ExecStop=/usr/bin/docker stop {docker_name}")
-    lines += ["Restart=on-failure", "RestartSec=10"]
+    lines += [f"Restart={restart}", f"RestartSec={restart_sec}"]
     if timeout:
         lines.append(f"TimeoutStartSec={timeout}")
+    if stop_timeout:
+        lines.append(f"TimeoutStopSec={stop_timeout}")
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)
 
@@ -987,10 +1031,20 @@ def render(profile, cluster):
             ray = ray_argv(profile, cluster, node)
             files = ray_files + ([key_file] if node is None and image else [])
             exec_argv = _docker_run(profile, cluster, unit, ray, files) if image else ray
+            # The raylet passes its PATH to every process it starts: the venv's bin (ninja)
+            # goes first; nvcc's directory comes with fabric.env's PATH.
+            path_dirs = [] if image else [f"{cluster['venv_path']}/bin"]
+            exec_argv = link_wait_argv(exec_argv, (node or cluster["head"]).get("interface"), path_dirs)
             role = "head" if node is None else "worker"
+            # Restart=always: Ray must come back however `ray start --block` ended (a
+            # clean exit after `ray stop` by hand included). 10 starts in 10 minutes leave room for a
+            # worker rejoining a restarted head (GCS "authentication error" for ~60 s).
             units[host][f"{unit}.service"] = _unit(
                 f"sparkctl Ray {role} for {name}", user, exec_argv, files, docker_name=unit if image else None,
-                cpu_affinity=profile.get("cpu_affinity"))
+                cpu_affinity=profile.get("cpu_affinity"), restart="always", restart_sec=5, start_limit_burst=10,
+                # Ray 2.60 drains a node for 30 s on SIGTERM; stopping Ray here means the
+                # whole cluster goes (stop, recovery), so 5 s is plenty.
+                environment=None if image else {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "5"}, stop_timeout=30)
         if image:
             # NVIDIA's multi-node guide: the API server runs inside the head's Ray container,
             # which already carries every environment file.

@@ -1,0 +1,148 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The engine venv role's decisions, in Python: which Python to build the venv with,
+which pinned packages are missing, where the profile's local files go, and how to ask
+the engine in the venv whether it registers the architecture."""
+
+from __future__ import annotations
+
+import functools
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkctl.spark.plugins.module_utils import venv_plugin
+
+DOCUMENTATION = r"""
+name: venv_missing_packages
+short_description: The pinned packages a venv lacks, from pip's JSON listing
+version_added: 0.1.0
+description:
+  - Compares the profile's pinned packages (C(name==version), extras allowed, or C(name @ url)) with the output of
+    C(python -m pip list --format=json) in the venv (PEP 503 names, PEP 440 versions), so the role runs pip only
+    when something is missing and C(--check) reports exactly that.
+  - Companion filters in this file, documented in RETURN, are C(venv_python_probe) (input the requested
+    C(runtime.venv.python); argument the venv path), C(venv_python_check) (input the output of the
+    role's Python probe parsed from JSON; arguments the requested C(runtime.venv.python) and the host name),
+    C(venv_local_sources) (input C(runtime.venv); arguments the profile directory and the node's staging
+    directory), C(venv_local_source_problems) (input the former's result; argument the plugin's files),
+    C(venv_pip_extra_args) (input the extra index URLs; argument the node-side find_links), C(venv_registry)
+    (input the engine kind; argument C(runtime.venv.registry) or nothing), C(venv_registry_probe) (input the
+    venv's python; arguments registry, architecture, modules to import), C(venv_probe_verdict) (input the
+    registered probe result).
+options:
+  _input:
+    description: The pinned package specs (C(runtime.venv.packages)).
+    type: list
+    elements: str
+    required: true
+  installed:
+    description: C(pip list --format=json) output, parsed (a list of C({name, version})).
+    type: list
+    elements: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Decide whether pip must run
+  ansible.builtin.set_fact:
+    engine_venv_missing: "{{ engine_venv_packages | sparkctl.spark.venv_missing_packages(pip_list.stdout | from_json) }}"
+
+- name: Ask the venv's vLLM whether it registers the plugin's architecture
+  ansible.builtin.command:
+    argv: >-
+      {{ '/opt/sparkctl/venvs/x/bin/python' | sparkctl.spark.venv_registry_probe('vllm' | sparkctl.spark.venv_registry,
+         'SolarOpen2ForCausalLM', ['vllm.model_executor.models.solar_open2']) }}
+  changed_when: false
+  register: probe
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - C(venv_missing_packages) returns the specs not satisfied (empty when the venv is complete).
+    - C(venv_python_probe) returns an argv list (the node's python3, C(-c), a script that finds the requested Python
+      and the version of an existing venv, printing JSON).
+    - C(venv_python_check) returns C({ok, message, executable, version, venv_package, rebuild_venv}).
+    - >-
+      C(venv_local_sources) returns C({find_links: [{controller, node}], plugin: {controller, node} | null});
+      C(controller) is null for URLs and absolute paths, which are used on the node as they are.
+    - C(venv_local_source_problems) returns a list of sentences (empty when every directory and file is there).
+    - C(venv_pip_extra_args) returns a string of shell-quoted pip arguments.
+    - C(venv_registry) returns C({module, attribute}).
+    - C(venv_registry_probe) returns an argv list (the venv's python, C(-c), the probe script, its JSON argument).
+    - C(venv_probe_verdict) returns C({ok, message}).
+  type: raw
+"""
+
+
+def _filter(func):
+    """Problems the caller must fix surface as filter errors naming the filter."""
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (venv_plugin.PluginError, KeyError, TypeError) as exc:
+            raise AnsibleFilterError(f"{func.__name__}: {exc}") from exc
+
+    return call
+
+
+@_filter
+def venv_missing_packages(packages, installed):
+    return venv_plugin.missing_packages(list(packages or []), list(installed or []))
+
+
+@_filter
+def venv_python_probe(requested, venv):
+    return venv_plugin.python_probe_argv(str(requested), str(venv))
+
+
+@_filter
+def venv_python_check(probe, requested, host=""):
+    return venv_plugin.python_check(requested, dict(probe or {}), host)
+
+
+@_filter
+def venv_local_sources(venv_spec, profile_dir, staging_dir):
+    return venv_plugin.local_sources(dict(venv_spec or {}), str(profile_dir), str(staging_dir))
+
+
+@_filter
+def venv_local_source_problems(sources, plugin_files=None):
+    return venv_plugin.local_source_problems(dict(sources or {}), list(plugin_files or []))
+
+
+@_filter
+def venv_pip_extra_args(extra_index_urls, find_links=None):
+    return venv_plugin.pip_extra_args(list(extra_index_urls or []), list(find_links or []))
+
+
+@_filter
+def venv_registry(engine_kind, override=None):
+    return venv_plugin.registry_for(engine_kind, dict(override) if override else None)
+
+
+@_filter
+def venv_registry_probe(python, registry, architecture, imports=None):
+    return venv_plugin.probe_argv(str(python), dict(registry), str(architecture), list(imports or []))
+
+
+@_filter
+def venv_probe_verdict(result):
+    ok, message = venv_plugin.probe_verdict(result.get("rc", 1), result.get("stdout", ""), result.get("stderr", ""))
+    return {"ok": ok, "message": message}
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "venv_missing_packages": venv_missing_packages,
+            "venv_python_probe": venv_python_probe,
+            "venv_python_check": venv_python_check,
+            "venv_local_sources": venv_local_sources,
+            "venv_local_source_problems": venv_local_source_problems,
+            "venv_pip_extra_args": venv_pip_extra_args,
+            "venv_registry": venv_registry,
+            "venv_registry_probe": venv_registry_probe,
+            "venv_probe_verdict": venv_probe_verdict,
+        }

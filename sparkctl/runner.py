@@ -1,0 +1,229 @@
+"""One stage = one ansible_runner.run() of one playbook, with its own artifacts and
+nothing secret left in them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shlex
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .events import Tally
+from .project import report_dir
+from .result import StageResult
+from .stages import Stage
+
+# Artifact directories kept under .sparkctl/runner/artifacts (all stages together).
+KEEP_ARTIFACTS = 20
+
+# ansible-runner records the job's whole environment in artifacts/<ident>/command,
+# suppress_env_files or not; values of variables named like these never stay there.
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|API_?KEY|PRIVATE|CREDENTIAL|AUTH", re.IGNORECASE)
+REDACTED = "<redacted by sparkctl>"
+
+
+@dataclass
+class RunOptions:
+    """What the command line says about every stage of a run."""
+
+    inventory: Path
+    extravars: dict = field(default_factory=dict)
+    # `-e @file` arguments, passed through as files (ansible reads them itself).
+    extravar_files: list[str] = field(default_factory=list)
+    check: bool = False
+    tags: str = ""
+    skip_tags: str = ""
+    limit: str = ""
+    verbosity: int = 0
+
+
+def private_data_dir(root: Path) -> Path:
+    return root / ".sparkctl" / "runner"
+
+
+def new_ident(stage: str, now: float | None = None) -> str:
+    """A stage's artifact directory name: the stage, when, and a few random bits for two runs in one second."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(now if now is not None else time.time()))
+    return f"{stage}-{stamp}-{secrets.token_hex(2)}"
+
+
+def runner_kwargs(stage: Stage, options: RunOptions, root: Path, ident: str, extravars_file: Path | None) -> dict:
+    """The ansible_runner.run() arguments for one stage (without the callbacks); pure."""
+    cmdline = []
+    if extravars_file is not None:
+        # From a private file, not runner's `extravars`: those land on the recorded command line.
+        cmdline += ["-e", f"@{extravars_file}"]
+    for path in options.extravar_files:
+        cmdline += ["-e", f"@{path}"]
+    if options.check:
+        cmdline += ["--check", "--diff"]
+    kwargs = {
+        "private_data_dir": str(private_data_dir(root)),
+        "project_dir": str(root),
+        "playbook": str(stage.playbook),
+        "inventory": str(options.inventory),
+        "ident": ident,
+        "rotate_artifacts": KEEP_ARTIFACTS,
+        "quiet": True,
+        # No env/extravars, env/envvars, env/passwords files: secrets stay in memory.
+        "suppress_env_files": True,
+        "envvars": {
+            # ansible-playbook from the wrapper's own environment (a venv need not be on PATH).
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
+            "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+            # The wrapper reads the reports where the playbooks write them.
+            "SPARKCTL_REPORT_DIR": str(report_dir(root)),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+        },
+    }
+    if cmdline:
+        kwargs["cmdline"] = shlex.join(cmdline)
+    if options.tags:
+        kwargs["tags"] = options.tags
+    if options.skip_tags:
+        kwargs["skip_tags"] = options.skip_tags
+    if options.limit:
+        kwargs["limit"] = options.limit
+    if options.verbosity:
+        kwargs["verbosity"] = options.verbosity
+    return kwargs
+
+
+def redact_env(env: dict) -> dict:
+    return {key: (REDACTED if SECRET_NAME.search(key) else value) for key, value in env.items()}
+
+
+def redact_command_file(artifact_dir: str | os.PathLike) -> None:
+    """Rewrite artifacts/<ident>/command without secret-named environment values."""
+    path = Path(artifact_dir) / "command"
+    try:
+        record = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return
+    record["env"] = redact_env(record.get("env") or {})
+    tmp = path.with_name(".command.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(record, handle, ensure_ascii=False)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def interrupt_cancels():
+    """Ctrl-C cancels the running playbook through ansible-runner (which stops it and
+    records the run as canceled) instead of tearing the wrapper down mid-write."""
+    interrupted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def worker_groups(controller_pids: set[int]) -> set[int]:
+    """Process groups of ansible-playbook's workers: each worker runs in a session of its
+    own (ansible detaches it from the terminal), so killing the controller's group, as
+    ansible-runner does on cancel, leaves them and their task running."""
+    groups = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # After the command name: state, ppid, pgrp.
+        if len(fields) > 2 and int(fields[1]) in controller_pids:
+            groups.add(int(fields[2]))
+    return groups - controller_pids
+
+
+def stop_groups(groups: set[int], grace_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after grace_s, to each process group still alive."""
+    alive = set(groups)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for group in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, sig)
+        deadline = time.monotonic() + grace_s
+        while alive and time.monotonic() < deadline:
+            alive = {g for g in alive if _group_alive(g)}
+            time.sleep(0.1)
+        if not alive:
+            return
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def run_stage(stage: Stage, options: RunOptions, root: Path, on_event: Callable[[Tally, dict], None] | None = None,
+              on_status: Callable[[str], None] | None = None, ident: str | None = None) -> StageResult:
+    """Run one stage's playbook through ansible-runner; never raises on a play failure."""
+    import ansible_runner  # imported late: `sparkctl report` and `--help` must not need it
+
+    ident = ident or new_ident(stage.name)
+    private_data_dir(root).mkdir(parents=True, exist_ok=True)
+    tally = Tally()
+
+    playbook_pids: set[int] = set()
+
+    def event_handler(event: dict) -> bool:
+        if isinstance(event.get("pid"), int):
+            playbook_pids.add(event["pid"])
+        tally.feed(event)
+        if on_event is not None:
+            on_event(tally, event)
+        return True  # keep the event in artifacts/<ident>/job_events
+
+    def status_handler(status: dict, runner_config) -> None:
+        # Runner wrote the command file (with the environment) just before "running"
+        # and has already built the child's environment: redact before the play starts.
+        if status.get("status") == "running":
+            redact_command_file(runner_config.artifact_dir)
+        if on_status is not None:
+            on_status(status.get("status", ""))
+
+    with tempfile.TemporaryDirectory(prefix="sparkctl-") as private:
+        extravars_file = None
+        if options.extravars:
+            extravars_file = Path(private) / "extravars.json"
+            fd = os.open(extravars_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                json.dump(options.extravars, handle)
+        kwargs = runner_kwargs(stage, options, root, ident, extravars_file)
+        started = time.monotonic()
+        orphans: set[int] = set()
+
+        def cancel_callback() -> bool:
+            # Runner kills the controller as soon as this says yes: find its workers first.
+            if interrupted.is_set():
+                orphans.update(worker_groups(playbook_pids))
+                return True
+            return False
+
+        with interrupt_cancels() as interrupted:
+            run = ansible_runner.run(**kwargs, event_handler=event_handler, status_handler=status_handler,
+                                     cancel_callback=cancel_callback)
+        duration = time.monotonic() - started
+    stop_groups(orphans)
+    artifact_dir = run.config.artifact_dir
+    redact_command_file(artifact_dir)
+    return StageResult.from_run(stage.name, str(stage.playbook.relative_to(root)) if stage.playbook.is_relative_to(root)
+                                else str(stage.playbook), run.status, run.rc, tally, duration, artifact_dir)

@@ -1,0 +1,129 @@
+"""The serve stage on the two-node lab: Ray across both nodes over the cable, the
+profile's stand-in engine behind the head's API through the same units and
+health wait as a real engine.
+
+A converged re-run changes nothing; the API answers the smoke prompt with the key
+and refuses without it; a SIGKILLed engine is back after one re-run; a profile
+whose budget exceeds the node's memory is refused before anything starts; both
+nodes restarted (a reboot) serve again by themselves and a re-run reports
+changed=0."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+from labrun import lab, node_exec
+
+pytestmark = pytest.mark.lab
+
+HOSTS = ("spark1", "spark2")
+KEY_FILE = "/etc/sparkctl/api-key.env"
+API = "http://127.0.0.1:8000"
+
+
+def _serve(run_site, *extra):
+    return run_site(*extra, playbook="playbooks/serve.yml")
+
+
+@pytest.fixture(scope="module")
+def served(lab_up, run_site):
+    # Every stage up to serve, end to end, as a user runs it.
+    run = run_site()
+    assert run.rc == 0, run.output[-6000:]
+    return run
+
+
+def _api(path, payload=None, key=True, timeout=60):
+    """A request to the head's API from inside the head; the key is read there, never printed."""
+    code = (
+        "import json, sys, urllib.request, urllib.error\n"
+        f"key = open('{KEY_FILE}').read().strip().split('=', 1)[1] if {key!r} else None\n"
+        f"data = None if {payload!r} is None else json.dumps({payload!r}).encode()\n"
+        f"req = urllib.request.Request('{API}{path}', data=data, headers={{'Content-Type': 'application/json'}})\n"
+        "if key: req.add_header('Authorization', 'Bearer ' + key)\n"
+        "try:\n"
+        f"    r = urllib.request.urlopen(req, timeout={timeout}); print(json.dumps({{'status': r.status, 'body': r.read().decode()}}))\n"
+        "except urllib.error.HTTPError as e:\n"
+        "    print(json.dumps({'status': e.code, 'body': e.read().decode()}))\n"
+    )
+    return json.loads(node_exec("spark1", "python3", "-c", code).stdout)
+
+
+def _wait_healthy(deadline_s=300):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        probe = node_exec("spark1", "python3", "-c",
+                          f"import urllib.request; print(urllib.request.urlopen('{API}/health', timeout=3).status)", check=False)
+        if probe.returncode == 0 and probe.stdout.strip() == "200":
+            return True
+        time.sleep(2)
+    return False
+
+
+def _ray_nodes():
+    code = ("import ray, json; ray.init(address='192.168.100.10:6379', logging_level='ERROR');"
+            "print(json.dumps([n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']]))")
+    out = node_exec("spark1", "runuser", "-u", "spark", "--", "/opt/sparkctl/venvs/lab-standin/bin/python", "-c", code).stdout
+    return sorted(json.loads(out.strip().splitlines()[-1]))
+
+
+def test_cluster_and_endpoint_are_up(served):
+    assert _ray_nodes() == ["192.168.100.10", "192.168.100.11"]
+    answer = _api("/v1/completions", {"model": "lab-standin", "prompt": "The capital of Japan is", "max_tokens": 8})
+    assert answer["status"] == 200, answer
+    assert "Tokyo" in json.loads(answer["body"])["choices"][0]["text"]
+
+
+def test_the_api_requires_the_key(served):
+    assert _api("/v1/models", key=False)["status"] == 401
+    assert _api("/v1/models")["status"] == 200
+    mode = node_exec("spark1", "stat", "-c", "%a %U", KEY_FILE).stdout.split()
+    assert mode == ["600", "spark"]
+
+
+def test_converged_rerun_changes_nothing(served, run_site):
+    run = _serve(run_site)
+    assert run.rc == 0, run.output[-4000:]
+    assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
+
+
+def test_killed_engine_is_back_after_one_run(served, run_site):
+    pid = node_exec("spark1", "systemctl", "show", "-p", "MainPID", "--value", "sparkctl-engine.service").stdout.strip()
+    assert pid and pid != "0"
+    node_exec("spark1", "kill", "-9", pid)
+    run = _serve(run_site)
+    assert run.rc == 0, run.output[-4000:]
+    assert _wait_healthy()
+    assert "Tokyo" in json.loads(_api("/v1/completions", {"model": "lab-standin", "prompt": "The capital of Japan is",
+                                                           "max_tokens": 8})["body"])["choices"][0]["text"]
+
+
+def test_profile_over_the_nodes_memory_is_refused_before_anything_starts(served, run_site):
+    stop = run_site(playbook="playbooks/stop.yml")
+    assert stop.rc == 0, stop.output[-3000:]
+    huge = {"memory": {"weights_per_rank_bytes": 200 * 1024**3, "node_budget_bytes": 400 * 1024**3}}
+    try:
+        refused = _serve(run_site, "-e", json.dumps({"spark_profile_overrides": huge}))
+        assert refused.rc != 0
+        assert "needed by profile lab-standin" in refused.output, refused.output[-4000:]
+        state = node_exec("spark1", "systemctl", "is-active", "sparkctl-engine.service", check=False).stdout.strip()
+        assert state != "active"
+    finally:
+        again = _serve(run_site)
+        assert again.rc == 0, again.output[-4000:]
+
+
+def test_reboot_brings_ray_and_the_engine_back_by_themselves(served, run_site):
+    subprocess.run([os.environ.get("SPARKLAB_DOCKER", "docker"), "restart", "spark1", "spark2"],
+                   check=True, capture_output=True, timeout=180)
+    up = lab("up", check=False)  # re-creates the cable (the veth pair dies with the containers)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert _wait_healthy(600), "the engine did not come back after the restart"
+    assert _ray_nodes() == ["192.168.100.10", "192.168.100.11"]
+    run = _serve(run_site)
+    assert run.rc == 0, run.output[-4000:]
+    assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}

@@ -1,0 +1,154 @@
+"""`sparkctl` against the two-node lab, as a user types it. Only read-only stages
+run here (doctor / preflight, `--check`): the wrapper never changes the lab."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from labrun import LAB_INVENTORY, REPO
+from sparkctl.stages import COMMAND_STAGES, UP_STAGES
+
+pytestmark = pytest.mark.lab
+
+SCHEMA = json.loads((REPO / "sparkctl" / "schema" / "run.schema.json").read_text())
+SPARKCTL = Path(sys.executable).with_name("sparkctl")
+# On the lab's management network, assigned to no node: nothing answers there.
+UNUSED_MGMT_ADDRESS = "172.30.77.99"
+
+
+@pytest.fixture
+def sparkctl(report_dir):
+    """Run the installed console script; returns (exit code, stdout, stderr)."""
+
+    def _run(*argv: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, SPARKCTL_REPORT_DIR=str(report_dir), COLUMNS="200", NO_COLOR="1")
+        env.pop("HF_TOKEN", None)
+        return subprocess.run([str(SPARKCTL), *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+    return _run
+
+
+def json_run(sparkctl, *argv: str) -> dict:
+    proc = sparkctl("--json", *argv)
+    doc = json.loads(proc.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["exit_code"] == proc.returncode, proc.stderr
+    return doc
+
+
+def write_inventory(tmp_path: Path, mutate) -> Path:
+    """A copy of the lab inventory, changed by mutate, that still finds the lab's key and profiles."""
+    data = yaml.safe_load(LAB_INVENTORY.read_text())
+    mutate(data["all"]["children"]["sparklab"]["children"])
+    inv_dir = tmp_path / "inv"
+    (inv_dir / "group_vars").mkdir(parents=True)
+    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(data))
+    for source in (LAB_INVENTORY.parent / "group_vars").glob("*.yml"):
+        text = source.read_text().replace("{{ inventory_dir }}/../..", str(REPO))
+        text = text.replace("- ../../tests/lab/profiles", f"- {REPO / 'tests' / 'lab' / 'profiles'}")
+        (inv_dir / "group_vars" / source.name).write_text(text)
+    return inv_dir
+
+
+def spark2(children) -> dict:
+    return children["spark_workers"]["hosts"]["spark2"]
+
+
+def test_the_console_script_is_installed():
+    assert SPARKCTL.is_file(), f"{SPARKCTL} missing: pip install -e . (tests/bootstrap.sh does)"
+
+
+def test_doctor_passes_with_both_tables(lab_up, sparkctl):
+    proc = sparkctl("doctor", "-i", "inventories/lab")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.replace("│", " ").split() for line in proc.stdout.splitlines()]
+    assert "preflight: ok in" in proc.stdout
+    for host in ("localhost", "spark1", "spark2"):
+        row = next(r for r in rows if r and r[0] == host)
+        assert row[2:5] == ["0", "0", "0"], row  # changed, failed, unreachable
+    assert "Preflight: OK" in proc.stdout
+    assert any(r[:3] == ["gpu.driver", "pass", "580.95.05"] for r in rows)
+
+
+def test_doctor_json_validates_against_the_schema(lab_up, sparkctl):
+    doc = json_run(sparkctl, "doctor", "-i", "inventories/lab")
+    assert doc["exit_code"] == 0
+    [stage] = doc["stages"]
+    assert (stage["name"], stage["status"], stage["failures"]) == ("preflight", "successful", [])
+    assert set(stage["stats"]) == {"localhost", "spark1", "spark2"}
+    assert Path(stage["log"]).is_file()
+    assert doc["reports"]["preflight"]["ok"] is True
+    assert set(doc["reports"]["preflight"]["hosts"]) == {"spark1", "spark2"}
+
+
+def test_bad_inventory_exits_2_with_the_problem(lab_up, sparkctl, tmp_path):
+    inventory = write_inventory(tmp_path, lambda c: spark2(c)["spark_link"][0].update(address="192.168.100.10/24"))
+    proc = sparkctl("doctor", "-i", str(inventory))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "localhost failed at task Check groups, link plan" in proc.stdout
+    assert "spark2: spark_link[0].address 192.168.100.10 is already used by spark1" in proc.stdout
+    doc = json_run(sparkctl, "doctor", "-i", str(inventory))
+    # Refused on the control node: no lab node was touched.
+    assert set(doc["stages"][0]["stats"]) == {"localhost"}
+    assert doc["stages"][0]["exit_code"] == 2
+
+
+def test_unreachable_host_exits_3(lab_up, sparkctl, tmp_path):
+    inventory = write_inventory(tmp_path, lambda c: spark2(c).update(ansible_host=UNUSED_MGMT_ADDRESS))
+    doc = json_run(sparkctl, "doctor", "-i", str(inventory))
+    assert doc["exit_code"] == 3
+    [stage] = doc["stages"]
+    assert stage["stats"]["spark2"]["unreachable"] == 1
+    [failure] = stage["failures"]
+    assert (failure["host"], failure["kind"]) == ("spark2", "unreachable")
+    assert UNUSED_MGMT_ADDRESS in failure["msg"]
+
+
+def test_a_failing_stage_stops_up(lab_up, sparkctl):
+    # --check: even if preflight passed by mistake, no later stage would change the lab.
+    argv = ("up", "--check", "-i", "inventories/lab", "-e", "preflight_driver_min_major=999")
+    doc = json_run(sparkctl, *argv)
+    assert doc["exit_code"] == 1
+    preflight, *later = doc["stages"]
+    assert (preflight["name"], preflight["status"], preflight["exit_code"]) == ("preflight", "failed", 1)
+    assert {f["host"] for f in preflight["failures"]} == {"spark1", "spark2"}
+    assert all("gpu.driver: driver 580.95.05 is older than 999" in f["msg"] for f in preflight["failures"])
+    # The stages of this version after preflight; the playbooks arrive with the issues.
+    present = [name for name in UP_STAGES[1:] if (REPO / "playbooks" / f"{name}.yml").is_file()]
+    missing = [name for name in UP_STAGES if not (REPO / "playbooks" / f"{name}.yml").is_file()]
+    assert [s["name"] for s in later] == present
+    assert all(s["status"] == "not_run" and s["artifact_dir"] is None for s in later)
+    assert doc["unavailable_stages"] == missing
+    assert doc["reports"]["preflight"]["ok"] is False
+
+    proc = sparkctl(*argv)
+    assert proc.returncode == 1
+    if missing:
+        assert f"not available in this version (skipped): {', '.join(missing)}" in proc.stderr
+    assert "spark2 failed at task" in proc.stdout
+    assert "full log: " in proc.stdout
+    assert f"stopped: not run: {', '.join(present)}" in proc.stdout
+
+
+def test_provision_check_on_the_converged_lab_changes_nothing(lab_up, sparkctl):
+    doc = json_run(sparkctl, "provision", "--check", "-i", "inventories/lab")
+    assert doc["exit_code"] == 0, doc["stages"][0]["failures"]
+    stats = doc["stages"][0]["stats"]
+    assert {host: counts["changed"] for host, counts in stats.items()} == {"localhost": 0, "spark1": 0, "spark2": 0}
+
+
+def test_commands_of_later_versions_exit_2(sparkctl):
+    later = [command for command, stage in COMMAND_STAGES.items() if not (REPO / "playbooks" / f"{stage}.yml").is_file()]
+    if not later:
+        pytest.skip("every command has its playbook")
+    for command in later:
+        proc = sparkctl(command, "-i", "inventories/lab")
+        assert proc.returncode == 2
+        assert f"`{command}` is not available in this version" in proc.stderr

@@ -1,0 +1,9 @@
+"""sparklab_engine: the lab's stand-in for an inference engine (LAB-ONLY test double, not vLLM).
+
+`python -m sparklab_engine serve MODEL_DIR [vLLM-shaped flags]` serves an OpenAI-compatible
+API with deterministic answers and a configurable timing model, and prints the startup lines
+sparkctl's verify stage reads (README.md next to this package). It also has the one piece of
+vLLM's layout the venv runtime touches: a model registry in sparklab_engine/models/registry.py
+that an out-of-tree plugin replaces to register its architecture (tests/lab/plugins/sparklab_plugin)."""
+
+__version__ = "0.2.0"

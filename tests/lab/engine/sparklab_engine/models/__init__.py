@@ -1,0 +1,1 @@
+"""Model implementations of the stand-in engine, looked up through registry.py."""

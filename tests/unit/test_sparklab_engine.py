@@ -1,0 +1,514 @@
+"""The lab's stand-in engine (tests/lab/engine, LAB-ONLY): started in-process on 127.0.0.1
+with the mp backend (no Ray), then its API, timing model, faults and fatal startup paths."""
+
+import http.client
+import io
+import json
+import sys
+import threading
+import time
+import types
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ENGINE = Path(__file__).resolve().parents[1] / "lab" / "engine"
+if str(ENGINE) not in sys.path:
+    sys.path.insert(0, str(ENGINE))
+
+import sparklab_engine  # noqa: E402
+from sparklab_engine import cli, cluster, server  # noqa: E402
+from sparklab_engine.app import EngineServer, hold_memory  # noqa: E402
+from sparklab_engine.log import Log  # noqa: E402
+
+KEY = "unit-test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def make_checkpoint(root, shards=4, shard_bytes=1 << 20):
+    root.mkdir(parents=True, exist_ok=True)
+    weight_map = {}
+    for i in range(1, shards + 1):
+        name = f"model-{i:05d}-of-{shards:05d}.safetensors"
+        (root / name).write_bytes(b"\0" * shard_bytes)
+        weight_map[f"layers.{i}.weight"] = name
+    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (root / "config.json").write_text(json.dumps({"architectures": ["SparklabStandinForCausalLM"]}))
+    return root
+
+
+class Running:
+    """An EngineServer running in a thread (run() returns its exit code into .code)."""
+
+    def __init__(self, argv, env):
+        self.stream = io.StringIO()
+        self.engine = EngineServer(cli.parse_serve(argv, env), Log(self.stream))
+        self.code = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 5
+        while self.engine.httpd is None and self.thread.is_alive():
+            assert time.monotonic() < deadline, "the server did not bind"
+            time.sleep(0.005)
+
+    def _run(self):
+        self.code = self.engine.run()
+
+    @property
+    def port(self):
+        return self.engine.httpd.server_address[1]
+
+    @property
+    def lines(self):
+        return self.engine.log.lines
+
+    def request(self, method, path, body=None, headers=None, timeout=10):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn.request(method, path, body=None if body is None else json.dumps(body),
+                     headers=dict({"Content-Type": "application/json"}, **(headers or {})))
+        response = conn.getresponse()
+        data = response.read()
+        conn.close()
+        return response.status, (json.loads(data) if data else None)
+
+    def wait_ready(self, timeout=5):
+        deadline = time.monotonic() + timeout
+        while self.request("GET", "/health")[0] != 200:
+            assert time.monotonic() < deadline, "not ready:\n" + self.stream.getvalue()
+            time.sleep(0.02)
+
+    def stream_events(self, path, body, timeout=10):
+        """POST a streaming request -> (t_sent, [(t, event)]) with event the parsed JSON or '[DONE]'."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        sent = time.monotonic()
+        conn.request("POST", path, body=json.dumps(dict(body, stream=True)),
+                     headers=dict(AUTH, **{"Content-Type": "application/json"}))
+        response = conn.getresponse()
+        assert response.status == 200 and response.getheader("Content-Type").startswith("text/event-stream")
+        events = []
+        try:
+            while True:
+                line = response.readline()
+                if not line:
+                    break
+                line = line.strip()
+                if not line:
+                    continue
+                assert line.startswith(b"data: ")
+                payload = line[len(b"data: "):].decode()
+                events.append((time.monotonic(), payload if payload == "[DONE]" else json.loads(payload)))
+        finally:
+            conn.close()
+        return sent, events
+
+    def stop(self):
+        self.engine.shutdown(0)
+        self.thread.join(5)
+
+
+BASE_ENV = {"VLLM_API_KEY": KEY, "SPARKLAB_ENGINE_LOAD_S": "0.3"}
+
+
+def serve_argv(model_dir, *extra):
+    return [str(model_dir), "--served-model-name", "lab-standin", "--host", "127.0.0.1", "--port", "0",
+            "--distributed-executor-backend", "mp", "--tensor-parallel-size", "2", "--max-model-len", "4096",
+            "--kv-cache-memory-bytes", "268435456", "--max-num-seqs", "4", "--enforce-eager", *extra]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory, loopback_only):
+    model = make_checkpoint(tmp_path_factory.mktemp("ckpt") / "lab-standin")
+    running = Running(serve_argv(model, "--some-vllm-flag", "7", "--another-switch"), BASE_ENV)
+    running.health_at_bind = running.request("GET", "/health")[0]
+    running.wait_ready()
+    yield running
+    running.stop()
+    assert running.code == 0
+
+
+@pytest.fixture
+def timing(engine):
+    """Set the timing model for one test, restore it after."""
+    before = engine.request("GET", "/_standin/timing")[1]
+
+    def setter(**values):
+        status, body = engine.request("POST", "/_standin/timing", values)
+        assert status == 200, body
+        return body
+
+    yield setter
+    engine.request("POST", "/_standin/timing", before)
+    engine.request("POST", "/_standin/faults", {"reset": True})
+
+
+# ------------------------------------------------------------------------------ startup
+
+
+def test_health_is_503_until_startup_completes_then_200(engine):
+    assert engine.health_at_bind == 503
+    assert engine.request("GET", "/health")[0] == 200
+    assert engine.request("GET", "/ping")[0] == 200
+
+
+def test_startup_prints_the_lines_the_verify_stage_reads(engine):
+    text = "\n".join(engine.lines)
+    assert "Using 'SPARKLAB_STANDIN' NvFp4 MoE backend" in text
+    # 4 MiB over TP2 = 0.00 GiB per rank, once per rank (rank 1 with vLLM's worker prefix).
+    loading = [line for line in engine.lines if "Model loading took" in line]
+    assert len(loading) == 2 and loading[1].startswith("(VllmWorker rank=1 pid=")
+    assert "Model loading took 0.00 GiB and 0.3" in loading[0]
+    assert "GPU KV cache size: 16,384 tokens" in text
+    assert "Maximum concurrency for 4,096 tokens per request: 4.00x" in text
+    assert "Ignoring flags the stand-in does not implement: --some-vllm-flag 7 --another-switch" in text
+    assert engine.lines[-1].endswith("Application startup complete.")
+    assert "api_key=set" in text and KEY not in text
+
+
+def test_model_loading_gib_is_total_over_tensor_parallel(tmp_path, loopback_only):
+    model = make_checkpoint(tmp_path / "m", shards=2, shard_bytes=3 << 20)
+    running = Running(serve_argv(model), dict(BASE_ENV, SPARKLAB_ENGINE_LOAD_S="0", SPARKLAB_ENGINE_KV_BYTES_PER_TOKEN="1"))
+    try:
+        running.wait_ready()
+    finally:
+        running.stop()
+    # 6 MiB / 2 ranks = 3 MiB = 0.0029 GiB; 268435456 B / 1 B per token.
+    assert any("Model loading took 0.00 GiB" in line for line in running.lines)
+    assert any("GPU KV cache size: 268,435,456 tokens" in line for line in running.lines)
+
+
+# ------------------------------------------------------------------------------ API
+
+
+def test_api_key_is_required_on_v1_routes_only(engine):
+    assert engine.request("GET", "/v1/models") == (401, {"error": "Unauthorized"})
+    assert engine.request("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[0] == 401
+    status, body = engine.request("GET", "/v1/models", headers=AUTH)
+    assert status == 200 and body["data"][0]["id"] == "lab-standin" and body["data"][0]["max_model_len"] == 4096
+    assert engine.request("POST", "/v1/completions", {"prompt": "x"})[0] == 401
+    assert engine.request("GET", "/health")[0] == 200
+    assert engine.request("GET", "/version")[1]["version"] == sparklab_engine.__version__
+
+
+def test_completion_of_the_smoke_prompt_says_tokyo_and_stops(engine, timing):
+    timing(ttft_s=0, ttft_per_token_s=0, token_rate=1000)
+    status, body = engine.request("POST", "/v1/completions", {"model": "lab-standin", "prompt": "The capital of Japan is",
+                                                              "max_tokens": 8}, headers=AUTH)
+    assert status == 200
+    assert body["choices"][0]["text"] == " Tokyo." and body["choices"][0]["finish_reason"] == "stop"
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+
+
+def test_other_prompts_emit_max_tokens_of_filler(engine, timing):
+    timing(ttft_s=0, ttft_per_token_s=0, token_rate=1000)
+    status, body = engine.request("POST", "/v1/completions", {"prompt": "Tell me a story", "max_tokens": 5}, headers=AUTH)
+    assert status == 200 and len(body["choices"][0]["text"].split()) == 5 and body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] == 5
+
+
+def test_chat_completion(engine, timing):
+    timing(ttft_s=0, ttft_per_token_s=0, token_rate=1000)
+    status, body = engine.request("POST", "/v1/chat/completions", {
+        "messages": [{"role": "system", "content": "Be brief."},
+                     {"role": "user", "content": [{"type": "text", "text": "What is the capital of Japan?"}]}]}, headers=AUTH)
+    assert status == 200 and body["object"] == "chat.completion"
+    assert body["choices"][0]["message"]["content"] == " Tokyo." and body["usage"]["prompt_tokens"] == 8
+
+
+def test_bad_requests_are_rejected_like_vllm(engine):
+    assert engine.request("POST", "/v1/completions", {"model": "other", "prompt": "x"}, headers=AUTH)[0] == 404
+    status, body = engine.request("POST", "/v1/completions", {"prompt": "a b c", "max_tokens": 4094}, headers=AUTH)
+    assert status == 400 and "maximum context length is 4096 tokens" in body["error"]["message"]
+    assert engine.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 0}, headers=AUTH)[0] == 400
+    assert engine.request("POST", "/v1/chat/completions", {"messages": []}, headers=AUTH)[0] == 400
+    status, body = engine.request("POST", "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}, headers=AUTH)
+    assert status == 400 and "--enable-auto-tool-choice" in body["error"]["message"]
+    assert engine.request("GET", "/v1/nothing", headers=AUTH)[0] == 404
+
+
+def test_streaming_chunks_parse_and_end_with_done(engine, timing):
+    timing(ttft_s=0, ttft_per_token_s=0, token_rate=1000)
+    _, events = engine.stream_events("/v1/completions", {"prompt": "The capital of Japan is", "max_tokens": 8,
+                                                         "stream_options": {"include_usage": True}})
+    payloads = [e for _, e in events]
+    assert payloads[-1] == "[DONE]"
+    assert "".join(p["choices"][0]["text"] for p in payloads[:-2]) == " Tokyo."
+    assert payloads[-3]["choices"][0]["finish_reason"] == "stop"
+    assert payloads[-2]["choices"] == [] and payloads[-2]["usage"]["completion_tokens"] == 2
+
+    _, events = engine.stream_events("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+    payloads = [e for _, e in events]
+    assert payloads[-1] == "[DONE]" and len(payloads) == 4
+    assert payloads[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert all(p["object"] == "chat.completion.chunk" for p in payloads[:-1])
+    assert payloads[2]["choices"][0]["finish_reason"] == "length"
+
+
+# ------------------------------------------------------------------------------ timing model
+
+
+def _measure(engine, prompt_words, max_tokens):
+    sent, events = engine.stream_events("/v1/completions", {"prompt": " ".join(["w"] * prompt_words), "max_tokens": max_tokens})
+    times = [t for t, e in events if e != "[DONE]"]
+    assert len(times) == max_tokens
+    return times[0] - sent, (len(times) - 1) / (times[-1] - times[0])
+
+
+def test_ttft_and_token_rate_match_the_configured_model_at_one_stream(engine, timing):
+    timing(ttft_s=0.2, ttft_per_token_s=0.01, token_rate=50, max_total_token_rate=0)
+    ttft, rate = _measure(engine, 5, 20)
+    assert ttft == pytest.approx(0.25, rel=0.1)
+    assert rate == pytest.approx(50, rel=0.1)
+
+
+@pytest.mark.parametrize("cap, per_stream", [(0, 50), (60, 30)])
+def test_two_streams_share_the_aggregate_cap(engine, timing, cap, per_stream):
+    timing(ttft_s=0.1, ttft_per_token_s=0, token_rate=50, max_total_token_rate=cap)
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: _measure(engine, 3, 20), range(2)))
+    for ttft, rate in results:
+        assert ttft == pytest.approx(0.1, abs=0.03)
+        assert rate == pytest.approx(per_stream, rel=0.1)
+
+
+def test_timing_updates_are_validated(engine):
+    assert engine.request("POST", "/_standin/timing", {"token_rate": 0})[0] == 400
+    assert engine.request("POST", "/_standin/timing", {"nope": 1})[0] == 400
+    assert engine.request("POST", "/_standin/timing", {"ttft_s": "1"})[0] == 400
+
+
+# ------------------------------------------------------------------------------ faults and control
+
+
+def test_wrong_answer_fault(engine, timing):
+    timing(ttft_s=0, ttft_per_token_s=0, token_rate=1000)
+    assert engine.request("POST", "/_standin/faults", {"wrong_answer": True}) == (200, {"hang_after_health": False, "wrong_answer": True})
+    status, body = engine.request("POST", "/v1/completions", {"prompt": "The capital of Japan is", "max_tokens": 8}, headers=AUTH)
+    assert body["choices"][0]["text"] == " Kyoto."
+    engine.request("POST", "/_standin/faults", {"reset": True})
+    status, body = engine.request("POST", "/v1/completions", {"prompt": "The capital of Japan is", "max_tokens": 8}, headers=AUTH)
+    assert body["choices"][0]["text"] == " Tokyo."
+
+
+def test_hang_after_health_fault_wedges_generation_but_not_health(engine, timing):
+    timing(ttft_s=0, ttft_per_token_s=0, token_rate=1000)
+    engine.request("POST", "/_standin/faults", {"hang_after_health": True})
+    assert engine.request("GET", "/health")[0] == 200
+    assert engine.request("GET", "/v1/models", headers=AUTH)[0] == 200
+    with pytest.raises(TimeoutError):
+        engine.stream_events("/v1/completions", {"prompt": "The capital of Japan is"}, timeout=0.5)
+    with pytest.raises(TimeoutError):
+        engine.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1}, headers=AUTH, timeout=0.5)
+    assert engine.request("POST", "/_standin/faults", {"reset": True})[1]["hang_after_health"] is False
+    assert engine.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1}, headers=AUTH)[0] == 200
+    # The wedged requests resume once the fault is reset (their clients are gone by now).
+    wait_idle(engine)
+
+
+def test_faults_are_validated(engine):
+    assert engine.request("POST", "/_standin/faults", {"explode": True})[0] == 400
+    assert engine.request("POST", "/_standin/faults", {"wrong_answer": "yes"})[0] == 400
+
+
+def wait_idle(engine, timeout=3):
+    deadline = time.monotonic() + timeout
+    while engine.request("GET", "/_standin/stats")[1]["active_generations"]:
+        assert time.monotonic() < deadline, "generations still running"
+        time.sleep(0.02)
+
+
+def test_stats_count_requests_and_tokens(engine, timing):
+    timing(ttft_s=0, ttft_per_token_s=0, token_rate=1000)
+    wait_idle(engine)
+    before = engine.request("GET", "/_standin/stats")[1]
+    engine.request("POST", "/v1/completions", {"prompt": "one two three", "max_tokens": 4}, headers=AUTH)
+    after = engine.request("GET", "/_standin/stats")[1]
+    assert after["completion_tokens"] - before["completion_tokens"] == 4
+    assert after["prompt_tokens"] - before["prompt_tokens"] == 3
+    assert after["by_route"]["POST /v1/completions"] > before["by_route"].get("POST /v1/completions", 0)
+    assert after["ready"] is True and after["active_generations"] == 0
+
+
+def test_control_routes_refuse_a_non_loopback_client(engine, monkeypatch):
+    monkeypatch.setattr(server, "is_loopback", lambda host: False)
+    status, body = engine.request("POST", "/_standin/faults", {"wrong_answer": True})
+    assert status == 403 and "loopback clients only" in body["error"]
+    assert engine.request("GET", "/_standin/stats")[0] == 403
+
+
+@pytest.mark.parametrize("host, expected", [
+    ("127.0.0.1", True), ("127.8.9.10", True), ("::1", True), ("::ffff:127.0.0.1", True),
+    ("192.168.100.11", False), ("172.30.77.2", False), ("::ffff:10.0.0.1", False), ("fe80::1%eth0", False), ("nonsense", False),
+])
+def test_is_loopback(host, expected):
+    assert server.is_loopback(host) is expected
+
+
+# ------------------------------------------------------------------------------ tools and reasoning
+
+
+def test_tool_calls_and_reasoning_when_the_parsers_are_set(tmp_path, loopback_only):
+    model = make_checkpoint(tmp_path / "m")
+    running = Running(serve_argv(model, "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"),
+                      dict(BASE_ENV, SPARKLAB_ENGINE_LOAD_S="0", SPARKLAB_ENGINE_TTFT_S="0", SPARKLAB_ENGINE_TOKEN_RATE="1000"))
+    try:
+        running.wait_ready()
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}]
+        status, body = running.request("POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Weather in the capital of Japan?"}], "tools": tools}, headers=AUTH)
+        assert status == 200
+        choice = body["choices"][0]
+        assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+        call = choice["message"]["tool_calls"][0]
+        assert call["function"]["name"] == "get_weather" and json.loads(call["function"]["arguments"]) == {"city": "Tokyo"}
+
+        status, body = running.request("POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "The capital of Japan is"}], "max_tokens": 16}, headers=AUTH)
+        message = body["choices"][0]["message"]
+        assert message["reasoning_content"].startswith("The user asks") and message["content"] == " Tokyo."
+        _, events = running.stream_events("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "The capital of Japan is"}], "max_tokens": 16})
+        deltas = [e["choices"][0]["delta"] for _, e in events if e != "[DONE]"]
+        assert "reasoning_content" in deltas[0] and "".join(d.get("content") or "" for d in deltas) == " Tokyo."
+    finally:
+        running.stop()
+
+
+# ------------------------------------------------------------------------------ fatal startup
+
+
+def _fatal_run(argv, env):
+    running = Running(argv, env)
+    running.thread.join(5)
+    assert not running.thread.is_alive()
+    return running.code, "\n".join(running.lines)
+
+
+def test_a_directory_without_the_index_is_fatal(tmp_path, loopback_only):
+    (tmp_path / "empty").mkdir()
+    code, text = _fatal_run(serve_argv(tmp_path / "empty"), BASE_ENV)
+    assert code == 1 and "EngineCore failed to start: no model.safetensors.index.json" in text
+
+
+def test_a_kv_cache_smaller_than_max_model_len_is_fatal(tmp_path, loopback_only):
+    model = make_checkpoint(tmp_path / "m")
+    code, text = _fatal_run(serve_argv(model, "--kv-cache-memory-bytes", "1M"), dict(BASE_ENV, SPARKLAB_ENGINE_LOAD_S="0"))
+    assert code == 1 and "max seq len (4096) is larger than the maximum number of tokens that can be stored in KV cache (64)" in text
+
+
+def test_ray_backend_without_ray_is_fatal(tmp_path, loopback_only, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    model = make_checkpoint(tmp_path / "m")
+    argv = [a if a != "mp" else "ray" for a in serve_argv(model)]
+    code, text = _fatal_run(argv, BASE_ENV)
+    assert code == 1 and "--distributed-executor-backend ray needs the ray package" in text
+
+
+# ------------------------------------------------------------------------------ Ray placement (fake ray)
+
+
+def fake_ray(monkeypatch, gpu_nodes):
+    """A stand-in `ray` module: nodes() lists `gpu_nodes` IPs, each with one GPU."""
+    nodes = [{"NodeID": f"id-{ip}", "NodeManagerAddress": ip, "Alive": True, "Resources": {"GPU": 1.0, "CPU": 4.0}}
+             for ip in gpu_nodes]
+    calls = {}
+    ray = types.ModuleType("ray")
+    ray.init = lambda **kwargs: calls.setdefault("init", kwargs)
+    ray.is_initialized = lambda: "init" in calls
+    ray.shutdown = lambda: calls.setdefault("shutdown", True)
+    ray.nodes = lambda: nodes
+    ray.get = lambda refs, timeout=None: [r() for r in refs] if isinstance(refs, list) else refs()
+    ray.util = types.ModuleType("ray.util")
+    ray.util.get_node_ip_address = lambda: gpu_nodes[0] if gpu_nodes else "127.0.0.1"
+    ray.util.remove_placement_group = lambda group: None
+
+    class Group:
+        def __init__(self, specs, strategy, name):
+            calls["group"] = (specs, strategy)
+
+        def ready(self):
+            return lambda: True
+
+    placement = types.ModuleType("ray.util.placement_group")
+    placement.placement_group = Group
+    strategies = types.ModuleType("ray.util.scheduling_strategies")
+    strategies.PlacementGroupSchedulingStrategy = lambda placement_group, placement_group_bundle_index: placement_group_bundle_index
+
+    def remote(num_gpus, num_cpus):
+        calls["num_gpus"], calls["num_cpus"] = num_gpus, num_cpus
+
+        class Task:
+            def options(self, scheduling_strategy):
+                index = scheduling_strategy
+                return types.SimpleNamespace(remote=lambda: lambda: {"ip": gpu_nodes[::-1][index], "pid": 100 + index,
+                                                                     "hostname": f"h{index}"})
+
+        return lambda fn: Task()
+
+    ray.remote = remote
+    for name, module in {"ray": ray, "ray.util": ray.util, "ray.util.placement_group": placement,
+                         "ray.util.scheduling_strategies": strategies}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return calls
+
+
+def test_ray_placement_puts_one_gpu_task_per_node_rank0_on_the_driver(monkeypatch):
+    calls = fake_ray(monkeypatch, ["192.168.100.10", "192.168.100.11"])
+    log = Log(io.StringIO())
+    placement = cluster.RayPlacement(2, "auto", 5, log)
+    ranks = placement.connect()
+    assert [r["ip"] for r in ranks] == ["192.168.100.10", "192.168.100.11"]
+    assert calls["group"] == ([{"GPU": 1.0}, {"GPU": 1.0}], "STRICT_SPREAD") and (calls["num_gpus"], calls["num_cpus"]) == (1, 0)
+    assert calls["init"]["address"] == "auto"
+    assert "Ray placement: 2 ranks on nodes 192.168.100.10, 192.168.100.11" in "\n".join(log.lines)
+    placement.disconnect()
+    assert calls["shutdown"]
+
+
+def test_ray_placement_fails_clearly_when_nodes_are_missing(monkeypatch):
+    fake_ray(monkeypatch, ["192.168.100.10"])
+    with pytest.raises(cluster.PlacementError, match=r"needs 2 alive nodes with a GPU, the Ray cluster has 1: 192.168.100.10 \(1 GPU\)"):
+        cluster.RayPlacement(2, "auto", 0, Log(io.StringIO())).connect()
+
+
+def test_ray_watch_reports_a_lost_rank(monkeypatch):
+    fake_ray(monkeypatch, ["192.168.100.10", "192.168.100.11"])
+    placement = cluster.RayPlacement(2, "auto", 5, Log(io.StringIO()))
+    placement.connect()
+    sys.modules["ray"].nodes = lambda: [{"NodeID": "id-192.168.100.10", "Alive": True}, {"NodeID": "id-192.168.100.11", "Alive": False}]
+    lost, stop = [], threading.Event()
+    placement.watch(0.01, lost.append, stop)
+    deadline = time.monotonic() + 2
+    while not lost and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    assert lost and "192.168.100.11" in lost[0]
+
+
+# ------------------------------------------------------------------------------ command line and memory
+
+
+def test_hold_memory_allocates_the_bytes_in_steps(monkeypatch):
+    monkeypatch.setattr("sparklab_engine.app.HOLD_CHUNK_BYTES", 1 << 20)
+    held = []
+    hold_memory((5 << 20) + 7, Log(io.StringIO()), held)
+    assert [len(c) for c in held] == [1 << 20] * 5 + [7] and all(c[:1] == b"\x01" for c in held)
+
+
+
+def test_command_line_contract():
+    s = cli.parse_serve(["/m", "--served-model-name", "a", "b", "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray",
+                         "--kv-cache-memory-bytes", "2G", "--trust-remote-code", "--max-num-batched-tokens", "8192", "--x=1"],
+                        {"VLLM_API_KEY": "k", "SPARKLAB_ENGINE_TOKEN_RATE": "64.4", "RAY_ADDRESS": "192.168.100.10:6379",
+                         "SPARKLAB_ENGINE_HOLD_BYTES": "1.5GiB"})
+    assert (s.served_model_name, s.tensor_parallel_size, s.distributed_executor_backend) == ("a", 2, "ray")
+    assert s.kv_cache_memory_bytes == 2 << 30 and s.hold_bytes == 3 << 29
+    assert s.api_key == "k" and s.timing.token_rate == 64.4 and s.ray_address == "192.168.100.10:6379"
+    assert s.ignored == ["--trust-remote-code", "--max-num-batched-tokens 8192", "--x=1"]
+    assert cli.parse_serve(["/m"], {}).served_model_name == "/m"
+    with pytest.raises(cli.UsageError):
+        cli.parse_serve(["/m", "stray"], {})
+    with pytest.raises(cli.UsageError):
+        cli.parse_serve(["/m"], {"SPARKLAB_ENGINE_TTFT_S": "soon"})
