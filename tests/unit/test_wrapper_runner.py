@@ -234,6 +234,9 @@ def test_ctrl_c_cancels_the_stage_and_stops_the_sequence(project, capsys):
               ansible.builtin.command: sleep 60
               changed_when: false
         """))
+    # A shell that starts the suite in the background hands it SIGINT ignored; the
+    # wrapper must restore whatever it found, so the test starts from Python's default.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(3, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     started = time.monotonic()
@@ -241,6 +244,7 @@ def test_ctrl_c_cancels_the_stage_and_stops_the_sequence(project, capsys):
         doc = run_json(capsys, "up", "-i", "inventories/local")
     finally:
         timer.cancel()
+        restored = signal.signal(signal.SIGINT, inherited)
     assert time.monotonic() - started < 40
     assert [(s["name"], s["status"]) for s in doc["stages"]] == [
         ("preflight", "canceled"), ("provision", "not_run"), ("checkpoint", "not_run")]
@@ -251,7 +255,7 @@ def test_ctrl_c_cancels_the_stage_and_stops_the_sequence(project, capsys):
                  if _read(p).startswith(b"sleep\x0060") and _read(p.with_name("environ")).find(str(project).encode()) >= 0]
     assert leftovers == []
     # The wrapper's own Ctrl-C handling is gone once the stage is over.
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert restored is signal.default_int_handler
 
 
 def _read(path: Path) -> bytes:
