@@ -11,6 +11,7 @@ import json
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -18,7 +19,7 @@ import yaml
 from . import __version__
 from .events import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from .project import project_dir, report_dir
-from .report import show_preflight
+from .report import REPORT_NAMES, report_path, show_preflight, show_report
 from .result import StageResult, document, run_exit_code
 from .stages import UP_STAGES, plan
 
@@ -34,6 +35,7 @@ COMMAND_HELP = {
     "stop": "stop the engine services",
     "status": "show what runs where (read-only, fast)",
     "logs": "show the services' recent logs (read-only, fast)",
+    "api-key": "print the API key kept on the head (shown only on request, never logged)",
 }
 
 # The variable playbooks/logs.yml reads for the number of lines (--node is a --limit).
@@ -85,7 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("action", choices=["up", "down", "status", "shell"])
     lab.add_argument("node", nargs="?", help="the node for `shell`")
     lab.add_argument("--yes", action="store_true", help="`down` without asking")
-    rep = sub.add_parser("report", help="print the last preflight report")
+    rep = sub.add_parser("report", help="print the last reports (preflight, verify, benchmark)",
+                         description="Print the last reports the stages wrote: preflight, verify and benchmark "
+                                     "(default: each one present).")
+    rep.add_argument("which", nargs="?", choices=REPORT_NAMES, help="only this report")
     rep.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the raw JSON")
     return parser
 
@@ -172,7 +177,16 @@ def reports_written(root: Path, results: list[StageResult]) -> dict:
     """The JSON reports this run's stages wrote (preflight, later verify and benchmark), by name."""
     directory = report_dir(root).resolve()
     found = {}
+    this_run_since = time.time() - sum(r.duration_s for r in results) - 5
     for result in results:
+        if result.name == "benchmark" and result.status != "not_run":
+            # Written by the benchmark client, not by a task: read where the stage puts it.
+            path = report_path(report_dir(root), "benchmark")
+            if path.is_file() and path.stat().st_mtime >= this_run_since:
+                try:
+                    found["benchmark"] = json.loads(path.read_text())
+                except json.JSONDecodeError:
+                    pass
         for name in result.files:
             path = Path(name)
             if path.suffix != ".json" or path.resolve().parent != directory or not path.is_file():
@@ -208,6 +222,8 @@ def run_stages(args: argparse.Namespace, root: Path) -> int:
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return code
 
+    if args.command == "api-key":
+        return run_api_key(args, root, command_plan)
     if not command_plan.stages:
         missing = command_plan.unavailable[0]
         return finish([], EXIT_USAGE, f"`{args.command}` is not available in this version of sparkctl "
@@ -235,6 +251,7 @@ def run_stages(args: argparse.Namespace, root: Path) -> int:
                 show_output(result, out)
             show_stage(result, out)
             _show_preflight_report(args.command, result, root, out)
+            _show_verify_report(result, root, out)
     code = run_exit_code(results)
     if not args.json and code != EXIT_OK:
         skipped = [r.name for r in results if r.status == "not_run"]
@@ -250,6 +267,61 @@ def _show_preflight_report(command: str, result: StageResult, root: Path, consol
     path = report_dir(root) / "preflight.json"
     if reports_written(root, [result]).get("preflight") is not None:
         show_preflight(path, console)
+
+
+def run_api_key(args: argparse.Namespace, root: Path, command_plan) -> int:
+    """`sparkctl api-key`: the head's key on stdout and nothing else (KEY=$(sparkctl api-key)).
+    The play copies it into a private file here (no_log); it is printed, then removed."""
+    import tempfile
+
+    from .runner import run_stage
+
+    if not command_plan.stages:
+        print("sparkctl: `api-key` is not available in this version (no playbooks/api_key.yml).", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        options = run_options(args, root)
+    except UsageError as exc:
+        print(f"sparkctl: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    _, err = _consoles(False)
+    with tempfile.TemporaryDirectory(prefix="sparkctl-key-") as private:
+        key_path = Path(private) / "api-key"
+        options.extravars["sparkctl_api_key_out"] = str(key_path)
+        result = run_stage(command_plan.stages[0], options, root)
+        code = run_exit_code([result])
+        if code != EXIT_OK or not key_path.is_file():
+            from .render import show_stage
+
+            show_stage(result, _consoles(False)[1])
+            err.print("sparkctl: could not read the API key (has the serve stage run?)")
+            return code if code != EXIT_OK else EXIT_FAILED
+        sys.stdout.write(key_path.read_text())
+    return EXIT_OK
+
+
+def _show_verify_report(result: StageResult, root: Path, console) -> None:
+    """The verify stage's summary, whenever the stage wrote its report this run."""
+    if result.name == "verify" and reports_written(root, [result]).get("verify") is not None:
+        show_report(report_dir(root), "verify", console)
+
+
+def run_report(args: argparse.Namespace, root: Path) -> int:
+    """`sparkctl report [NAME]`: 0 when every report shown passed, 1 otherwise or when none exists."""
+    directory = report_dir(root)
+    names = [args.which] if args.which else [n for n in REPORT_NAMES if report_path(directory, n).is_file()]
+    if getattr(args, "json", False):
+        docs = {}
+        for name in names:
+            path = report_path(directory, name)
+            docs[name] = json.loads(path.read_text()) if path.is_file() else None
+        sys.stdout.write(json.dumps(docs if not args.which else docs[args.which] or {}, indent=2) + "\n")
+        return 0
+    if not names:
+        print(f"sparkctl: no report in {directory}; run `sparkctl doctor` or `sparkctl up` first.", file=sys.stderr)
+        return 1
+    results = [show_report(directory, name) for name in names]
+    return 0 if all(results) else 1
 
 
 def run_lab(args: argparse.Namespace, root: Path) -> int:
@@ -280,11 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     root = project_dir()
     if args.command == "report":
-        preflight_report = report_dir(root) / "preflight.json"
-        if getattr(args, "json", False):
-            sys.stdout.write(preflight_report.read_text() if preflight_report.exists() else "{}\n")
-            return 0
-        return 0 if show_preflight(preflight_report) else 1
+        return run_report(args, root)
     if args.command == "lab":
         return run_lab(args, root)
     return run_stages(args, root)

@@ -64,3 +64,68 @@ def show_preflight(path: Path, console: Console | None = None) -> bool:
         console.print(f"[bold red]x[/] {line}")
     console.print(f"report: {path}")
     return bool(report.get("ok"))
+
+
+# --- verify and benchmark ----------------------------------------------------------------
+
+# Each report and where its stage writes it, relative to the report directory.
+REPORT_FILES = {"preflight": "preflight.json", "verify": "verify.json", "benchmark": "benchmark/benchmark.json"}
+REPORT_NAMES = tuple(REPORT_FILES)
+VERIFY_MARK_STYLE = {"PASS": "green", "FAIL": "bold red", "warn": "yellow", "skip": "dim"}
+
+
+def report_path(directory: Path, name: str) -> Path:
+    return directory / REPORT_FILES[name]
+
+
+def verify_rows(report: dict) -> list[tuple[str, str, str]]:
+    """(mark, what, detail) per probe check, startup fact, node's memory and the parity check."""
+    rows = []
+    for check in report.get("checks") or []:
+        mark = "skip" if check.get("skipped") else ("PASS" if check.get("ok") else "FAIL")
+        rows.append((mark, check.get("name", "?"), check.get("message", "")))
+    for fact in report.get("startup") or []:
+        mark = "PASS" if fact.get("ok") else ("FAIL" if fact.get("on_mismatch") == "fail" else "warn")
+        rows.append((mark, f"startup {fact.get('name', '?')}", fact.get("message", "")))
+    for row in (report.get("memory") or {}).get("rows") or []:
+        mark = {"ok": "PASS", "warn": "warn", "fail": "FAIL"}.get(row.get("status"), "?")
+        rows.append((mark, f"memory {row.get('host', '?')}", row.get("message", "")))
+    parity = report.get("parity") or {}
+    if parity:
+        mismatches = parity.get("mismatches") or []
+        detail = ("differ: " + ", ".join(mismatches)) if mismatches else \
+            f"{len(parity.get('rows') or [])} items identical on every node"
+        rows.append(("FAIL" if mismatches else "PASS", "version parity", detail))
+    return rows
+
+
+def show_verify(path: Path, console: Console | None = None) -> bool:
+    console = console or Console()
+    report = load(path)
+    status = report.get("status", "?")
+    table = Table(title=f"Verify: {status.replace('_', ' ').upper()}")
+    for column in ("", "check", "detail"):
+        table.add_column(column)
+    for mark, what, detail in verify_rows(report):
+        table.add_row(f"[{VERIFY_MARK_STYLE.get(mark, '')}]{mark}[/]", what, detail)
+    console.print(table)
+    for line in report.get("failures") or []:
+        console.print(f"[bold red]x[/] {line}")
+    console.print(f"report: {path}")
+    return bool(report.get("ok"))
+
+
+def show_benchmark(path: Path, console: Console | None = None) -> bool:
+    """The benchmark's Markdown summary, as written beside its JSON."""
+    console = console or Console()
+    report = load(path)
+    summary = path.with_suffix(".md")
+    console.print(summary.read_text() if summary.is_file() else json.dumps(report.get("summary", {}), indent=2),
+                  markup=False, highlight=False)
+    console.print(f"report: {path} (plots beside it)")
+    return bool(report.get("ok"))
+
+
+def show_report(directory: Path, name: str, console: Console | None = None) -> bool:
+    show = {"preflight": show_preflight, "verify": show_verify, "benchmark": show_benchmark}[name]
+    return show(report_path(directory, name), console)

@@ -19,6 +19,7 @@ COMMAND_STAGES = {
     "stop": "stop",
     "status": "status",
     "logs": "logs",
+    "api-key": "api_key",
 }
 
 

@@ -11,6 +11,8 @@
 #           create <repo>/.venv and `pip install -r requirements/dev.txt [-e .]`; pip
 #           runs only when requirements/dev.txt or pyproject.toml changed (stamp in .venv).
 #   apt     apt-get update + install rsync (and docker.io debootstrap), skipped when installed.
+#   nginx   unpack the distribution's nginx binary into <repo>/.venv/nginx (no service) for
+#           the API proxy's unit tests.
 #   dockerd start dockerd in the background when `docker info` fails
 #           (log /var/log/sparklab-dockerd.log, pid /run/sparklab-dockerd.pid), wait <= 60 s.
 set -euo pipefail
@@ -121,6 +123,25 @@ else
   apt-get install -y -q "${missing[@]}"
 fi
 stage_done apt "$t"
+
+# --- nginx ----------------------------------------------------------------------
+# The API proxy's unit tests run the real nginx (`nginx -t` on every rendered config,
+# requests through it): the binary is unpacked into the venv, no service is installed.
+t=$(now)
+NGINX_ROOT="$VENV/nginx"
+if [ -x "$NGINX_ROOT/usr/sbin/nginx" ]; then
+  log "nginx binary present ($NGINX_ROOT)"
+else
+  nginx_tmp=$(mktemp -d)
+  if (cd "$nginx_tmp" && { apt-get download -q nginx >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download -q nginx; }; }); then
+    rm -rf "$NGINX_ROOT" && dpkg-deb -x "$nginx_tmp"/nginx_*.deb "$NGINX_ROOT"
+    log "nginx unpacked into $NGINX_ROOT ($("$NGINX_ROOT/usr/sbin/nginx" -v 2>&1))"
+  else
+    log "WARNING: could not download the nginx package: the proxy's real-nginx unit tests will be skipped"
+  fi
+  rm -rf "$nginx_tmp"
+fi
+stage_done nginx "$t"
 
 if [ "$with_docker" -eq 0 ]; then
   log "--no-docker: skipping dockerd"

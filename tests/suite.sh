@@ -26,6 +26,8 @@ stage bootstrap bash tests/bootstrap.sh
 # shellcheck disable=SC1091
 source "$REPO/.venv/bin/activate"
 export ANSIBLE_CONFIG=$REPO/ansible.cfg ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
+# The real nginx the bootstrap unpacked, for the API proxy's unit tests.
+if [[ -x $REPO/.venv/nginx/usr/sbin/nginx ]]; then export SPARKCTL_NGINX=$REPO/.venv/nginx/usr/sbin/nginx; fi
 
 stage unit python -m pytest tests/unit -q -p no:cacheprovider
 stage lint ansible-lint --nocolor -q

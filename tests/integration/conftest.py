@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from labrun import LAB_INVENTORY, REPO, PlaybookRun, lab, parse_recap
+from labrun import LAB_INVENTORY, REPO, PlaybookRun, format_table, lab, parse_recap
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +40,34 @@ def lab_up():
     if proc.returncode != 0:
         pytest.fail(f"the lab is not up and `sparklab up` failed:\n{proc.stdout}\n{proc.stderr}")
     return True
+
+
+@pytest.fixture(scope="session")
+def site_converged(lab_up, run_site):
+    """site.yml run once for the session, for test modules that only need a served cluster
+    and leave it as they found it (a module that breaks and restores runs its own site.yml)."""
+    run = run_site()
+    assert run.rc == 0, run.output[-6000:]
+    return run
+
+
+# Result tables a catalogue test fills row by row (title -> (headers, rows)), printed in
+# the terminal summary whatever the outcome, so one run shows every case at a glance.
+_RESULT_TABLES: dict[str, tuple[list[str], list[dict]]] = {}
+
+
+@pytest.fixture(scope="session")
+def result_table():
+    """result_table(title, headers) -> the list of row dicts to append to."""
+
+    def _table(title: str, headers: list[str]) -> list[dict]:
+        return _RESULT_TABLES.setdefault(title, (list(headers), []))[1]
+
+    return _table
+
+
+def pytest_terminal_summary(terminalreporter):
+    for title, (headers, rows) in _RESULT_TABLES.items():
+        if rows:
+            terminalreporter.write_sep("=", title)
+            terminalreporter.write_line(format_table(headers, rows))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -66,3 +68,257 @@ def node_exec(node: str, *cmd: str, check: bool = True) -> subprocess.CompletedP
 
 def read_report(report_dir: Path) -> dict:
     return json.loads((report_dir / "preflight.json").read_text())
+
+
+def standin(route: str, body: dict) -> dict:
+    """POST to the lab stand-in engine's loopback-only control route (/_standin/<route>), from inside the head,
+    on the engine's own port (8001, profile api.engine_port): the API proxy on 8000 wants the key for it."""
+    code = ("import json, sys, urllib.request\n"
+            f"req = urllib.request.Request('http://127.0.0.1:8001/_standin/{route}', data=sys.argv[1].encode(),"
+            " headers={'Content-Type': 'application/json'})\n"
+            "print(urllib.request.urlopen(req, timeout=10).read().decode())\n")
+    return json.loads(node_exec("spark1", "python3", "-c", code, json.dumps(body)).stdout)
+
+
+# -- modified inventories -------------------------------------------------------------------
+# A copy of the lab inventory in a temporary directory, changed as a test needs: the bad-input
+# catalogue (tests/catalogue/bad_inputs.yml) and the broken-inventory tests write theirs here.
+
+CATALOGUE = REPO / "tests" / "catalogue" / "bad_inputs.yml"
+CLUSTER_GROUPS = ("spark_head", "spark_workers")
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def set_path(target: dict, path: str, value) -> None:
+    """Set target's item at a path like `spark_link[0].address` (keys separated by dots, list
+    indexes in brackets); a missing mapping on the way is created."""
+    parts = [(key, int(index) if index else None) for key, index in _PATH_PART.findall(path)]
+    steps = [key if index is None else index for key, index in parts]
+    node = target
+    for step, following in zip(steps, steps[1:]):
+        if isinstance(step, str) and (step not in node or node[step] is None):
+            node[step] = [] if isinstance(following, int) else {}
+        node = node[step]
+    node[steps[-1]] = value
+
+
+def _cluster_hosts(children: dict) -> dict[str, dict]:
+    """host -> its vars mapping inside the inventory data (changed in place by the caller)."""
+    hosts = {}
+    for group in CLUSTER_GROUPS:
+        members = (children.get(group) or {}).get("hosts") or {}
+        for host in members:
+            if members[host] is None:
+                members[host] = {}
+            hosts.setdefault(host, members[host])
+    return hosts
+
+
+def write_inventory(dest: Path, mutate=None, change: dict | None = None, source: Path = LAB_INVENTORY) -> Path:
+    """Copy the lab inventory (hosts.yml + group_vars) into dest, apply `change` and/or call
+    `mutate(children)` on the groups under `sparklab`, and return the new hosts.yml.
+
+    change (the catalogue's `produce`): `groups` {group: [hosts]} sets who is in spark_head /
+    spark_workers; `host_vars` {host: {path: value}}; `group_vars` {path: value} (into
+    group_vars/all.yml); `profile_overrides` (spark_profile_overrides); `profile_files` {name:
+    text} written to dest/profiles/, which goes first in spark_profile_paths. Other keys
+    (extra_vars, hub) are for whoever runs the playbook. Paths the lab inventory gives relative
+    to its own directory (the lab's key, known_hosts, spark_profile_paths) are made absolute."""
+    import copy
+
+    import yaml
+
+    change = copy.deepcopy(change or {})
+    data = yaml.safe_load(source.read_text())
+    children = data["all"]["children"]["sparklab"]["children"]
+    group_vars = {}
+    for path in sorted((source.parent / "group_vars").glob("*.yml")):
+        text = path.read_text().replace("{{ inventory_dir }}/../..", str(REPO))
+        group_vars[path.stem] = yaml.safe_load(text) or {}
+    all_vars = group_vars.setdefault("all", {})
+    all_vars["spark_profile_paths"] = [
+        p if os.path.isabs(p) else os.path.normpath(os.path.join(str(source.parent), p))
+        for p in all_vars.get("spark_profile_paths") or []
+    ]
+
+    if "groups" in change:
+        hosts = _cluster_hosts(children)
+        for group, members in change["groups"].items():
+            children.setdefault(group, {})["hosts"] = {host: copy.deepcopy(hosts[host]) for host in members or []}
+    for host, changes in (change.get("host_vars") or {}).items():
+        hvars = _cluster_hosts(children)[host]
+        for path, value in changes.items():
+            set_path(hvars, path, value)
+    for path, value in (change.get("group_vars") or {}).items():
+        set_path(all_vars, path, value)
+    if "profile_overrides" in change:
+        all_vars["spark_profile_overrides"] = change["profile_overrides"]
+    if change.get("profile_files"):
+        (dest / "profiles").mkdir(parents=True, exist_ok=True)
+        for name, text in change["profile_files"].items():
+            (dest / "profiles" / name).write_text(text)
+        all_vars["spark_profile_paths"] = ["profiles"] + all_vars["spark_profile_paths"]
+    if mutate is not None:
+        mutate(children)
+
+    (dest / "group_vars").mkdir(parents=True, exist_ok=True)
+    (dest / "hosts.yml").write_text(yaml.safe_dump(data, sort_keys=False))
+    for name, gvars in group_vars.items():
+        (dest / "group_vars" / f"{name}.yml").write_text(yaml.safe_dump(gvars, sort_keys=False))
+    return dest / "hosts.yml"
+
+
+def inventory_vars(hosts_path: Path, extra_vars: dict | None = None) -> tuple[dict, dict]:
+    """(groups, hostvars) as Ansible would build them from a YAML inventory and its
+    group_vars/*.yml (all < parent groups < child groups < host vars < extra vars), with
+    inventory_dir; enough for the inventory_problems filter, in-process."""
+    import yaml
+
+    data = yaml.safe_load(Path(hosts_path).read_text())
+    group_vars = {p.stem: yaml.safe_load(p.read_text()) or {} for p in Path(hosts_path).parent.glob("group_vars/*.yml")}
+    groups: dict[str, list[str]] = {}
+    host_vars: dict[str, dict] = {}
+    member_of: dict[str, list[list[str]]] = {}
+
+    def walk(name, body, chain):
+        chain = chain + [name]
+        groups.setdefault(name, [])
+        for host, hvars in ((body or {}).get("hosts") or {}).items():
+            host_vars.setdefault(host, {}).update(hvars or {})
+            member_of.setdefault(host, []).append(chain)
+            for group in chain:
+                if host not in groups.setdefault(group, []):
+                    groups[group].append(host)
+        for child, child_body in ((body or {}).get("children") or {}).items():
+            walk(child, child_body, chain)
+
+    walk("all", data["all"], [])
+    hostvars = {}
+    for host, hvars in host_vars.items():
+        ordered = sorted({(depth, g) for chain in member_of[host] for depth, g in enumerate(chain)})
+        merged = {}
+        for _depth, group in ordered:
+            merged.update(group_vars.get(group, {}))
+        hostvars[host] = {**merged, **hvars, **(extra_vars or {}), "inventory_dir": str(Path(hosts_path).parent)}
+    return groups, hostvars
+
+
+def bad_inputs(path: Path = CATALOGUE) -> list[dict]:
+    """The bad-input catalogue's entries (tests/catalogue/README.md)."""
+    import yaml
+
+    return yaml.safe_load(Path(path).read_text())["entries"]
+
+
+# -- node state probe ---------------------------------------------------------------------------
+# What a refused run must leave as it was, computed on the node: the files sparkctl writes
+# (path, type, size, mtime, mode, owner; Python bytecode caches left out: a running engine
+# may write them at any time), addresses, MTUs, the sparkctl units' states and the firewall's
+# own nftables table (stateless listing).
+
+PROBE_PATHS = ("/etc/sparkctl", "/etc/netplan", "/etc/systemd/system", "/opt/sparkctl", "/srv/sparkctl")
+PROBE_SCRIPT = (
+    "echo '## files'; "
+    f"find {' '.join(PROBE_PATHS)} -xdev \\( -name __pycache__ -prune \\) "
+    "-o \\( -type d -printf '%p d %m %u:%g\\n' \\) -o -printf '%p %y %s %T@ %m %u:%g\\n' 2>/dev/null | LC_ALL=C sort; "
+    "echo '## addresses'; ip -br addr; "
+    "echo '## mtu'; ip -o link | awk '{for (i = 1; i < NF; i++) if ($i == \"mtu\") print $2, $(i + 1)}'; "
+    "echo '## units'; systemctl list-units 'sparkctl-*' --all --plain --no-legend --no-pager | awk '{print $1, $2, $3, $4}'; "
+    "echo '## unit files'; systemctl list-unit-files 'sparkctl-*' --no-legend --no-pager | awk '{print $1, $2}'; "
+    # The firewall's own table, without counters (-s): they move with every packet.
+    "echo '## firewall'; (nft -s list table inet sparkctl 2>/dev/null || true) | sha256sum | cut -c1-16"
+)
+
+
+@dataclass(frozen=True)
+class NodeState:
+    node: str
+    files_sha256: str
+    addresses: str
+    mtu: str
+    units: str
+    unit_files: str
+    firewall: str = ""
+    files: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+
+def parse_probe(node: str, output: str) -> NodeState:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in output.splitlines():
+        if line.startswith("## "):
+            current = sections.setdefault(line[3:].strip(), [])
+        elif current is not None and line.strip():
+            current.append(line.rstrip())
+    files = tuple(sections.get("files", []))
+    return NodeState(
+        node=node,
+        files_sha256=hashlib.sha256("\n".join(files).encode()).hexdigest(),
+        addresses="\n".join(sections.get("addresses", [])),
+        mtu="\n".join(sections.get("mtu", [])),
+        units="\n".join(sections.get("units", [])),
+        unit_files="\n".join(sections.get("unit files", [])),
+        firewall="\n".join(sections.get("firewall", [])),
+        files=files,
+    )
+
+
+def probe_node(node: str) -> NodeState:
+    return parse_probe(node, node_exec(node, "sh", "-c", PROBE_SCRIPT).stdout)
+
+
+def probe_nodes(nodes) -> dict[str, NodeState]:
+    """Every node's state, probed in parallel."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    nodes = list(nodes)
+    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+        return dict(zip(nodes, pool.map(probe_node, nodes)))
+
+
+def state_diff(before: dict[str, NodeState], after: dict[str, NodeState], limit: int = 20) -> list[str]:
+    """What changed between two probes, one line per difference (empty when equal)."""
+    lines = []
+    for node in sorted(set(before) | set(after)):
+        old, new = before.get(node), after.get(node)
+        if old is None or new is None:
+            lines.append(f"{node}: probed only {'after' if old is None else 'before'}")
+            continue
+        if old.files_sha256 != new.files_sha256:
+            gone, came = sorted(set(old.files) - set(new.files)), sorted(set(new.files) - set(old.files))
+            lines += [f"{node}: - {f}" for f in gone[:limit]] + [f"{node}: + {f}" for f in came[:limit]]
+        for name in ("addresses", "mtu", "units", "unit_files", "firewall"):
+            if getattr(old, name) != getattr(new, name):
+                lines.append(f"{node}: {name} changed:\n  before: {getattr(old, name)!r}\n  after:  {getattr(new, name)!r}")
+    return lines
+
+
+# -- the hub stand-in and result tables -----------------------------------------------------------
+
+HUB_URL = "http://127.0.0.1:8765"
+
+
+def hub_request(path: str, payload: dict | None = None, node: str = "spark1", check: bool = True) -> dict:
+    """GET (payload None) or POST JSON to the hub stand-in's control endpoints, on the head's loopback."""
+    code = ("import json, sys, urllib.request, urllib.error\n"
+            "data = sys.argv[2].encode() if sys.argv[2] != 'null' else None\n"
+            "req = urllib.request.Request(sys.argv[1], data=data, headers={'Content-Type': 'application/json'})\n"
+            "try:\n"
+            "    print(json.dumps({'status': 200, 'body': json.loads(urllib.request.urlopen(req, timeout=10).read())}))\n"
+            "except urllib.error.HTTPError as err:\n"
+            "    print(json.dumps({'status': err.code, 'body': err.read().decode()}))\n"
+            "except OSError as err:\n"
+            "    print(json.dumps({'status': None, 'body': str(err)}))\n")
+    proc = node_exec(node, "python3", "-c", code, f"{HUB_URL}{path}", json.dumps(payload), check=check)
+    answer = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {"status": None, "body": proc.stderr}
+    if check and answer["status"] != 200:
+        raise RuntimeError(f"hub stand-in {path}: {answer}")
+    return answer
+
+
+def format_table(headers: list[str], rows: list[dict]) -> str:
+    """A plain-text table, one row per dict (missing cells shown as '-')."""
+    cells = [[str(row.get(h, "-")) for h in headers] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), "-+-".join("-" * w for w in widths)] + [line(r) for r in cells])

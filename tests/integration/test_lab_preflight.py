@@ -1,15 +1,14 @@
 """Preflight on the two-node lab: green and unchanged on a healthy lab; each
 broken precondition stops the run with the node, the problem and the fix,
-before anything changes; a bad inventory is refused without touching a host."""
+before anything changes. Bad inventories are the bad-input catalogue's
+(tests/catalogue/bad_inputs.yml, test_lab_bad_inputs.py)."""
 
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
-import yaml
-from labrun import LAB_INVENTORY, REPO, lab, node_exec, read_report
+from labrun import lab, node_exec, read_report
 
 pytestmark = pytest.mark.lab
 
@@ -95,53 +94,5 @@ def test_full_disk_fails_with_the_numbers(full_checkpoint_disk, run_site):
     assert all(run.changed(h) == 0 for h in HOSTS), run.output
 
 
-def _write_inventory(tmp_path, mutate):
-    data = yaml.safe_load(LAB_INVENTORY.read_text())
-    mutate(data["all"]["children"]["sparklab"]["children"])
-    inv_dir = tmp_path / "inv"
-    (inv_dir / "group_vars").mkdir(parents=True)
-    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(data))
-    for source in (LAB_INVENTORY.parent / "group_vars").glob("*.yml"):
-        # The lab's key and known_hosts paths are relative to the inventory directory.
-        text = source.read_text().replace("{{ inventory_dir }}/../..", str(REPO))
-        (inv_dir / "group_vars" / source.name).write_text(text)
-    return inv_dir / "hosts.yml"
 
 
-def _link(children, group, host, half):
-    return children[group]["hosts"][host]["spark_link"][half]
-
-
-BAD_INVENTORIES = {
-    "duplicate link address": (
-        lambda c: _link(c, "spark_workers", "spark2", 0).update(address="192.168.100.10/24"),
-        "spark2: spark_link[0].address 192.168.100.10 is already used by spark1",
-    ),
-    "mismatched subnets": (
-        lambda c: _link(c, "spark_workers", "spark2", 1).update(address="192.168.111.11/24"),
-        "spark_link[1] addresses are not in one subnet",
-    ),
-    "unknown interface": (
-        lambda c: _link(c, "spark_head", "spark1", 0).update(interface="eth9"),
-        "spark1: spark_link[0].interface 'eth9' is not a ConnectX-7 port name",
-    ),
-    "MTU 100000": (
-        lambda c: c["spark_head"].setdefault("vars", {}).update(spark_link_mtu=100000),
-        "'spark_link_mtu' 100000 is out of range",
-    ),
-    "two heads": (
-        lambda c: c["spark_head"]["hosts"].update(spark2=c["spark_workers"]["hosts"]["spark2"]),
-        "Group 'spark_head' has 2 hosts (spark1, spark2)",
-    ),
-}
-
-
-@pytest.mark.parametrize("case", list(BAD_INVENTORIES))
-def test_bad_inventory_is_refused_without_touching_a_host(case, tmp_path, run_site):
-    mutate, message = BAD_INVENTORIES[case]
-    run = run_site(inventory=_write_inventory(tmp_path, mutate))
-    assert run.rc != 0
-    assert message in run.output, run.output
-    assert "The inventory is not usable" in run.output
-    # Only the control node ran anything: no lab node appears in the recap.
-    assert set(run.recap) == {"localhost"}, textwrap.shorten(run.output, 2000)

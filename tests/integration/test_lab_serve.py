@@ -3,7 +3,7 @@ profile's stand-in engine behind the head's API through the same units and
 health wait as a real engine.
 
 A converged re-run changes nothing; the API answers the smoke prompt with the key
-and refuses without it; a SIGKILLed engine is back after one re-run; a profile
+and refuses without it (a SIGKILLed engine is the fault catalogue's); a profile
 whose budget exceeds the node's memory is refused before anything starts; both
 nodes restarted (a reboot) serve again by themselves and a re-run reports
 changed=0."""
@@ -91,16 +91,6 @@ def test_converged_rerun_changes_nothing(served, run_site):
     assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
 
 
-def test_killed_engine_is_back_after_one_run(served, run_site):
-    pid = node_exec("spark1", "systemctl", "show", "-p", "MainPID", "--value", "sparkctl-engine.service").stdout.strip()
-    assert pid and pid != "0"
-    node_exec("spark1", "kill", "-9", pid)
-    run = _serve(run_site)
-    assert run.rc == 0, run.output[-4000:]
-    assert _wait_healthy()
-    assert "Tokyo" in json.loads(_api("/v1/completions", {"model": "lab-standin", "prompt": "The capital of Japan is",
-                                                           "max_tokens": 8})["body"])["choices"][0]["text"]
-
 
 def test_profile_over_the_nodes_memory_is_refused_before_anything_starts(served, run_site):
     stop = run_site(playbook="playbooks/stop.yml")
@@ -122,6 +112,9 @@ def test_reboot_brings_ray_and_the_engine_back_by_themselves(served, run_site):
                    check=True, capture_output=True, timeout=180)
     up = lab("up", check=False)  # re-creates the cable (the veth pair dies with the containers)
     assert up.returncode == 0, up.stdout + up.stderr
+    # The lab's hub stand-in (a process in the head, not a unit) does not survive the restart;
+    # later runs of the checkpoint stage ask it for the file list.
+    lab("hub", "start")
     assert _wait_healthy(600), "the engine did not come back after the restart"
     assert _ray_nodes() == ["192.168.100.10", "192.168.100.11"]
     run = _serve(run_site)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-import yaml
-from labrun import LAB_INVENTORY, REPO
+import labrun
+from labrun import REPO, node_exec
 from sparkctl.stages import COMMAND_STAGES, UP_STAGES
 
 pytestmark = pytest.mark.lab
@@ -45,16 +45,7 @@ def json_run(sparkctl, *argv: str) -> dict:
 
 def write_inventory(tmp_path: Path, mutate) -> Path:
     """A copy of the lab inventory, changed by mutate, that still finds the lab's key and profiles."""
-    data = yaml.safe_load(LAB_INVENTORY.read_text())
-    mutate(data["all"]["children"]["sparklab"]["children"])
-    inv_dir = tmp_path / "inv"
-    (inv_dir / "group_vars").mkdir(parents=True)
-    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(data))
-    for source in (LAB_INVENTORY.parent / "group_vars").glob("*.yml"):
-        text = source.read_text().replace("{{ inventory_dir }}/../..", str(REPO))
-        text = text.replace("- ../../tests/lab/profiles", f"- {REPO / 'tests' / 'lab' / 'profiles'}")
-        (inv_dir / "group_vars" / source.name).write_text(text)
-    return inv_dir
+    return labrun.write_inventory(tmp_path / "inv", mutate).parent
 
 
 def spark2(children) -> dict:
@@ -152,3 +143,19 @@ def test_commands_of_later_versions_exit_2(sparkctl):
         proc = sparkctl(command, "-i", "inventories/lab")
         assert proc.returncode == 2
         assert f"`{command}` is not available in this version" in proc.stderr
+
+
+def test_api_key_is_shown_on_request_and_only_on_stdout(lab_up, sparkctl):
+    proc = sparkctl("api-key", "-i", "inventories/lab")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    key = proc.stdout.strip()
+    assert len(key) >= 32 and proc.stdout.count("\n") == 1
+    on_head = node_exec("spark1", "cat", "/etc/sparkctl/api-key.env").stdout.strip()
+    assert on_head == f"VLLM_API_KEY={key}"
+    assert key not in proc.stderr
+    # Not in this run's artifacts either (the newest api_key run).
+    runs = sorted((REPO / ".sparkctl" / "runner" / "artifacts").glob("api_key-*"), key=lambda p: p.stat().st_mtime)
+    assert runs, "no artifacts of the api_key stage"
+    for path in runs[-1].rglob("*"):
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path

@@ -256,10 +256,49 @@ def test_report_json_prints_the_raw_report(project, capsys):
     reports = project / ".sparkctl" / "reports"
     reports.mkdir(parents=True)
     (reports / "preflight.json").write_text(json.dumps(_report()))
-    assert cli.main(["report", "--json"]) == 0
+    assert cli.main(["report", "preflight", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == _report()
+    # Without a name: every report present, by name.
+    assert cli.main(["report", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"preflight": _report()}
 
 
-def test_missing_report_says_what_to_run(project):
+def test_missing_report_says_what_to_run(project, capsys):
+    assert cli.main(["report"]) == 1
+    assert "run `sparkctl doctor`" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="run `sparkctl doctor`"):
-        cli.main(["report"])
+        cli.main(["report", "verify"])
+
+
+VERIFY_DOC = {
+    "schema_version": 1, "status": "failed", "ok": False,
+    "failures": ["generation: /health answers but no token arrived within 5 s: the engine is wedged"],
+    "warnings": [],
+    "checks": [{"name": "health", "ok": True, "skipped": False, "message": "health: 200"},
+               {"name": "generation", "ok": False, "skipped": False, "message": "generation: wedged"}],
+    "startup": [{"name": "kv_cache_tokens", "ok": True, "on_mismatch": "fail", "message": "kv_cache_tokens: 65536 >= 4096"}],
+    "memory": {"rows": [{"host": "spark1", "status": "warn", "message": "spark1: 9.00 GiB, 1.00 GiB above the guard"}]},
+    "parity": {"rows": [{"item": "driver"}], "mismatches": ["driver"]},
+    "context": {},
+}
+
+
+def test_report_shows_verify_and_benchmark_and_fails_on_a_failed_verify(project, capsys):
+    reports = project / ".sparkctl" / "reports"
+    (reports / "benchmark").mkdir(parents=True)
+    (reports / "verify.json").write_text(json.dumps(VERIFY_DOC))
+    (reports / "benchmark" / "benchmark.json").write_text(json.dumps({"schema_version": 1, "ok": True}))
+    (reports / "benchmark" / "benchmark.md").write_text("# Benchmark lab-standin\n| streams | tok/s |\n")
+    assert cli.main(["report"]) == 1
+    out = capsys.readouterr().out
+    assert "Verify: FAILED" in out and "generation" in out and "startup kv_cache_tokens" in out
+    assert "memory spark1" in out and "version parity" in out and "differ: driver" in out
+    assert "# Benchmark lab-standin" in out
+    assert cli.main(["report", "benchmark"]) == 0
+    (reports / "verify.json").write_text(json.dumps(dict(VERIFY_DOC, status="passed", ok=True, failures=[])))
+    assert cli.main(["report", "verify"]) == 0
+
+
+def test_api_key_without_its_playbook_exits_2(project, capsys):
+    assert cli.main(["api-key"]) == 2
+    assert "`api-key` is not available in this version" in capsys.readouterr().err

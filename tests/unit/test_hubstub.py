@@ -414,3 +414,77 @@ def test_cli_stub_with_hf_endpoint_sees_every_client_request(small_ckpt, tmp_pat
     assert stats["auth"] == {"ok": len(report["requests"]), "missing": 0, "wrong": 0}
     assert report["sha"] == info["commit"]
     _assert_identical(small_ckpt, tmp_path / "model")
+
+
+# -- gated repos ----------------------------------------------------------------------------
+
+GRANTED = "hf_stub_granted_0123"
+
+
+def test_gated_repo_answers_like_the_hub(hf, fresh_stub, small_ckpt, tmp_path):
+    """Gated: metadata public, content 401 GatedRepo without a token, 403 with a token not granted."""
+    fresh_stub.set_faults(gated="manual", gated_tokens=[GRANTED])
+    api = hf.HfApi(endpoint=fresh_stub.url)
+    info = api.model_info(REPO_ID, files_metadata=True, token=False)
+    assert info.gated == "manual" and len(info.siblings) == len(_files(small_ckpt))
+    assert [f.path for f in api.list_repo_tree(REPO_ID, token=False)]
+
+    def fetch(token):
+        return hf.hf_hub_download(REPO_ID, "config.json", local_dir=tmp_path / "d", cache_dir=tmp_path / "c",
+                                  endpoint=fresh_stub.url, token=token)
+
+    with pytest.raises(hf.errors.GatedRepoError) as anonymous:
+        fetch(False)
+    assert anonymous.value.response.status_code == 401
+    assert "You must have access to it and be authenticated" in anonymous.value.server_message
+    with pytest.raises(hf.errors.GatedRepoError) as denied:
+        fetch("hf_not_granted")
+    assert denied.value.response.status_code == 403
+    assert "not in the authorized list" in denied.value.server_message
+    assert filecmp.cmp(fetch(GRANTED), small_ckpt / "config.json", shallow=False)
+    # The granted download is a HEAD and a GET.
+    assert fresh_stub.stats()["gated"] == {"unauthenticated": 1, "denied": 1, "granted": 2}
+
+    # Gating the metadata too: model_info itself raises.
+    fresh_stub.set_faults(gated_metadata=True)
+    with pytest.raises(hf.errors.GatedRepoError):
+        api.model_info(REPO_ID, token=False)
+    # reset lifts the gate.
+    fresh_stub.reset()
+    assert api.model_info(REPO_ID, token=False).gated is False
+
+
+def test_gate_settings_are_validated(fresh_stub):
+    base = fresh_stub.url
+    assert _http_json("POST", f"{base}/_stub/faults", {"gated": "yes"})[0] == 400
+    assert _http_json("POST", f"{base}/_stub/faults", {"gated_tokens": "hf_x"})[0] == 400
+    assert _http_json("POST", f"{base}/_stub/faults", {"gated_metadata": 1})[0] == 400
+    status, state = _http_json("POST", f"{base}/_stub/faults", {"gated": "auto", "gated_tokens": [GRANTED]})
+    assert status == 200 and state["gated"] == "auto" and state["gated_tokens"] == [GRANTED]
+    assert _http_json("POST", f"{base}/_stub/faults", {"reset": True})[1]["gated"] is None
+
+
+def test_cli_serves_a_gated_repo(small_ckpt, tmp_path):
+    port_file = tmp_path / "port"
+    server = subprocess.Popen(
+        [sys.executable, hubstub.__file__, "--root", str(small_ckpt), "--repo", REPO_ID, "--port", "0",
+         "--port-file", str(port_file), "--gated", "auto", "--gated-token", GRANTED],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not port_file.exists():
+            assert server.poll() is None, server.stdout.read()
+            assert time.monotonic() < deadline, "no port file after 20 s"
+            time.sleep(0.05)
+        base = f"http://127.0.0.1:{int(port_file.read_text())}"
+        assert _http_json("GET", f"{base}/_stub/faults")[1]["gated"] == "auto"
+        url = f"{base}/{REPO_ID}/resolve/main/config.json"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"))
+        assert refused.value.code == 401 and refused.value.headers["X-Error-Code"] == "GatedRepo"
+        granted = urllib.request.urlopen(urllib.request.Request(url, method="HEAD", headers={"Authorization": f"Bearer {GRANTED}"}))
+        assert granted.status == 200
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

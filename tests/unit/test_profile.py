@@ -161,7 +161,7 @@ def test_overrides_merge_deeply_replace_lists_and_null_removes():
         "startup_log": [{"name": "only", "regex": "x", "on_mismatch": "warn"}],
     })
     args = profile["engine"]["args"]
-    assert args["max_num_seqs"] == 2 and args["max_model_len"] == 4096 and "enforce_eager" not in args
+    assert args["max_num_seqs"] == 2 and args["max_model_len"] == 40960 and "enforce_eager" not in args
     assert profile["engine"]["env"] == {"SPARKLAB_ENGINE_ROLE": "standin", "EXTRA": "1"}
     assert [item["name"] for item in profile["startup_log"]] == ["only"]
     # The file on disk is untouched by a merge.
@@ -450,3 +450,53 @@ def test_profile_cluster_describes_any_number_of_workers():
     assert cluster["venv_path"] == "/opt/v" and "image" not in cluster
     image = {"runtime": {"kind": "image", "image": {"build": {"tag": "x:local"}}}}
     assert profile_cluster(groups, hostvars, "spark", "/srv/m", "/k", image)["image"] == "x:local"
+
+
+# ----------------------------------------------------------------------------- the engine behind the API proxy
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({"api": {"engine_port": 8000}}, "api.engine_port: 8000 is api.port, where the API proxy listens"),
+    ({"api": {"engine_port": 70000}}, "api.engine_port: expected a TCP port (1-65535), got 70000."),
+    ({"api": {"engine_port": "8001"}}, "api.engine_port: expected an integer, got '8001'."),
+    ({"api": {"engine_port": 6379}}, "api.engine_port: 6379 is also topology.ray_port; set api.engine_port to a free port."),
+    ({"api": {"port": 65535}}, "api.engine_port (default api.port + 1): api.port 65535 leaves no next port"),
+    ({"api": {"port": 6378}}, "api.engine_port (default api.port + 1): 6379 is also topology.ray_port"),
+])
+def test_engine_port_problems_name_the_key(overrides, expected):
+    found = problems("lab-standin", overrides)
+    assert any(expected in msg for msg in found), found
+
+
+def test_the_engine_listens_on_loopback_behind_the_proxy_and_publicly_without_it():
+    profile = load("lab-standin", {"api": {"engine_port": 9123}})
+    behind = P.render(profile, cluster(profile))
+    assert behind["api"] == {"proxy": True, "public": {"bind": "0.0.0.0", "port": 8000},
+                             "engine": {"bind": "127.0.0.1", "port": 9123}}
+    assert "--host 127.0.0.1 --port 9123" in behind["command_line"]
+    alone = P.render(profile, dict(cluster(profile), api_proxy=False))
+    assert alone["api"]["proxy"] is False and alone["api"]["engine"] == alone["api"]["public"]
+    assert "--host 0.0.0.0 --port 8000" in alone["command_line"]
+    sglang = load("qwen38-flash-next-nvfp4-sglang")
+    router = P.render(sglang, dict(cluster(sglang), api_proxy=False))["units"]["spark1"]["sparkctl-sglang-router.service"]
+    assert "--host 0.0.0.0 --port 8888" in router
+    # {bind} and {port} in engine.command are where the process listens.
+    custom = load("lab-standin", {"engine": {"command": ["serve", "--listen={bind}:{port}", "{model_dir}"]}})
+    assert "--listen=127.0.0.1:8001" in P.render(custom, cluster(custom))["argv"]
+
+
+def test_profile_cluster_carries_the_proxy_switch():
+    from ansible_collections.sparkctl.spark.plugins.filter.profile import profile_cluster
+
+    groups = {"spark_head": ["a"], "spark_workers": ["b"]}
+    hostvars = {h: {"spark_link": [{"interface": "enp1s0f1np1", "address": f"192.168.100.{i}/24"}]} for i, h in enumerate("ab", 10)}
+    venv = {"name": "v", "runtime": {"kind": "venv"}}
+    assert profile_cluster(groups, hostvars, "spark", "/srv/m", "/k", venv, "/opt/v")["api_proxy"] is True
+    assert profile_cluster(groups, hostvars, "spark", "/srv/m", "/k", venv, "/opt/v", False)["api_proxy"] is False
+    assert profile_cluster(groups, hostvars, "spark", "/srv/m", "/k", venv, "/opt/v", "false")["api_proxy"] is False
+
+
+def test_engine_port_only_avoids_the_ports_its_topology_uses():
+    assert problems("lab-standin", {"api": {"engine_port": 30000}}) == []
+    found = problems("qwen38-flash-next-nvfp4-sglang", {"api": {"engine_port": 30000}})
+    assert any("api.engine_port: 30000 is also topology.rank0_port" in m for m in found), found

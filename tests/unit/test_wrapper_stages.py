@@ -41,4 +41,5 @@ def test_commands_whose_playbook_is_missing_get_no_stage(root, command, playbook
 
 
 def test_every_command_maps_to_a_playbook_name():
-    assert set(stages.COMMAND_STAGES) == {"doctor", "provision", "serve", "verify", "bench", "stop", "status", "logs"}
+    assert set(stages.COMMAND_STAGES) == {"doctor", "provision", "serve", "verify", "bench", "stop", "status", "logs",
+                                          "api-key"}

@@ -13,6 +13,7 @@ Stdlib only, Python >= 3.11, so it also runs on a lab node (Debian bookworm).
     python hubstub.py --root DIR --repo org/name --port 0 --port-file F [--token T]
                       [--cut-after-bytes N --cut-path GLOB --cut-times K]
                       [--throttle-bytes-per-s R] [--lfs-redirect] [--host 127.0.0.1]
+                      [--gated auto|manual [--gated-token T ...] [--gated-metadata]]
 
 Control endpoints (no token needed; bind to loopback or a private lab address only):
     GET  /_stub/faults           current fault settings and remaining counts
@@ -69,7 +70,18 @@ FAULT_DEFAULTS: dict = {
     # bucket per response.
     "throttle_bytes_per_s": None,
     "throttle_scope": "global",
+    # A gated repo, like the hub's "accept the terms to access" models: the metadata stays
+    # public, file content needs a token whose account was granted access. "auto" or
+    # "manual" (the hub's two kinds, both answered the same way here); null = not gated.
+    "gated": None,
+    # Bearer tokens whose account was granted access (the --token of a private repo is too).
+    "gated_tokens": [],
+    # Gate the metadata endpoints (model info, tree, paths-info) too, as the hub does for
+    # some gated repos (model_info answering 401 GatedRepo without a token).
+    "gated_metadata": False,
 }
+
+GATED_KINDS = ("auto", "manual")
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -268,6 +280,13 @@ class Hub:
                     raise ValueError(f"{key} must be a non-negative number or null, got {value!r}")
             if faults["throttle_scope"] not in ("global", "connection"):
                 raise ValueError("throttle_scope must be 'global' or 'connection'")
+            if faults["gated"] not in (None, *GATED_KINDS):
+                raise ValueError(f"gated must be one of {', '.join(GATED_KINDS)} or null, got {faults['gated']!r}")
+            tokens = faults["gated_tokens"]
+            if not isinstance(tokens, list) or not all(isinstance(t, str) and t for t in tokens):
+                raise ValueError("gated_tokens must be a list of non-empty strings")
+            if not isinstance(faults["gated_metadata"], bool):
+                raise ValueError("gated_metadata must be true or false")
             self.faults = faults
             if changes.get("reset") or any(k.startswith("cut_") for k in changes):
                 self.remaining["cut"] = faults["cut_times"]
@@ -304,6 +323,9 @@ class Hub:
                 "bytes_served": 0,
                 "range_requests": 0,
                 "auth": {"ok": 0, "missing": 0, "wrong": 0},
+                # Requests a gated repo answered: without a token (401), with a token not granted
+                # access (403), with a granted one (served).
+                "gated": {"unauthenticated": 0, "denied": 0, "granted": 0},
                 "cdn_requests_with_authorization": 0,
                 "files": {},
                 "log": [],
@@ -399,6 +421,27 @@ class Handler(BaseHTTPRequestHandler):
         with self.hub.lock:
             self.hub.stats["auth"][outcome] += 1
 
+    def _check_gate(self, repo: Repo, content: bool) -> None:
+        """A gated repo: the hub answers file content (and, with gated_metadata, the metadata)
+        only for a token whose account was granted access. Without a token: 401 GatedRepo;
+        with a token that was not granted: 403 GatedRepo (huggingface_hub: GatedRepoError)."""
+        faults = self.hub.faults
+        if faults["gated"] is None or not (content or faults["gated_metadata"]):
+            return
+        scheme, _, value = self.headers.get("Authorization", "").partition(" ")
+        value = value.strip() if scheme.lower() == "bearer" else ""
+        granted = set(faults["gated_tokens"]) | ({self.hub.token} if self.hub.token else set())
+        outcome = "granted" if value and value in granted else ("denied" if value else "unauthenticated")
+        with self.hub.lock:
+            self.hub.stats["gated"][outcome] += 1
+        if outcome == "unauthenticated":
+            raise HubError(401, f"Access to model {repo.repo_id} is restricted. You must have access to it and be "
+                                "authenticated to access it. Please log in.", "GatedRepo")
+        if outcome == "denied":
+            host = self.headers.get("Host", "huggingface.co")
+            raise HubError(403, f"Access to model {repo.repo_id} is restricted and you are not in the authorized list. "
+                                f"Visit http://{host}/{repo.repo_id} to ask for access.", "GatedRepo")
+
     def _repo_and_revision(self, org: str, name: str, revision: str | None) -> Repo:
         repo = self.hub.repo
         if f"{org}/{name}" != repo.repo_id:
@@ -486,6 +529,7 @@ class Handler(BaseHTTPRequestHandler):
     def _model_info(self, org: str, name: str, revision: str | None, query: dict) -> None:
         self._check_auth()
         repo = self._repo_and_revision(org, name, revision)
+        self._check_gate(repo, content=False)
         blobs = query.get("blobs", ["false"])[-1].lower() in ("1", "true")
         expand = query.get("expand", []) + query.get("expand[]", [])
         config = {}
@@ -504,7 +548,7 @@ class Handler(BaseHTTPRequestHandler):
             "lastModified": repo.last_modified,
             "createdAt": repo.last_modified,
             "private": self.hub.token is not None,
-            "gated": False,
+            "gated": self.hub.faults["gated"] or False,
             "disabled": False,
             "downloads": 0,
             "likes": 0,
@@ -526,6 +570,7 @@ class Handler(BaseHTTPRequestHandler):
     def _tree(self, org: str, name: str, revision: str, path: str, query: dict) -> None:
         self._check_auth()
         repo = self._repo_and_revision(org, name, revision)
+        self._check_gate(repo, content=False)
         recursive = query.get("recursive", ["false"])[-1].lower() in ("1", "true")
         expand = query.get("expand", ["false"])[-1].lower() in ("1", "true")
         if path and path not in repo.dirs:
@@ -545,6 +590,7 @@ class Handler(BaseHTTPRequestHandler):
     def _paths_info(self, org: str, name: str, revision: str, body: bytes) -> None:
         self._check_auth()
         repo = self._repo_and_revision(org, name, revision)
+        self._check_gate(repo, content=False)
         if self.headers.get("Content-Type", "").startswith("application/json"):
             form = json.loads(body or b"{}")
             paths, expand = form.get("paths", []), bool(form.get("expand"))
@@ -559,6 +605,7 @@ class Handler(BaseHTTPRequestHandler):
     def _resolve(self, org: str, name: str, revision: str, path: str) -> None:
         self._check_auth()
         repo = self._repo_and_revision(org, name, revision)
+        self._check_gate(repo, content=True)
         f = repo.files.get(path)
         if f is None:
             raise HubError(404, f"Entry not found: {path}", "EntryNotFound", {"X-Repo-Commit": repo.commit})
@@ -798,6 +845,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-only-ranges", action="store_true")
     parser.add_argument("--throttle-bytes-per-s", type=float)
     parser.add_argument("--throttle-scope", choices=("global", "connection"), default="global")
+    parser.add_argument("--gated", choices=GATED_KINDS, help="serve the repo as gated: content needs a granted token")
+    parser.add_argument("--gated-token", dest="gated_tokens", action="append", default=[],
+                        help="a token whose account was granted access to the gated repo (repeatable)")
+    parser.add_argument("--gated-metadata", action="store_true", help="gate model info, tree and paths-info too")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = parser.parse_args(argv)
 

@@ -12,7 +12,7 @@ short_description: Whether a node's available memory holds the profile's budget 
 version_added: 0.1.0
 description:
   - On unified memory (GB10) the weights, the KV pool and the runtime share C(MemAvailable) with the OS. An engine that
-    starts without room does not fail cleanly: the node can wedge. Checked before launch, after the page cache is
+    starts without room does not fail cleanly; the node can wedge. Checked before launch, after the page cache is
     dropped, against the profile's per-node need (weights per rank + KV pool + overhead) plus the OOM guard's line
     (the guard trips when C(MemAvailable) falls below it, so the engine must leave that much free).
 options:

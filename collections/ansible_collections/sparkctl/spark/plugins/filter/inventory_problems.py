@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.sparkctl.spark.plugins.module_utils import api_proxy
+from ansible_collections.sparkctl.spark.plugins.module_utils import firewall
 from ansible_collections.sparkctl.spark.plugins.module_utils import profile as profiles
 
 DOCUMENTATION = r"""
@@ -20,6 +22,11 @@ description:
   - The model profile (C(spark_model_profile), searched in C(spark_profile_paths) relative to the inventory directory,
     then in the collection) is loaded with C(spark_profile_overrides) and refused when it is unknown, malformed or
     walks into one of the seeds' traps (see the collection's profiles/README.md).
+  - A chosen API key (C(spark_api_key)) shorter than 32 characters (or C(engine_service_api_key_min_length)), or
+    holding characters a Bearer token cannot carry, is refused here, before provision, rather than in the serve
+    stage; the key never appears in a message.
+  - The firewall role's variables a host sets (C(firewall_api_allowed_cidrs), C(firewall_extra_allowed_tcp_ports),
+    C(firewall_ssh_ports), C(ansible_port), ...) are checked as the role's C(firewall_ruleset) filter checks them.
 options:
   _input:
     description: The C(groups) magic variable.
@@ -64,6 +71,8 @@ DEFAULT_LINK_INTERFACE_PATTERN = r"^enP?[0-9]*p[0-9]+s[0-9]+f[0-9]+np[0-9]+$"
 # 1280 is the smallest MTU IPv6 tolerates; 9216 the largest the ConnectX-7 + switch path is qualified for.
 MTU_MIN = 1280
 MTU_MAX = 9216
+# The shortest API key accepted (roles/engine_service: engine_service_api_key_min_length).
+API_KEY_MIN_LENGTH = 32
 
 
 def _cluster_hosts(groups):
@@ -187,6 +196,33 @@ def _checkpoint_problems(vars_):
     return problems
 
 
+def _api_key_problems(vars_):
+    """A chosen API key (spark_api_key) that is too short, refused before the serve stage, which
+    comes after provision has changed the hosts. The key itself is never part of a message."""
+    key = vars_.get("spark_api_key")
+    if key is None or key == "":
+        return []  # empty: the serve stage generates one on the head
+    if isinstance(key, (bool, list, dict)):
+        return [f"'spark_api_key' must be a string (vault it: spark_api_key: !vault ...), got {type(key).__name__}."]
+    minimum = vars_.get("engine_service_api_key_min_length", API_KEY_MIN_LENGTH)
+    try:
+        minimum = int(minimum)
+    except (TypeError, ValueError):
+        minimum = API_KEY_MIN_LENGTH
+    length = len(str(key))
+    if length < minimum:
+        return [
+            f"'spark_api_key' is {length} characters: use {minimum} or more (e.g. `openssl rand -hex 24`), "
+            "vaulted (spark_api_key: !vault ...), or leave it empty to have one generated on the head."
+        ]
+    if api_proxy.key_problem(str(key)):
+        # Sent as `Authorization: Bearer <key>`, and matched so by the API proxy (role api_proxy).
+        return ["'spark_api_key' holds characters a Bearer token cannot carry (RFC 6750 allows letters, digits and "
+                "- . _ ~ + /, then trailing =): choose another (e.g. `openssl rand -hex 24`), vaulted, or leave it "
+                "empty to have one generated on the head."]
+    return []
+
+
 def _profile_problems(vars_, cluster_size):
     """The model profile the inventory picked: found, well-formed, clear of the seeds' traps, and
     needing no more nodes than the inventory has."""
@@ -199,7 +235,9 @@ def _profile_problems(vars_, cluster_size):
         return [f"'spark_profile_overrides' must be a mapping deep-merged over the profile, got {type(overrides).__name__}."]
     base_dir = vars_.get("inventory_dir")
     resolved, problems = profiles.resolve(name, paths or [], overrides or {}, base_dir)
-    problems = [f"'spark_model_profile': {p}" for p in problems]
+    # Name the overrides too when there are any: the wrong value may come from them, not the file.
+    label = "'spark_model_profile' (with 'spark_profile_overrides')" if overrides else "'spark_model_profile'"
+    problems = [f"{label}: {p}" for p in problems]
     nodes = ((resolved or {}).get("topology") or {}).get("nodes") if not problems else None
     if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > cluster_size:
         problems.append(
@@ -207,6 +245,16 @@ def _profile_problems(vars_, cluster_size):
             f"{cluster_size} (spark_head + spark_workers): add workers, or pick a profile for {cluster_size} node(s)."
         )
     return problems
+
+
+def _firewall_problems(cluster, hostvars):
+    """The firewall role's variables the inventory sets (CIDRs, ports, interfaces), one line per problem
+    with the hosts it concerns (group_vars would otherwise repeat it per host)."""
+    hosts_of = {}
+    for host in cluster:
+        for problem in firewall.inventory_problems(hostvars[host]):
+            hosts_of.setdefault(problem, []).append(host)
+    return [f"{', '.join(hosts)}: {problem}" for problem, hosts in hosts_of.items()]
 
 
 def inventory_problems(groups, hostvars):
@@ -236,6 +284,7 @@ def inventory_problems(groups, hostvars):
         )
 
     problems.extend(_checkpoint_problems(any_vars))
+    problems.extend(_api_key_problems(any_vars))
     problems.extend(_profile_problems(any_vars, len(cluster)))
 
     mgmt = any_vars.get("spark_management_network")
@@ -251,6 +300,7 @@ def inventory_problems(groups, hostvars):
         host_problems, nets = _link_problems(host, hostvars[host], interface_re)
         problems.extend(host_problems)
         per_host_nets[host] = nets
+    problems.extend(_firewall_problems(cluster, hostvars))
 
     counts = {host: len(nets) for host, nets in per_host_nets.items() if nets}
     if len(set(counts.values())) > 1:

@@ -298,7 +298,17 @@ def check_ports(facts, req):
     return results
 
 
-CHECKS = (check_os, check_access, check_gpu, check_memory, check_disk, check_link, check_ports)
+def check_hub(facts, req):
+    """The head's answer from the hub (module hub_access): may it download the checkpoint with
+    the token it has? Nodes that did not ask (workers, path sources) get no result."""
+    hub = facts.get("hub") or {}
+    if hub.get("status") not in ("pass", "fail", "warn"):
+        return []
+    return [_result("hub.access", "The hub lets the head download the checkpoint", hub["status"],
+                    hub.get("detail") or "", hub.get("fix") or "")]
+
+
+CHECKS = (check_os, check_access, check_gpu, check_memory, check_disk, check_link, check_ports, check_hub)
 
 
 def preflight_checks(facts, requirements):

@@ -23,7 +23,7 @@ description:
   - Companion filters in this file, documented in RETURN, are C(profile_problems) (same arguments, returns the list of
     problems), C(profile_render) (input a loaded profile, argument C(cluster); returns argv, env, units, secret_files),
     C(profile_checkpoint) (a loaded profile to the C(spark_checkpoint) mapping), C(profile_node_memory_bytes)
-    (weights per rank + KV pool + overhead).
+    (weights per rank + KV pool + overhead), C(profile_engine_port) (the engine's port behind the API proxy).
 options:
   _input:
     description: The profile name, e.g. C(solar-open2-nvfp4-vllm-venv) (the file name without C(.yml)).
@@ -76,9 +76,11 @@ _value:
       profile is sound.
     - C(profile_render) returns C(argv) (list, the head's engine process), C(command_line) (the same, shell-quoted),
       C(env) (the engine's own variables; the fabric environment stays in C(/etc/sparkctl/fabric.env)), C(units)
-      (host name to unit file name to text) and C(secret_files) (path to C(format), C(key), C(mode) for the API key).
+      (host name to unit file name to text), C(secret_files) (path to C(format), C(key), C(mode) for the API key)
+      and C(api) (C(proxy), C(public) and C(engine) C({bind, port}); behind the API proxy, the cluster's
+      C(api_proxy), default true, the engine listens on C(127.0.0.1:api.engine_port)).
     - C(profile_checkpoint) returns the C(spark_checkpoint) mapping with C(source=hub), C(repo_id), C(revision) and C(allow_patterns).
-    - C(profile_node_memory_bytes) returns an integer.
+    - C(profile_node_memory_bytes) and C(profile_engine_port) return an integer.
   type: raw
 """
 
@@ -110,15 +112,25 @@ def profile_checkpoint(profile):
     return {"source": "hub", "repo_id": ckpt.get("repo_id"), "revision": ckpt.get("revision"), "allow_patterns": []}
 
 
+def profile_engine_port(profile):
+    """Where the engine listens on loopback behind the API proxy (api.engine_port, default api.port + 1)."""
+    try:
+        return profiles.engine_port(profile)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"profile_engine_port: the profile has no usable api.port ({exc})") from exc
+
+
 def profile_node_memory_bytes(profile):
     need = profiles.node_memory_bytes(profile)
     return need["weights"] + need["kv_pool"] + need["overhead"]
 
 
-def profile_cluster(groups, hostvars, service_user, checkpoint_dir, api_key_file, profile=None, venv_path=None):
+def profile_cluster(groups, hostvars, service_user, checkpoint_dir, api_key_file, profile=None, venv_path=None,
+                    api_proxy=True):
     """The cluster description profile_render takes: head and workers with their first cable
-    half's address, the service user, the checkpoint path, the API key file, and the runtime's
-    venv path or image reference (from the profile's runtime)."""
+    half's address, the service user, the checkpoint path, the API key file, the runtime's
+    venv path or image reference (from the profile's runtime), and whether the API proxy
+    fronts the engine (spark_api_proxy: the engine then listens on loopback only)."""
     head = (groups.get("spark_head") or [None])[0]
     if head is None:
         raise AnsibleFilterError("profile_cluster: the inventory has no spark_head host")
@@ -136,6 +148,7 @@ def profile_cluster(groups, hostvars, service_user, checkpoint_dir, api_key_file
         "service_user": service_user,
         "checkpoint_dir": checkpoint_dir,
         "api_key_file": api_key_file,
+        "api_proxy": _truthy(api_proxy),
     }
     runtime = (profile or {}).get("runtime") or {}
     if runtime.get("kind") == "venv":
@@ -147,6 +160,12 @@ def profile_cluster(groups, hostvars, service_user, checkpoint_dir, api_key_file
     return cluster
 
 
+def _truthy(value):
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -155,5 +174,6 @@ class FilterModule:
             "profile_render": profile_render,
             "profile_checkpoint": profile_checkpoint,
             "profile_node_memory_bytes": profile_node_memory_bytes,
+            "profile_engine_port": profile_engine_port,
             "profile_cluster": profile_cluster,
         }

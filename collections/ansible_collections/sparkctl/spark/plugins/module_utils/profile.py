@@ -44,8 +44,8 @@ MANAGED_ARGS = {
     "vllm": {
         "model": "the checkpoint directory (cluster.checkpoint_dir)",
         "served_model_name": "api.served_model_name",
-        "host": "api.bind",
-        "port": "api.port",
+        "host": "api.bind (behind the API proxy: 127.0.0.1)",
+        "port": "api.port (behind the API proxy: api.engine_port)",
         "api_key": "the API key file (never on argv)",
         "tensor_parallel_size": "topology.tensor_parallel",
         "enable_expert_parallel": "topology.kind: ray_tp_ep",
@@ -82,6 +82,12 @@ _PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
 _PYTHON_RE = re.compile(r"^3(\.[0-9]+)?$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 PLACEHOLDERS = ("venv", "model_dir", "served_model_name", "port", "bind")
+# The ports a topology listens on (with their defaults), which api.engine_port must not take.
+TOPOLOGY_PORTS = {"ray_port": 6379, "dist_init_port": 25000, "rank0_port": 30000}
+TOPOLOGY_DEFAULT_PORTS = {"ray_tp": ("ray_port",), "ray_tp_ep": ("ray_port",),
+                          "sglang_ranks": ("dist_init_port", "rank0_port")}
+# Behind the API proxy the engine listens here only; the proxy holds api.bind:api.port.
+ENGINE_BIND_BEHIND_PROXY = "127.0.0.1"
 
 
 class ProfileError(Exception):
@@ -544,10 +550,12 @@ def _check_rest(c):
         c.integer("smoke.max_tokens", required=False, minimum=1)
     api = c.mapping("api")
     if api is not None:
-        c.unknown("api", api, ("port", "served_model_name", "bind", "tool_request_overrides"))
+        c.unknown("api", api, ("port", "engine_port", "served_model_name", "bind", "tool_request_overrides"))
         port = c.integer("api.port", minimum=1)
         if port is not None and port > 65535:
             c.add("api.port", f"expected a TCP port (1-65535), got {port}.")
+            port = None
+        _check_engine_port(c, port)
         c.string("api.served_model_name")
         c.string("api.bind", required=False)
         c.mapping("api.tool_request_overrides", required=False)
@@ -591,6 +599,41 @@ def _check_rest(c):
             path = c.string("nccl.preload.path")
             if path is not None and not path.startswith("/"):
                 c.add("nccl.preload.path", f"expected an absolute library path on the nodes, got {path!r}.")
+
+
+def _check_engine_port(c, port):
+    """api.engine_port: where the engine listens on 127.0.0.1 behind the API proxy (default
+    api.port + 1). It must be a free TCP port of its own: not the public one, not a topology port."""
+    given = c.get("api.engine_port", required=False)
+    if given is not None:
+        value = c.integer("api.engine_port", minimum=1)
+        if value is None:
+            return
+        if value > 65535:
+            c.add("api.engine_port", f"expected a TCP port (1-65535), got {value}.")
+            return
+    elif port is None:
+        return
+    else:
+        value = port + 1
+    where = "api.engine_port" if given is not None else "api.engine_port (default api.port + 1)"
+    if value > 65535:
+        c.add(where, f"api.port {port} leaves no next port; set api.engine_port to a free port below 65536.")
+        return
+    if port is not None and value == port:
+        c.add(where, f"{value} is api.port, where the API proxy listens; give the engine another port (e.g. {port + 1}).")
+        return
+    topo = c.profile.get("topology") if isinstance(c.profile.get("topology"), dict) else {}
+    for key, default in TOPOLOGY_PORTS.items():
+        if key in topo:
+            used = topo[key]
+        elif key in TOPOLOGY_DEFAULT_PORTS.get(topo.get("kind"), ()):
+            used = default
+        else:
+            continue
+        if used == value:
+            c.add(where, f"{value} is also topology.{key}; set api.engine_port to a free port.")
+            return
 
 
 def schema_problems(profile):
@@ -820,6 +863,23 @@ def _require_cluster(cluster, runtime):
         raise ProfileError(f"render: the cluster description lacks {', '.join(missing)}.")
 
 
+def engine_port(profile):
+    """The port the engine listens on behind the API proxy: api.engine_port, else api.port + 1."""
+    api = profile.get("api") or {}
+    return int(api.get("engine_port") or int(api["port"]) + 1)
+
+
+def api_endpoints(profile, cluster):
+    """Who listens where. `public` is what users reach (api.bind:api.port); `engine` is where the
+    engine's HTTP server (vLLM's API server, SGLang's router) binds: the same address without the
+    API proxy, 127.0.0.1:api.engine_port behind it (cluster['api_proxy'], default true)."""
+    api = profile["api"]
+    public = {"bind": str(api.get("bind", "0.0.0.0")), "port": int(api["port"])}
+    proxy = bool(cluster.get("api_proxy", True))
+    engine = {"bind": ENGINE_BIND_BEHIND_PROXY, "port": engine_port(profile)} if proxy else dict(public)
+    return {"proxy": proxy, "public": public, "engine": engine}
+
+
 def engine_argv(profile, cluster, node_rank=0):
     """The argv of the engine process on node `node_rank` (0 = head)."""
     engine = profile["engine"]["kind"]
@@ -827,17 +887,19 @@ def engine_argv(profile, cluster, node_rank=0):
     topo = profile["topology"]
     api = profile["api"]
     parsers = profile.get("parsers") or {}
+    # {bind} and {port} are where this process listens: behind the API proxy, loopback only.
+    listen = api_endpoints(profile, cluster)["engine"]
     values = {
         "venv": cluster.get("venv_path", ""),
         "model_dir": cluster["checkpoint_dir"],
         "served_model_name": api["served_model_name"],
-        "port": api["port"],
-        "bind": api.get("bind", "0.0.0.0"),
+        "port": listen["port"],
+        "bind": listen["bind"],
     }
     argv = _fill(profile["engine"].get("command") or _default_command(engine, runtime), values)
     head_ip = _bare_ip(cluster["head"]["link_ip"])
     if engine == "vllm":
-        argv += ["--served-model-name", api["served_model_name"], "--host", values["bind"], "--port", str(api["port"])]
+        argv += ["--served-model-name", api["served_model_name"], "--host", listen["bind"], "--port", str(listen["port"])]
         argv += ["--distributed-executor-backend", "ray", "--tensor-parallel-size", str(topo["tensor_parallel"])]
         if topo["kind"] == "ray_tp_ep":
             argv.append("--enable-expert-parallel")
@@ -869,13 +931,14 @@ def engine_argv(profile, cluster, node_rank=0):
 
 
 def router_argv(profile, cluster):
-    """SGLang's router on the head: the public API in front of rank 0."""
-    api = profile["api"]
+    """SGLang's router on the head: the API in front of rank 0 (itself behind the API proxy,
+    on loopback, unless the proxy is off)."""
     runtime = profile["runtime"]["kind"]
     python = f"{cluster['venv_path']}/bin/python" if runtime == "venv" else "python3"
     rank0 = f"http://127.0.0.1:{profile['topology'].get('rank0_port', 30000)}"
+    listen = api_endpoints(profile, cluster)["engine"]
     return [python, "-m", "sglang_router.launch_router", "--worker-urls", rank0,
-            "--host", api.get("bind", "0.0.0.0"), "--port", str(api["port"])]
+            "--host", listen["bind"], "--port", str(listen["port"])]
 
 
 def ray_argv(profile, cluster, node):
@@ -1002,8 +1065,10 @@ def _unit(description, user, exec_argv, env_files, after=(), requires=(), cpu_af
 
 
 def render(profile, cluster):
-    """{argv, env, units, secret_files}: argv of the head's engine process, the engine's own
-    environment, and per host the systemd units (file name -> text)."""
+    """{argv, env, units, secret_files, api}: argv of the head's engine process, the engine's own
+    environment, per host the systemd units (file name -> text), the API key files, and where the
+    public API and the engine listen (api_endpoints; cluster['api_proxy'], default true, puts the
+    engine on 127.0.0.1:api.engine_port behind the API proxy)."""
     _require_cluster(cluster, profile["runtime"]["kind"])
     name = profile["name"]
     engine = profile["engine"]["kind"]
@@ -1087,4 +1152,5 @@ def render(profile, cluster):
         "env": environment(profile),
         "units": units,
         "secret_files": secret_files(profile, cluster),
+        "api": api_endpoints(profile, cluster),
     }

@@ -1,0 +1,180 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The verify stage's verdict: one JSON document from the probe, the startup facts, the
+memory headroom and the version parity, and the short human summary printed from it."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: verify_report
+short_description: The verify stage's machine-readable result from its four kinds of evidence
+version_added: 0.1.0
+description:
+  - Combines the C(checks) of M(sparkctl.spark.engine_probe), the C(startup) list of
+    M(sparkctl.spark.engine_startup_facts), the result of P(sparkctl.spark.memory_headroom#filter) and the
+    result of P(sparkctl.spark.version_parity#filter) into one document with C(status) V(passed),
+    V(passed_with_warnings) or V(failed), the list of failures and the list of warnings, each one line naming
+    what is wrong.
+  - Use P(sparkctl.spark.verify_lines#filter) for the human summary of that document.
+options:
+  _input:
+    description: The endpoint probe's result (C(checks) list), or an empty mapping when it did not run.
+    type: dict
+    required: true
+  startup:
+    description: The startup facts' result (C(startup) list), or an empty mapping.
+    type: dict
+    default: {}
+  memory:
+    description: The result of P(sparkctl.spark.memory_headroom#filter).
+    type: dict
+    default: {}
+  parity:
+    description: The result of P(sparkctl.spark.version_parity#filter).
+    type: dict
+    default: {}
+  context:
+    description: Free-form facts recorded as they are (profile, endpoint URL, model, hosts).
+    type: dict
+    default: {}
+  fail_on_warnings:
+    description: Count warnings as failures.
+    type: bool
+    default: false
+  ignore_errors:
+    description: The escape hatch (C(spark_ignore_assert_errors)); failures are kept but the status says they were ignored.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Put the verdict together
+  ansible.builtin.set_fact:
+    verify_result: >-
+      {{ verify_probe | sparkctl.spark.verify_report(startup=verify_startup, memory=verify_memory,
+                                                      parity=verify_parity, context={'profile': spark_profile.name}) }}
+"""
+
+RETURN = r"""
+_value:
+  description: The verify document.
+  type: dict
+  contains:
+    schema_version: {description: Version of this document's shape, type: int}
+    status: {description: V(passed), V(passed_with_warnings), V(failed) or V(failed_ignored), type: str}
+    ok: {description: Whether the stage passes, type: bool}
+    failures: {description: One line per failure, type: list, elements: str}
+    warnings: {description: One line per warning, type: list, elements: str}
+    checks: {description: The probe's checks, type: list, elements: dict}
+    startup: {description: The startup facts, type: list, elements: dict}
+    memory: {description: The memory headroom result, type: dict}
+    parity: {description: The version parity result, type: dict}
+    context: {description: The given context, type: dict}
+"""
+
+SCHEMA_VERSION = 1
+
+
+def _probe_lines(probe):
+    if (probe or {}).get("skipped"):
+        # The probe did not run (--check on a cluster without a key or engine yet).
+        return ["endpoint: not probed (%s)" % ((probe or {}).get("skip_reason") or "skipped")]
+    failures = []
+    for check in (probe or {}).get("checks") or []:
+        if check.get("skipped") or check.get("ok"):
+            continue
+        failures.append(str(check.get("message") or "%s failed" % check.get("name", "?")))
+    return failures
+
+
+def _startup_lines(startup):
+    failures, warnings = [], []
+    for fact in (startup or {}).get("startup") or []:
+        if fact.get("ok"):
+            continue
+        line = "startup fact %s" % (fact.get("message") or fact.get("name", "?"))
+        (failures if fact.get("on_mismatch") == "fail" else warnings).append(line)
+    return failures, warnings
+
+
+def _memory_lines(memory):
+    failures, warnings = [], []
+    for row in (memory or {}).get("rows") or []:
+        if row.get("status") == "fail":
+            failures.append("memory: %s" % row.get("message"))
+        elif row.get("status") == "warn":
+            warnings.append("memory: %s" % row.get("message"))
+    return failures, warnings
+
+
+def _parity_lines(parity):
+    mismatches = (parity or {}).get("mismatches") or []
+    if not mismatches:
+        return []
+    line = "versions differ across nodes: %s" % ", ".join(mismatches)
+    table = (parity or {}).get("table")
+    return [line + ("\n" + table if table else "")]
+
+
+def verify_report(probe, startup=None, memory=None, parity=None, context=None, fail_on_warnings=False,
+                  ignore_errors=False):
+    failures = _probe_lines(probe)
+    startup_failures, startup_warnings = _startup_lines(startup)
+    memory_failures, memory_warnings = _memory_lines(memory)
+    failures += startup_failures + memory_failures + _parity_lines(parity)
+    warnings = startup_warnings + memory_warnings
+    if fail_on_warnings:
+        failures += warnings
+        warnings = []
+    if failures:
+        status = "failed_ignored" if ignore_errors else "failed"
+    else:
+        status = "passed_with_warnings" if warnings else "passed"
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "status": status,
+        "ok": not failures or bool(ignore_errors),
+        "failures": failures,
+        "warnings": warnings,
+        "checks": list((probe or {}).get("checks") or []),
+        "startup": list((startup or {}).get("startup") or []),
+        "memory": dict(memory or {}),
+        "parity": dict(parity or {}),
+        "context": dict(context or {}),
+    }
+
+
+def _mark(ok, skipped=False):
+    return "skip" if skipped else ("PASS" if ok else "FAIL")
+
+
+def verify_lines(report):
+    """The human summary: one line per check, startup fact, node's memory, then the verdict."""
+    lines = []
+    for check in report.get("checks") or []:
+        lines.append("%s %-10s %s" % (_mark(check.get("ok"), check.get("skipped")), check.get("name", "?"),
+                                      check.get("message", "")))
+    for fact in report.get("startup") or []:
+        mark = "PASS" if fact.get("ok") else ("FAIL" if fact.get("on_mismatch") == "fail" else "warn")
+        lines.append("%s %-10s %s" % (mark, "startup", fact.get("message", fact.get("name", ""))))
+    for row in (report.get("memory") or {}).get("rows") or []:
+        mark = {"ok": "PASS", "warn": "warn", "fail": "FAIL"}.get(row.get("status"), "?")
+        lines.append("%s %-10s %s" % (mark, "memory", row.get("message", "")))
+    parity = report.get("parity") or {}
+    if parity:
+        compared = len(parity.get("rows") or [])
+        mismatches = parity.get("mismatches") or []
+        lines.append("%s %-10s %s" % ("FAIL" if mismatches else "PASS", "parity",
+                                      ("differ: " + ", ".join(mismatches)) if mismatches
+                                      else "%d items identical on every node" % compared))
+    verdict = {"passed": "verify PASSED", "passed_with_warnings": "verify PASSED with %d warning(s)",
+               "failed": "verify FAILED: %d failure(s)", "failed_ignored":
+               "verify FAILED: %d failure(s), ignored (spark_ignore_assert_errors)"}[report["status"]]
+    count = len(report.get("failures") or []) if report["status"].startswith("failed") else len(report.get("warnings") or [])
+    lines.append(verdict % count if "%d" in verdict else verdict)
+    return lines
+
+
+class FilterModule:
+    def filters(self):
+        return {"verify_report": verify_report, "verify_lines": verify_lines}

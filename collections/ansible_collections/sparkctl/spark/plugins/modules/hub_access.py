@@ -1,0 +1,148 @@
+#!/usr/bin/python
+# Copyright (c) sparkctl developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: hub_access
+short_description: Check that the hub lets this node download a repo with the given token
+version_added: 0.1.0
+description:
+  - Runs on the node that downloads the checkpoint (the head), before anything is written, so a gated or private
+    repo without a usable token, an unknown repo or an unknown revision is refused with the variable to change
+    (C(spark_hf_token), C(spark_checkpoint.repo_id), C(spark_checkpoint.revision)) instead of failing mid-download.
+  - "Two read-only requests with the Python standard library (huggingface_hub is not needed): C(GET
+    /api/models/REPO/revision/REV) (the repo and revision exist; the metadata says whether the repo is gated and
+    lists a file), then C(HEAD /REPO/resolve/REV/FILE) without following redirects (the hub answers 401 or 403
+    with C(X-Error-Code: GatedRepo) when the token may not download; the metadata of a gated repo is public)."
+  - The token is sent in the C(Authorization) header only; it is never part of the result or a message.
+  - The verdict (RV(status), RV(detail), RV(fix), RV(message)) comes from the collection's C(hub_access) module
+    utility, shared with the preflight report (check C(hub.access)).
+author:
+  - sparkctl developers (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - The module only reads; it asks the hub in check mode too.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  repo_id:
+    description: The repo, C(org/name).
+    type: str
+    required: true
+  revision:
+    description: The pinned revision (commit sha, branch or tag).
+    type: str
+    required: true
+  token:
+    description: Hugging Face token; empty asks anonymously.
+    type: str
+  endpoint:
+    description: Hub URL. Empty uses C(HF_ENDPOINT) from the node's environment, else C(https://huggingface.co).
+    type: str
+  timeout:
+    description: Seconds per request.
+    type: int
+    default: 15
+notes:
+  - An unreachable hub is a warning (RV(status=warn)), not a failure; the checkpoint stage needs the hub anyway and
+    says so.
+"""
+
+EXAMPLES = r"""
+---
+- name: Ask the hub whether the head may download the checkpoint
+  sparkctl.spark.hub_access:
+    repo_id: nota-ai/Solar-Open2-250B-Nota-NVFP4
+    revision: main
+    token: "{{ spark_hf_token }}"
+  register: hub
+
+- name: Refuse before anything is written
+  ansible.builtin.assert:
+    that: hub.status != 'fail'
+    fail_msg: "{{ hub.message }}"
+"""
+
+RETURN = r"""
+status:
+  description: V(pass), V(fail) (the hub refused; fix the variable the message names) or V(warn) (unreachable).
+  type: str
+  returned: always
+  sample: fail
+detail:
+  description: What the hub answered.
+  type: str
+  returned: always
+  sample: spark_hf_token is empty but nota-ai/Solar-Open2-250B-Nota-NVFP4 is gated on the hub (401).
+fix:
+  description: How to fix a failure; empty when it passed.
+  type: str
+  returned: always
+  sample: Set HF_TOKEN on the control node or vault spark_hf_token, a token of an account that accepted the model's terms.
+message:
+  description: RV(detail) and RV(fix) in one sentence.
+  type: str
+  returned: always
+endpoint:
+  description: The hub asked.
+  type: str
+  returned: always
+  sample: https://huggingface.co
+gated:
+  description: The repo's C(gated) setting from its metadata (V(false), V(auto) or V(manual)).
+  type: raw
+  returned: always
+info_status:
+  description: HTTP status of the metadata request (null when the hub was not reached).
+  type: int
+  returned: always
+  sample: 200
+content_status:
+  description: HTTP status of the HEAD on a file (null when not asked).
+  type: int
+  returned: always
+  sample: 401
+file:
+  description: The file whose download was tried.
+  type: str
+  returned: always
+  sample: config.json
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkctl.spark.plugins.module_utils.hub_access import probe, verdict
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            repo_id=dict(type="str", required=True),
+            revision=dict(type="str", required=True),
+            token=dict(type="str", no_log=True),
+            endpoint=dict(type="str"),
+            timeout=dict(type="int", default=15),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    endpoint = params["endpoint"] or os.environ.get("HF_ENDPOINT") or None
+    result = probe(params["repo_id"], params["revision"], token=params["token"] or None, endpoint=endpoint,
+                   timeout=params["timeout"])
+    result.update(verdict(result))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""python -m sparkctl.bench run|selftest: argument checks (all before any request), the run,
+the report. Exit status: 0 all measured requests succeeded, 1 a measured request (or the
+warm-up / prompt sizing) failed - the report is still written, failures marked - or nothing
+could be measured, 2 usage error. The API key is read only from the environment variable
+named by --api-key-env; it never appears in argv, output or the report."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from . import reference as reference_mod
+from . import report
+from .runner import Runner
+from .selftest import DEFAULT_SECONDS, run_selftest
+from .settings import DEFAULT_API_KEY_ENV, DEFAULT_CONCURRENCY, DEFAULT_PROMPT_TOKENS, Settings
+
+PROG = "python -m sparkctl.bench"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SIZE = re.compile(r"^(\d+)([kKmM]?)$")
+
+
+class UsageError(Exception):
+    def __init__(self, flag: str, problem: str, fix: str):
+        super().__init__(f"{flag}: {problem}; {fix}")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        # argparse would echo unknown arguments verbatim; one of them could be a secret.
+        if message.startswith("unrecognized arguments:"):
+            flags = [word.split("=", 1)[0] for word in message.split(":", 1)[1].split() if word.startswith("-")]
+            message = "unrecognized arguments" + (f": {' '.join(flags)}" if flags else "")
+        self.exit(2, f"{self.prog}: error: {message}\nsee `{PROG} {{run,selftest}} --help`\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, allow_abbrev=False, description="Streaming benchmark of an OpenAI-compatible endpoint.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    run = sub.add_parser("run", allow_abbrev=False, help="measure TTFT, decode and aggregate throughput; write the report",
+                         description="Measure an OpenAI-compatible endpoint; see sparkctl/bench/README.md.")
+    run.add_argument("--url", required=True, help="server base URL, e.g. http://172.30.77.11:8000 (/v1 is added)")
+    run.add_argument("--model", required=True, help="served model name")
+    run.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    run.add_argument("--prompt-tokens", default=",".join(map(str, DEFAULT_PROMPT_TOKENS)),
+                     help="comma-separated prompt lengths in tokens (K = 1024), default %(default)s")
+    run.add_argument("--concurrency", default=",".join(map(str, DEFAULT_CONCURRENCY)),
+                     help="comma-separated stream counts, default %(default)s")
+    run.add_argument("--max-tokens", default="128", help="completion tokens per request, default %(default)s")
+    run.add_argument("--requests-per-stream", default="2", help="back-to-back requests per stream, default %(default)s")
+    run.add_argument("--warmup", default="1", help="warm-up requests before measuring (not counted), default %(default)s")
+    run.add_argument("--max-model-len", default=None, help="skip lengths where prompt + max-tokens exceeds this")
+    run.add_argument("--timeout", default="600", help="seconds per request, default %(default)s")
+    run.add_argument("--reference", default=None, help="JSON file: the profile's `reference` mapping")
+    run.add_argument("--label", default="", help="title of the report")
+    run.add_argument("--out", required=True, help="output directory")
+    run.add_argument("--progress-file", default=None, help="append one JSON line per finished measurement point")
+    run.add_argument("--api-key-env", default=DEFAULT_API_KEY_ENV,
+                     help="environment variable holding the API key, default %(default)s")
+    run.add_argument("--selftest-seconds", default=str(DEFAULT_SECONDS),
+                     help="duration of the client self-test after the run, default %(default)s")
+    run.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
+                     help="do not send ignore_eos (for servers that reject it); answers may then stop early")
+
+    test = sub.add_parser("selftest", allow_abbrev=False, help="print the client's own parse capacity (loopback only)")
+    test.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    test.add_argument("--seconds", default=str(DEFAULT_SECONDS), help="duration, default %(default)s")
+    return parser
+
+
+def _int(flag: str, text: str, minimum: int = 1, example: str = "2") -> int:
+    match = _SIZE.match(str(text).strip())
+    value = None
+    if match:
+        value = int(match.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[match.group(2).lower()]
+    if value is None or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise UsageError(flag, f"{text!r} is not {kind}", f"give e.g. {flag} {example}")
+    return value
+
+
+def _int_list(flag: str, text: str, example: str) -> list[int]:
+    items = [item for item in str(text).split(",") if item.strip()]
+    if not items:
+        raise UsageError(flag, "no value given", f"give a comma-separated list such as {flag} {example}")
+    values = []
+    for item in items:
+        try:
+            values.append(_int(flag, item))
+        except UsageError:
+            raise UsageError(flag, f"{item.strip()!r} is not a positive integer",
+                             f"give a comma-separated list such as {flag} {example}") from None
+    return sorted(set(values))
+
+
+def _seconds(flag: str, text: str, example: str = "600") -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value > 0 or value != value or value == float("inf"):
+        raise UsageError(flag, f"{text!r} is not a positive number of seconds", f"give e.g. {flag} {example}")
+    return value
+
+
+def _url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError("--url", f"{text!r} is not an http:// or https:// URL with a host",
+                         "give the server's base URL, e.g. --url http://172.30.77.11:8000")
+    if parts.username or parts.password:
+        raise UsageError("--url", "the URL carries credentials", "put the API key in the environment variable named by "
+                                                                 "--api-key-env instead")
+    if parts.query or parts.fragment:
+        raise UsageError("--url", "the URL has a query or fragment", "give only scheme://host:port[/path]")
+    try:
+        parts.port
+    except ValueError:
+        raise UsageError("--url", "the port is not a number between 0 and 65535", "fix the port in --url") from None
+    return text.rstrip("/")
+
+
+def validate(args: argparse.Namespace) -> tuple[Settings, dict]:
+    """The run's Settings plus {out, progress_file, reference}; UsageError on the first bad flag."""
+    if not args.model.strip():
+        raise UsageError("--model", "empty", "give the served model name, e.g. --model solar-open2")
+    if not _ENV_NAME.match(args.api_key_env):
+        raise UsageError("--api-key-env", "not an environment variable name",
+                         f"give the NAME of the variable holding the key, e.g. --api-key-env {DEFAULT_API_KEY_ENV}")
+    settings = Settings(
+        url=_url(args.url),
+        model=args.model,
+        endpoint=args.endpoint,
+        prompt_tokens=_int_list("--prompt-tokens", args.prompt_tokens, "2048,8192,32768"),
+        concurrency=_int_list("--concurrency", args.concurrency, "1,2,4"),
+        max_tokens=_int("--max-tokens", args.max_tokens, example="128"),
+        requests_per_stream=_int("--requests-per-stream", args.requests_per_stream),
+        warmup=_int("--warmup", args.warmup, minimum=0, example="1"),
+        max_model_len=None if args.max_model_len is None else _int("--max-model-len", args.max_model_len, example="262144"),
+        timeout_s=_seconds("--timeout", args.timeout),
+        label=args.label,
+        api_key_env=args.api_key_env,
+        ignore_eos=args.ignore_eos,
+        selftest_s=_seconds("--selftest-seconds", args.selftest_seconds, "1.5"),
+    )
+    if settings.max_tokens < 2:
+        raise UsageError("--max-tokens", "decode rate needs at least 2 completion tokens", "give e.g. --max-tokens 128")
+    if settings.max_model_len is not None and settings.max_tokens >= settings.max_model_len:
+        raise UsageError("--max-tokens", f"{settings.max_tokens} leaves no room for a prompt in --max-model-len "
+                                         f"{settings.max_model_len}", "lower --max-tokens or raise --max-model-len")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError("--out", f"{out} exists and is not a directory", "give a directory (it is created if missing)")
+    progress_file = None
+    if args.progress_file:
+        progress_file = Path(args.progress_file)
+        if progress_file.is_dir() or not progress_file.parent.is_dir():
+            raise UsageError("--progress-file", f"cannot append to {progress_file}",
+                             "give a file path in an existing directory")
+    reference = None
+    if args.reference:
+        try:
+            reference = reference_mod.load(args.reference)
+        except reference_mod.ReferenceFileError as exc:
+            raise UsageError("--reference", str(exc), "give a JSON file holding the profile's `reference` mapping") from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError("--out", f"cannot create {out} ({exc.strerror or exc})", "give a writable directory") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UsageError("--out", f"{out} is not writable", "give a writable directory")
+    return settings, {"out": out, "progress_file": progress_file, "reference": reference}
+
+
+def _refuse_key_flag(argv: list[str]) -> bool:
+    return any(a == "--api-key" or a.startswith("--api-key=") for a in argv)
+
+
+def main(argv: list[str] | None = None, *, transport=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _refuse_key_flag(argv):
+        print(f"{PROG}: --api-key is not accepted (argv is visible to every user of the machine); put the key in the "
+              f"environment variable named by --api-key-env (default {DEFAULT_API_KEY_ENV})", file=sys.stderr)
+        return 2
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if args.command is None:
+        _parser().print_help(sys.stderr)
+        return 2
+    if args.command == "selftest":
+        try:
+            seconds = _seconds("--seconds", args.seconds, "1.5")
+        except UsageError as exc:
+            print(f"{PROG} selftest: {exc}", file=sys.stderr)
+            return 2
+        result = run_selftest(args.endpoint, seconds)
+        if result["error"] or not result["tokens_per_s"]:
+            print(f"client self-test failed: {result['error']}", file=sys.stderr)
+            return 1
+        print(f"client capacity: {result['tokens_per_s']:,.0f} tokens/s ({result['endpoint']} chunks, {result['tokens']} tokens "
+              f"in {result['seconds']:.2f} s, {result['cpu_s']:.2f} s CPU; {result['method']})")
+        return 0
+
+    try:
+        settings, extra = validate(args)
+    except UsageError as exc:
+        print(f"{PROG} run: {exc}", file=sys.stderr)
+        return 2
+    api_key = os.environ.get(settings.api_key_env) or None
+    if api_key is None:
+        print(f"note: ${settings.api_key_env} is not set; requests carry no API key", file=sys.stderr)
+    runner = Runner(settings, api_key, transport=transport, progress_file=extra["progress_file"], reference=extra["reference"])
+    try:
+        doc = asyncio.run(runner.run())
+    except KeyboardInterrupt:
+        print("interrupted: no report written", file=sys.stderr)
+        return 130
+    try:
+        written = report.write(doc, extra["out"])
+    except OSError as exc:
+        print(f"cannot write the report into {extra['out']}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(report.render_markdown(doc))
+    sys.stdout.flush()
+    print(f"report: {', '.join(str(p) for p in written.values())}", file=sys.stderr)
+    for error in doc["errors"]:
+        print(f"error: {error}", file=sys.stderr)
+    return 0 if doc["ok"] else 1

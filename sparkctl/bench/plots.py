@@ -1,0 +1,172 @@
+"""The three PNG plots, measured points beside the profile's published reference.
+
+Each plot is built from `series` (plain data, stored in benchmark.json under `plots` so
+what was drawn can be checked without reading pixels); the figure is drawn from exactly
+that data with matplotlib's object API on the Agg backend (no display, no global pyplot
+state). A reference at prompt_tokens 0 means "short prompt": it is drawn at half the
+shortest requested (or referenced) prompt length, annotated and ticked "short"."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator  # noqa: E402
+
+FILES = {
+    "decode_vs_context": "decode_vs_context.png",
+    "ttft_vs_context": "ttft_vs_context.png",
+    "throughput_vs_streams": "throughput_vs_streams.png",
+}
+# Measured lines get distinct, shrinking markers so equal values (e.g. 1 and 2 streams below
+# a server's cap) stay visible on top of each other; the reference is a red star above them.
+MEASURED_MARKERS = (("o", 9), ("s", 7), ("^", 6), ("D", 4), ("v", 4), ("x", 6))
+REFERENCE_STYLE = {"marker": "*", "markersize": 14, "linestyle": ":", "color": "tab:red", "zorder": 5}
+SHORT_PROMPT_FALLBACK = 1024
+
+
+def _summary_value(point: dict, metric: str, stat: str):
+    summary = point.get("summary") or {}
+    if metric == "aggregate":
+        return (summary.get("aggregate") or {}).get("tok_s")
+    return (summary.get(metric) or {}).get(stat)
+
+
+def _measured_x(point: dict):
+    """The prompt length actually sent (usage.prompt_tokens median), else the target."""
+    actual = ((point.get("summary") or {}).get("prompt_tokens") or {}).get("median")
+    return actual if actual is not None else point["prompt_tokens_target"]
+
+
+def context_series(doc: dict, metric: str) -> list[dict]:
+    """Series of `metric` (decode_tok_s or ttft_s) against prompt tokens: one measured line
+    per stream count, then the reference."""
+    series = []
+    for streams in doc["settings"]["concurrency"]:
+        chosen = [p for p in doc["points"] if p["streams"] == streams and _summary_value(p, metric, "median") is not None]
+        if not chosen:
+            continue
+        chosen.sort(key=_measured_x)
+        series.append({
+            "kind": "measured", "label": f"measured, {streams} stream{'s' if streams > 1 else ''}",
+            "x": [_measured_x(p) for p in chosen],
+            "y": [_summary_value(p, metric, "median") for p in chosen],
+            "y_min": [_summary_value(p, metric, "min") for p in chosen],
+            "y_max": [_summary_value(p, metric, "max") for p in chosen],
+            "streams": streams,
+        })
+    reference = doc.get("reference") or {}
+    entries = reference.get(metric) or []
+    if entries:
+        positive = list(doc["settings"]["prompt_tokens"]) + [e["prompt_tokens"] for e in entries if e["prompt_tokens"] > 0]
+        short_x = min(positive) / 2 if positive else SHORT_PROMPT_FALLBACK
+        series.append({
+            "kind": "reference", "label": f"reference: {reference.get('source')}",
+            "x": [e["prompt_tokens"] or short_x for e in entries],
+            "y": [e["value"] for e in entries],
+            "prompt_tokens": [e["prompt_tokens"] for e in entries],
+            "short_prompt_x": short_x if any(e["prompt_tokens"] == 0 for e in entries) else None,
+        })
+    return series
+
+
+def throughput_series(doc: dict) -> list[dict]:
+    series = []
+    for target in doc["settings"]["prompt_tokens"]:
+        chosen = sorted((p for p in doc["points"] if p["prompt_tokens_target"] == target
+                         and _summary_value(p, "aggregate", None) is not None), key=lambda p: p["streams"])
+        if chosen:
+            series.append({"kind": "measured", "label": f"measured, {target}-token prompt", "prompt_tokens": target,
+                           "x": [p["streams"] for p in chosen], "y": [_summary_value(p, "aggregate", None) for p in chosen]})
+    reference = doc.get("reference") or {}
+    entries = reference.get("throughput_tok_s") or []
+    if entries:
+        series.append({"kind": "reference", "label": f"reference: {reference.get('source')}",
+                       "x": [e["streams"] for e in entries], "y": [e["value"] for e in entries]})
+    return series
+
+
+def _tokens_label(value, _pos=None):
+    if value >= 1024 and value % 1024 == 0:
+        return f"{value / 1024:g}K"
+    if value >= 1000:
+        return f"{value / 1024:.3g}K"
+    return f"{value:g}"
+
+
+def _draw(series: list[dict], title: str, xlabel: str, ylabel: str, *, caption: str, ticks: list | None = None) -> Figure:
+    """ticks given: a log2 prompt-token axis with ticks there; else an integer axis."""
+    figure = Figure(figsize=(7.5, 4.6), dpi=110, layout="constrained")
+    ax = figure.add_subplot()
+    measured_index = 0
+    for s in series:
+        if s["kind"] == "reference":
+            ax.plot(s["x"], s["y"], label=s["label"], **REFERENCE_STYLE)
+            if s.get("short_prompt_x") is not None:
+                for x, y, tokens in zip(s["x"], s["y"], s["prompt_tokens"]):
+                    if tokens == 0:
+                        ax.annotate("short prompt", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8,
+                                    color="tab:red")
+            continue
+        marker, size = MEASURED_MARKERS[measured_index % len(MEASURED_MARKERS)]
+        measured_index += 1
+        style = {"marker": marker, "markersize": size, "linestyle": "-"}
+        if "y_min" in s:
+            lower = [y - lo for y, lo in zip(s["y"], s["y_min"])]
+            upper = [hi - y for y, hi in zip(s["y"], s["y_max"])]
+            ax.errorbar(s["x"], s["y"], yerr=[lower, upper], capsize=3, label=s["label"], **style)
+        else:
+            ax.plot(s["x"], s["y"], label=s["label"], **style)
+    if not any(s["kind"] == "measured" for s in series):
+        ax.text(0.5, 0.5, "no measured points", transform=ax.transAxes, ha="center", va="center", color="grey")
+    if ticks:
+        # Ticks at the requested lengths and the reference's (few, and meaningful; the
+        # measured points sit at the length actually sent, a little off the target); the
+        # "short prompt" position is labelled as such, not as a token count.
+        short = {s.get("short_prompt_x") for s in series} - {None}
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: "short" if v in short else _tokens_label(v)))
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    if series:
+        ax.legend(fontsize=8)
+    figure.supxlabel(caption, fontsize=7, color="grey")
+    return figure
+
+
+def build(doc: dict) -> dict[str, tuple[Figure, list[dict]]]:
+    """{plot name: (figure, series)} for the three plots."""
+    name = doc.get("label") or doc["settings"]["model"]
+    decode = context_series(doc, "decode_tok_s")
+    ttft = context_series(doc, "ttft_s")
+    throughput = throughput_series(doc)
+
+    def ticks(series):
+        return sorted(set(doc["settings"]["prompt_tokens"]) | {x for s in series if s["kind"] == "reference" for x in s["x"]})
+
+    return {
+        "decode_vs_context": (_draw(decode, f"{name}: decode rate per request", "prompt tokens", "decode tok/s (median)",
+                                    ticks=ticks(decode), caption="decode = (completion tokens - 1) / (last token - first token); "
+                                                         "bars: min..max over requests"), decode),
+        "ttft_vs_context": (_draw(ttft, f"{name}: time to first token", "prompt tokens", "TTFT s (median)", ticks=ticks(ttft),
+                                  caption="TTFT = first token arrival - request sent; bars: min..max over requests"), ttft),
+        "throughput_vs_streams": (_draw(throughput, f"{name}: aggregate throughput", "concurrent streams", "aggregate tok/s",
+                                        caption="aggregate = completion tokens of the level / (last token - "
+                                                "first first-token) of the level"), throughput),
+    }
+
+
+def render(figure: Figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()

@@ -1,0 +1,94 @@
+"""Secrets on the two-node lab: a sentinel hub token and a sentinel API key, given the
+way a user gives them, go through a whole `sparkctl up -vvv` and must never appear in
+the wrapper's output, in ansible-runner's artifacts, in the nodes' journals or in any
+file on the nodes that another user can read; the key file itself is 0600 and owned by
+the service user. Afterwards the chosen key is dropped and a generated one comes back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from labrun import REPO, node_exec
+
+pytestmark = pytest.mark.lab
+
+HOSTS = ("spark1", "spark2")
+TOKEN = "hf_SENTINELtokenQ7w2Zr5Kx9Lm3Np8Vb4"
+API_KEY = "sk-SENTINELkeyD3f8Gh2Jk6Lq9Rt5Wy1Xz7Ce4"
+SENTINELS = (TOKEN, API_KEY)
+KEY_FILE = "/etc/sparkctl/api-key.env"
+# Where a secret could be written on a node (the root file system without the venvs' bulk).
+SEARCHED = ("/etc", "/srv", "/var/lib", "/var/tmp", "/tmp", "/home", "/root", "/opt/sparkctl", "/usr/local")
+
+
+@pytest.fixture(scope="module")
+def secret_run(lab_up, report_dir, tmp_path_factory):
+    env = dict(os.environ, SPARKCTL_REPORT_DIR=str(report_dir), ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    secrets = {"spark_hf_token": TOKEN, "spark_api_key": API_KEY}
+    proc = subprocess.run([sys.executable, "-m", "sparkctl", "up", "-i", "inventories/lab", "-vvv", "--json",
+                           "-e", json.dumps(secrets)], cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    yield proc
+    # Back to a generated key: drop the chosen one and let the serve stage make a new one.
+    node_exec("spark1", "rm", "-f", KEY_FILE)
+    restore = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "playbooks/serve.yml",
+                              "-i", "inventories/lab"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert restore.returncode == 0, restore.stdout[-3000:]
+
+
+def test_the_run_with_chosen_secrets_succeeds(secret_run):
+    doc = json.loads(secret_run.stdout)
+    assert doc["exit_code"] == 0, [s.get("failures") for s in doc["stages"]]
+    assert [s["name"] for s in doc["stages"]][-1] == "verify"
+    assert doc["reports"]["verify"]["status"] == "passed"
+
+
+def test_no_secret_in_the_wrappers_output(secret_run):
+    for sentinel in SENTINELS:
+        assert sentinel not in secret_run.stdout
+        assert sentinel not in secret_run.stderr
+
+
+def test_no_secret_in_the_runner_artifacts(secret_run):
+    doc = json.loads(secret_run.stdout)
+    checked = 0
+    for stage in doc["stages"]:
+        for path in Path(stage["artifact_dir"]).rglob("*"):
+            if path.is_file():
+                data = path.read_bytes()
+                checked += 1
+                for sentinel in SENTINELS:
+                    assert sentinel.encode() not in data, path
+    assert checked > 0
+    # -vvv really was on: the stage logs hold module invocations.
+    stdout = Path(doc["stages"][0]["artifact_dir"]) / "stdout"
+    assert "<172.30.77.11> ESTABLISH SSH CONNECTION" in stdout.read_text()
+
+
+@pytest.mark.parametrize("node", HOSTS)
+def test_no_secret_in_the_journal_or_a_readable_file(secret_run, node):
+    for sentinel in SENTINELS:
+        journal = node_exec(node, "sh", "-c", f"journalctl --no-pager -q | grep -c -F '{sentinel}' || true").stdout.strip()
+        assert journal == "0", f"{sentinel[:8]}... in the journal of {node}"
+    found = node_exec(node, "sh", "-c", "grep -rlsF -e '%s' -e '%s' %s || true" % (TOKEN, API_KEY, " ".join(SEARCHED)))
+    files = [line for line in found.stdout.splitlines() if line.strip()]
+    for path in files:
+        mode, owner = node_exec(node, "stat", "-c", "%a %U", path).stdout.split()
+        assert int(mode, 8) & 0o077 == 0, f"{path} on {node} holds a secret with mode {mode}"
+        assert owner in ("spark", "root"), (path, owner)
+    if node == "spark1":
+        assert KEY_FILE in files
+        assert node_exec(node, "stat", "-c", "%a %U", KEY_FILE).stdout.split() == ["600", "spark"]
+    else:
+        assert KEY_FILE not in files
+
+
+def test_the_chosen_key_is_the_one_the_api_takes(secret_run):
+    code = ("import urllib.request, sys\n"
+            "req = urllib.request.Request('http://127.0.0.1:8000/v1/models', headers={'Authorization': 'Bearer ' + sys.argv[1]})\n"
+            "print(urllib.request.urlopen(req, timeout=10).status)\n")
+    assert node_exec("spark1", "python3", "-c", code, API_KEY).stdout.strip() == "200"

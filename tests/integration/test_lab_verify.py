@@ -1,0 +1,115 @@
+"""The verify stage on the two-node lab: it passes on the healthy cluster (every
+probe check incl. the parsers, the startup facts, memory, version parity) without
+changing anything, and fails with the right message when the stand-in is told to
+hang after /health (the wedge), to answer the smoke prompt wrongly, or when one
+node's (stand-in) nvidia-smi reports a different driver version."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from labrun import REPO, node_exec, standin
+
+pytestmark = pytest.mark.lab
+
+HOSTS = ("spark1", "spark2")
+GPU_JSON = "/etc/sparklab/gpu.json"
+
+
+@pytest.fixture(scope="module")
+def served(lab_up, run_site):
+    # Every stage, end to end, as a user runs it (site.yml ends with verify).
+    run = run_site()
+    assert run.rc == 0, run.output[-6000:]
+    return run
+
+
+def _verify(run_site, *extra):
+    return run_site(*extra, playbook="playbooks/verify.yml")
+
+
+def _report(report_dir):
+    return json.loads((report_dir / "verify.json").read_text())
+
+
+def test_verify_passes_on_the_healthy_lab_and_changes_nothing(served, run_site, report_dir):
+    run = _verify(run_site)
+    assert run.rc == 0, run.output[-5000:]
+    assert all(run.changed(host) == 0 for host in HOSTS), run.changed_tasks("spark1") + run.changed_tasks("spark2")
+    report = _report(report_dir)
+    assert report["status"] == "passed", report["failures"] + report["warnings"]
+    checks = {c["name"]: c for c in report["checks"]}
+    assert set(checks) == {"health", "auth", "smoke", "chat", "generation", "reasoning", "tools"}
+    assert all(c["ok"] for c in checks.values()), checks
+    startup = {f["name"]: f for f in report["startup"]}
+    assert startup["kv_cache_tokens"]["value"] == 65536 and startup["kv_cache_tokens"]["ok"]
+    assert startup["max_concurrency"]["value"] == pytest.approx(1.6)
+    # One "Model loading took" line per rank: the head's and the worker's (Ray-forwarded).
+    assert len(startup["model_loading_gib"]["values"]) == 2
+    assert {row["host"] for row in report["memory"]["rows"]} == set(HOSTS)
+    items = {row["item"] for row in report["parity"]["rows"]}
+    assert {"driver", "cuda", "venv_lock_sha256", "packages.sparklab-engine", "packages.ray"} <= items
+    assert report["parity"]["mismatches"] == []
+    assert "verify PASSED" in run.output
+
+
+def test_a_wedged_engine_fails_verify_though_health_answers(served, run_site, report_dir):
+    standin("faults", {"hang_after_health": True})
+    try:
+        run = _verify(run_site, "-e", "verify_generation_deadline=5")
+    finally:
+        standin("faults", {"reset": True})
+    assert run.rc != 0
+    checks = {c["name"]: c for c in _report(report_dir)["checks"]}
+    assert checks["health"]["ok"] is True
+    assert checks["generation"]["ok"] is False
+    assert "wedged" in checks["generation"]["message"]
+    assert "wedged" in run.output
+
+
+def test_a_wrong_smoke_answer_fails_verify(served, run_site, report_dir):
+    standin("faults", {"wrong_answer": True})
+    try:
+        run = _verify(run_site)
+    finally:
+        standin("faults", {"reset": True})
+    assert run.rc != 0
+    report = _report(report_dir)
+    smoke = next(c for c in report["checks"] if c["name"] == "smoke")
+    assert smoke["ok"] is False and "Kyoto" in smoke["message"] and "Tokyo" in smoke["message"]
+    assert any("Kyoto" in line for line in report["failures"])
+
+
+def test_a_node_with_another_driver_fails_parity_with_a_table(served, run_site, report_dir):
+    node_exec("spark2", "sh", "-c", f"mkdir -p /etc/sparklab && echo '{{\"driver_version\": \"580.82.09\"}}' > {GPU_JSON}")
+    try:
+        run = _verify(run_site)
+    finally:
+        node_exec("spark2", "rm", "-f", GPU_JSON)
+    assert run.rc != 0
+    report = _report(report_dir)
+    assert "driver" in report["parity"]["mismatches"]
+    row = next(r for r in report["parity"]["rows"] if r["item"] == "driver")
+    assert row["values"] == {"spark1": "580.95.05", "spark2": "580.82.09"}
+    # The failure carries the table: the item and both hosts' values.
+    assert "580.82.09" in run.output and "580.95.05" in run.output
+    again = _verify(run_site)
+    assert again.rc == 0, again.output[-3000:]
+
+
+def test_sparkctl_verify_prints_the_table_and_a_json_document(served, report_dir):
+    env = dict(os.environ, SPARKCTL_REPORT_DIR=str(report_dir), ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    sparkctl = [str(sys.executable), "-m", "sparkctl"]
+    proc = subprocess.run([*sparkctl, "verify", "-i", "inventories/lab", "--json"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["exit_code"] == 0, proc.stderr[-3000:]
+    assert doc["reports"]["verify"]["status"] == "passed"
+    shown = subprocess.run([*sparkctl, "report", "verify"], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "PASS" in shown.stdout and "generation" in shown.stdout

@@ -1,0 +1,110 @@
+"""python -m sparkctl.bench: usage errors (exit 2, the flag and the fix named, no request
+sent), the API key never taken from argv nor echoed, and the selftest command."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sparkctl.bench import cli
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = ["run", "--url", "http://10.0.0.1:8000", "--model", "m"]
+
+
+@pytest.fixture
+def no_network():
+    calls = []
+
+    def handler(request):
+        calls.append(request)
+        return httpx.Response(599)
+
+    return calls, httpx.MockTransport(handler)
+
+
+@pytest.mark.parametrize("extra, flag, fix", [
+    (["--url", "ftp://10.0.0.1"], "--url", "--url http://"),
+    (["--url", "10.0.0.1:8000"], "--url", "--url http://"),
+    (["--url", "http://user:pw@10.0.0.1:8000"], "--url", "environment variable"),
+    (["--url", "http://10.0.0.1:99999"], "--url", "fix the port"),
+    (["--concurrency", "1,0,4"], "--concurrency", "--concurrency 1,2,4"),
+    (["--concurrency", "two"], "--concurrency", "--concurrency 1,2,4"),
+    (["--concurrency", ","], "--concurrency", "--concurrency 1,2,4"),
+    (["--prompt-tokens", "2048,-5"], "--prompt-tokens", "--prompt-tokens 2048,8192,32768"),
+    (["--max-tokens", "0"], "--max-tokens", "--max-tokens 128"),
+    (["--max-tokens", "1"], "--max-tokens", "--max-tokens 128"),
+    (["--requests-per-stream", "1.5"], "--requests-per-stream", "--requests-per-stream"),
+    (["--warmup", "-1"], "--warmup", "--warmup 1"),
+    (["--max-model-len", "abc"], "--max-model-len", "--max-model-len 262144"),
+    (["--max-model-len", "100", "--max-tokens", "128"], "--max-tokens", "raise --max-model-len"),
+    (["--timeout", "0"], "--timeout", "--timeout 600"),
+    (["--timeout", "nan"], "--timeout", "--timeout 600"),
+    (["--api-key-env", "MY-KEY"], "--api-key-env", "NAME of the variable"),
+    (["--model", " "], "--model", "--model solar-open2"),
+])
+def test_usage_errors_name_the_flag_and_the_fix(tmp_path, capsys, no_network, extra, flag, fix):
+    calls, transport = no_network
+    code = cli.main(BASE + ["--out", str(tmp_path / "out")] + extra, transport=transport)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"run: {flag}:" in err and fix in err
+    assert calls == [] and not (tmp_path / "out").exists()
+
+
+def test_file_arguments_are_checked_before_any_request(tmp_path, capsys, no_network):
+    calls, transport = no_network
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    assert cli.main(BASE + ["--out", str(not_a_dir)], transport=transport) == 2
+    assert "--out:" in capsys.readouterr().err
+    assert cli.main(BASE + ["--out", str(tmp_path / "o"), "--progress-file", str(tmp_path / "missing" / "p.jsonl")],
+                    transport=transport) == 2
+    assert "--progress-file:" in capsys.readouterr().err
+    bad = tmp_path / "ref.json"
+    bad.write_text(json.dumps({"source": "x", "decode_tok_s": [{"prompt_tokens": 2048}]}))
+    assert cli.main(BASE + ["--out", str(tmp_path / "o"), "--reference", str(bad)], transport=transport) == 2
+    err = capsys.readouterr().err
+    assert "--reference:" in err and "decode_tok_s[0]" in err
+    assert cli.main(BASE + ["--out", str(tmp_path / "o"), "--reference", str(tmp_path / "nope.json")], transport=transport) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert calls == []
+
+
+def test_missing_required_flags_and_unknown_flags_exit_2(tmp_path, capsys):
+    assert cli.main(["run", "--model", "m", "--out", str(tmp_path)]) == 2
+    assert "--url" in capsys.readouterr().err
+    assert cli.main([]) == 2
+    assert cli.main(BASE + ["--out", str(tmp_path), "positional-secret", "--bogus", "--other=hidden-value"]) == 2
+    err = capsys.readouterr().err
+    assert "--bogus" in err and "--other" in err and "positional-secret" not in err and "hidden-value" not in err
+
+
+@pytest.mark.parametrize("argv", [["--api-key", "sk-live-123"], ["--api-key=sk-live-123"]])
+def test_an_api_key_on_the_command_line_is_refused_and_not_echoed(tmp_path, capsys, argv):
+    code = cli.main(BASE + ["--out", str(tmp_path)] + argv)
+    printed = capsys.readouterr()
+    assert code == 2 and "SPARKCTL_API_KEY" in printed.err
+    assert "sk-live-123" not in printed.err + printed.out
+
+
+def test_abbreviated_flags_are_not_accepted(tmp_path, capsys):
+    # argparse would otherwise read --api-key-e VALUE as --api-key-env VALUE.
+    assert cli.main(BASE + ["--out", str(tmp_path), "--api-key-e", "X"]) == 2
+
+
+def test_selftest_prints_the_client_capacity():
+    result = subprocess.run([sys.executable, "-m", "sparkctl.bench", "selftest", "--seconds", "0.2"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("client capacity: ")
+    rate = float(result.stdout.split()[2].replace(",", ""))
+    assert rate > 1000  # a parser slower than this could not keep up with one fast stream
+
+
+def test_selftest_usage_error(capsys):
+    assert cli.main(["selftest", "--seconds", "-1"]) == 2
+    assert "--seconds" in capsys.readouterr().err

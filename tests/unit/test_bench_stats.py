@@ -1,0 +1,204 @@
+"""sparkctl.bench arithmetic on synthetic timings: percentiles, the decode formula, the
+aggregate definition, point summaries, prompt sizing and the reference comparison."""
+
+import pytest
+
+from sparkctl.bench import prompts, reference, stats
+
+
+def rec(stream, t_send, t_first, t_last, tokens, ok=True, index=0, prompt_tokens=2048, length_rejected=False):
+    return {"stream": stream, "index": index, "ok": ok, "t_send": t_send, "t_first": t_first, "t_last": t_last,
+            "completion_tokens": tokens, "prompt_tokens": prompt_tokens, "length_rejected": length_rejected,
+            "ttft_s": stats.time_to_first_token(t_send, t_first), "decode_tok_s": stats.decode_rate(tokens, t_first, t_last)}
+
+
+# ------------------------------------------------------------------------------ percentiles
+
+
+def test_percentile_interpolates_between_closest_ranks():
+    values = [4, 1, 3, 2]
+    assert stats.percentile(values, 50) == pytest.approx(2.5)
+    assert stats.percentile(values, 90) == pytest.approx(3.7)  # 1 + 0.9*3 = rank 2.7 -> 3 + 0.7
+    assert stats.percentile(values, 0) == 1 and stats.percentile(values, 100) == 4
+    assert stats.percentile([7.0], 90) == 7.0
+    assert stats.percentile([], 50) is None
+
+
+def test_percentile_rejects_out_of_range_q():
+    with pytest.raises(ValueError):
+        stats.percentile([1, 2], 101)
+
+
+def test_distribution_ignores_missing_values():
+    d = stats.distribution([10.0, None, 30.0, 20.0])
+    assert d == {"n": 3, "median": 20.0, "p90": pytest.approx(28.0), "min": 10.0, "max": 30.0}
+    assert stats.distribution([None]) == {"n": 0, "median": None, "p90": None, "min": None, "max": None}
+
+
+# ------------------------------------------------------------------------------ per request
+
+
+def test_decode_rate_excludes_the_first_token():
+    # 128 tokens, the first at t=4.0 and the last at t=16.7: 127 decode steps over 12.7 s.
+    assert stats.decode_rate(128, 4.0, 16.7) == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize("tokens, first, last", [(1, 1.0, 1.0), (0, None, None), (None, 1.0, 2.0), (5, 2.0, 2.0),
+                                                 (5, 3.0, 2.0), (5, None, 2.0)])
+def test_decode_rate_is_undefined_without_a_decode_window(tokens, first, last):
+    assert stats.decode_rate(tokens, first, last) is None
+
+
+def test_ttft_is_first_token_minus_send():
+    assert stats.time_to_first_token(10.0, 14.25) == pytest.approx(4.25)
+    assert stats.time_to_first_token(10.0, None) is None
+
+
+# ------------------------------------------------------------------------------ aggregate
+
+
+def test_aggregate_spans_first_first_token_to_last_token_of_the_level():
+    records = [
+        rec(0, 0.0, 1.0, 3.0, 100),          # stream 0, request 1
+        rec(0, 3.1, 4.0, 6.0, 100, index=1),  # stream 0, request 2 (its prefill gap is inside the window)
+        rec(1, 0.0, 1.5, 5.0, 100),
+    ]
+    agg = stats.aggregate_throughput(records)
+    assert agg["completion_tokens"] == 300
+    assert agg["window_s"] == pytest.approx(5.0)  # 6.0 - 1.0
+    assert agg["tok_s"] == pytest.approx(60.0)
+
+
+def test_aggregate_leaves_out_failed_requests():
+    records = [rec(0, 0.0, 1.0, 3.0, 100), rec(1, 0.0, 1.0, 9.0, 50, ok=False)]
+    agg = stats.aggregate_throughput(records)
+    assert agg == {"completion_tokens": 100, "window_s": pytest.approx(2.0), "tok_s": pytest.approx(50.0)}
+    assert stats.aggregate_throughput([]) == {"completion_tokens": 0, "window_s": None, "tok_s": None}
+
+
+def test_point_summary_reports_distributions_per_level_and_per_stream():
+    # Two streams at 10 and 20 tok/s, TTFTs 1, 2 (stream 0) and 3, 4 (stream 1).
+    records = [
+        rec(0, 0.0, 1.0, 1.0 + 99 / 10, 100), rec(0, 20.0, 22.0, 22.0 + 99 / 10, 100, index=1),
+        rec(1, 0.0, 3.0, 3.0 + 99 / 20, 100), rec(1, 10.0, 14.0, 14.0 + 99 / 20, 100, index=1),
+        rec(1, 30.0, None, None, None, ok=False, index=2),
+        rec(1, 40.0, None, None, None, ok=False, index=3, length_rejected=True),
+    ]
+    summary = stats.summarize_point(records, streams=2)
+    assert summary["requests"] == 6 and summary["ok_requests"] == 4
+    assert summary["failed_requests"] == 1  # the length rejection is a skip, not a failure
+    assert summary["ttft_s"]["median"] == pytest.approx(2.5) and summary["ttft_s"]["max"] == pytest.approx(4.0)
+    assert summary["ttft_s"]["p90"] == pytest.approx(3.7)
+    assert summary["decode_tok_s"]["min"] == pytest.approx(10.0) and summary["decode_tok_s"]["max"] == pytest.approx(20.0)
+    assert [s["decode_tok_s"]["median"] for s in summary["per_stream"]] == [pytest.approx(10.0), pytest.approx(20.0)]
+    assert [s["ttft_s"]["median"] for s in summary["per_stream"]] == [pytest.approx(1.5), pytest.approx(3.5)]
+    assert summary["aggregate"]["window_s"] == pytest.approx(22.0 + 9.9 - 1.0)
+
+
+def test_ratio():
+    assert stats.ratio(9.0, 10.0) == pytest.approx(0.9)
+    assert stats.ratio(None, 10.0) is None and stats.ratio(1.0, 0) is None and stats.ratio(1.0, None) is None
+
+
+# ------------------------------------------------------------------------------ prompts
+
+
+def test_filler_is_deterministic_and_has_the_asked_word_count():
+    assert prompts.filler(5000) == prompts.filler(5000)
+    assert len(prompts.filler(70000).split()) == 70000  # longer than the base sequence: it repeats
+    assert prompts.filler(0) == ""
+    assert "Japan" not in prompts.filler(5000)
+
+
+def test_every_nonce_is_unique_and_leads_the_prompt():
+    nonces = prompts.Nonces()
+    seen = {nonces.next() for _ in range(1000)}
+    assert len(seen) == 1000
+    text = prompts.prompt_text(nonces.next(), "a b c")
+    assert text.startswith("[bench ") and text.endswith(" a b c")
+    assert prompts.Nonces().run_id != prompts.Nonces().run_id
+
+
+def test_request_bodies_ask_for_usage_and_carry_the_prompt():
+    chat = prompts.request_body("chat", "m", "hello", 8, stream=True, ignore_eos=True)
+    assert chat["messages"] == [{"role": "user", "content": "hello"}] and chat["stream_options"] == {"include_usage": True}
+    assert chat["ignore_eos"] is True and chat["max_tokens"] == 8
+    completion = prompts.request_body("completions", "m", "hello", 1, stream=False, ignore_eos=False)
+    assert completion == {"model": "m", "max_tokens": 1, "stream": False, "prompt": "hello"}
+
+
+def test_linear_fit_sizes_words_from_two_probes():
+    fit = prompts.LinearFit(32, 60, 256, 340)  # 1.25 tokens per word + 20 tokens of template
+    assert fit.per_word == pytest.approx(1.25) and fit.overhead == pytest.approx(20.0)
+    assert fit.words_for(2048) == round((2048 - 20) / 1.25)
+    assert fit.words_for(5) == 0
+    with pytest.raises(ValueError):
+        prompts.LinearFit(32, 60, 256, 60)
+
+
+def test_within_tolerance_and_ceiling():
+    assert prompts.within(2080, 2048, 0.02) and not prompts.within(2100, 2048, 0.02)
+    assert prompts.within(65, 64, 0.02)  # at least one token of slack for tiny prompts
+    assert not prompts.within(2060, 2048, 0.02, ceiling=2050)
+
+
+# ------------------------------------------------------------------------------ reference
+
+
+QWEN = {"source": "seed 002", "decode_tok_s": [{"prompt_tokens": 0, "value": 64.4}],
+        "throughput_tok_s": [{"streams": 2, "value": 116.8}, {"streams": 1, "value": 64.4}, {"streams": 4, "value": 114.1}]}
+
+
+def point(number, target, streams, decode=None, ttft=None, aggregate=None, status="ok", actual=None):
+    return {"point": number, "prompt_tokens_target": target, "streams": streams, "status": status,
+            "summary": None if status == "skipped" else {
+                "decode_tok_s": {"median": decode}, "ttft_s": {"median": ttft}, "aggregate": {"tok_s": aggregate},
+                "prompt_tokens": {"median": actual if actual is not None else target}}}
+
+
+def test_reference_validation_sorts_and_accepts_a_profile_document():
+    ref = reference.validate({"reference": QWEN})
+    assert [e["streams"] for e in ref["throughput_tok_s"]] == [1, 2, 4] and ref["ttft_s"] == []
+    assert ref["source"] == "seed 002"
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ({"source": "x", "decode_tok_s": [{"prompt_tokens": 10, "value": -1}]}, "value must be a positive"),
+    ({"source": "x", "decode_tok_s": [{"streams": 1, "value": 1}]}, "decode_tok_s[0]"),
+    ({"source": "x", "throughput_tok_s": [{"streams": 0, "value": 1}]}, "streams must be an integer >= 1"),
+    ({"source": "x", "tput": []}, "unknown key"),
+    ([1, 2], "expected a JSON object"),
+])
+def test_reference_validation_names_the_problem(bad, needle):
+    with pytest.raises(reference.ReferenceFileError, match=None) as info:
+        reference.validate(bad)
+    assert needle in str(info.value)
+
+
+def test_reference_comparison_matches_lengths_and_streams():
+    ref = reference.validate({"source": "seed 004", "decode_tok_s": [{"prompt_tokens": 2048, "value": 10.2},
+                                                                    {"prompt_tokens": 8192, "value": 10.6},
+                                                                    {"prompt_tokens": 223000, "value": 8.1}],
+                              "ttft_s": [{"prompt_tokens": 8000, "value": 4.0}],
+                              "throughput_tok_s": [{"streams": 2, "value": 20.0}]})
+    points = [point(1, 2048, 1, decode=9.18, ttft=1.0, aggregate=9.0), point(2, 2048, 2, aggregate=15.0),
+              point(3, 8192, 1, decode=10.6, ttft=5.0, actual=8150), point(4, 8192, 2, aggregate=14.0)]
+    rows = {(r["metric"], r["prompt_tokens"], r["streams"]): r for r in reference.compare(points, ref)}
+    assert rows[("decode_tok_s", 2048, 1)]["ratio"] == pytest.approx(0.9) and rows[("decode_tok_s", 2048, 1)]["point"] == 1
+    assert rows[("decode_tok_s", 8192, 1)]["ratio"] == pytest.approx(1.0)
+    assert rows[("decode_tok_s", 223000, 1)]["measured"] is None and "5 %" in rows[("decode_tok_s", 223000, 1)]["note"]
+    # 8000 is within 5 % of the 8150 tokens actually sent.
+    assert rows[("ttft_s", 8000, 1)]["ratio"] == pytest.approx(1.25) and rows[("ttft_s", 8000, 1)]["point"] == 3
+    # Throughput compares at the shortest measured prompt.
+    assert rows[("throughput_tok_s", None, 2)]["measured"] == 15.0 and rows[("throughput_tok_s", None, 2)]["ratio"] == 0.75
+
+
+def test_short_prompt_reference_compares_with_the_shortest_measured_length():
+    points = [point(1, 8192, 1, decode=50.0), point(2, 2048, 1, decode=60.0), point(3, 2048, 2, aggregate=100.0),
+              point(4, 1024, 1, status="skipped")]
+    rows = reference.compare(points, reference.validate(QWEN))
+    decode = next(r for r in rows if r["metric"] == "decode_tok_s")
+    assert decode["point"] == 2 and decode["ratio"] == pytest.approx(60.0 / 64.4) and "short prompt" in decode["note"]
+    by_streams = {r["streams"]: r for r in rows if r["metric"] == "throughput_tok_s"}
+    assert by_streams[2]["measured"] == 100.0 and by_streams[4]["measured"] is None
+    assert reference.compare(points, None) == []

@@ -1,0 +1,102 @@
+"""The verify stage's verdict document and summary, and the benchmark stage's small filters."""
+
+import json
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkctl.spark.plugins.filter.benchmark import api_key_value, bench_progress_line
+from ansible_collections.sparkctl.spark.plugins.filter.verify_report import verify_lines, verify_report
+from ansible_collections.sparkctl.spark.plugins.module_utils.api_key import api_key_from_text
+
+PASSING_PROBE = {"checks": [
+    {"name": "health", "ok": True, "skipped": False, "message": "health: 200"},
+    {"name": "smoke", "ok": True, "skipped": False, "message": "smoke: 'Tokyo' in ' Tokyo.'"},
+    {"name": "tools", "ok": False, "skipped": True, "message": "tools: no tool parser"},
+]}
+STARTUP = {"startup": [
+    {"name": "kv_cache_tokens", "ok": True, "on_mismatch": "fail", "message": "kv_cache_tokens: 65536 >= 4096"},
+    {"name": "moe_backend", "ok": False, "on_mismatch": "warn", "message": "moe_backend: not found"},
+]}
+MEMORY = {"rows": [
+    {"host": "spark1", "status": "ok", "message": "spark1: 20.00 GiB available, 12.00 GiB above the guard"},
+    {"host": "spark2", "status": "ok", "message": "spark2: 20.00 GiB available"},
+]}
+PARITY = {"ok": True, "rows": [{"item": "driver", "values": {"a": "1", "b": "1"}, "same": True}], "mismatches": []}
+
+
+def test_a_healthy_cluster_passes_with_its_warnings_listed():
+    report = verify_report(PASSING_PROBE, startup=STARTUP, memory=MEMORY, parity=PARITY, context={"profile": "p"})
+    assert report["status"] == "passed_with_warnings" and report["ok"] is True
+    assert report["failures"] == []
+    assert report["warnings"] == ["startup fact moe_backend: not found"]
+    assert report["context"] == {"profile": "p"} and report["schema_version"] == 1
+    json.dumps(report)  # the document is what the report file holds
+
+
+def test_every_kind_of_evidence_can_fail_the_stage():
+    probe = {"checks": PASSING_PROBE["checks"] + [
+        {"name": "generation", "ok": False, "skipped": False, "message": "generation: no token within 5 s: wedged"}]}
+    startup = {"startup": [{"name": "kv", "ok": False, "on_mismatch": "fail", "message": "kv: 100 < min 4096"}]}
+    memory = {"rows": [{"host": "spark2", "status": "fail", "message": "spark2: 7.50 GiB at or below the guard"}]}
+    parity = {"rows": [], "mismatches": ["driver", "packages.vllm"], "table": "item | a | b"}
+    report = verify_report(probe, startup=startup, memory=memory, parity=parity)
+    assert report["status"] == "failed" and report["ok"] is False
+    assert report["failures"] == [
+        "generation: no token within 5 s: wedged",
+        "startup fact kv: 100 < min 4096",
+        "memory: spark2: 7.50 GiB at or below the guard",
+        "versions differ across nodes: driver, packages.vllm\nitem | a | b",
+    ]
+
+
+def test_warnings_fail_on_request_and_the_escape_hatch_is_named():
+    assert verify_report(PASSING_PROBE, startup=STARTUP, fail_on_warnings=True)["status"] == "failed"
+    hatch = verify_report({"checks": [{"name": "smoke", "ok": False, "message": "smoke: wrong"}]}, ignore_errors=True)
+    assert hatch["status"] == "failed_ignored" and hatch["ok"] is True and hatch["failures"] == ["smoke: wrong"]
+    assert verify_lines(hatch)[-1] == "verify FAILED: 1 failure(s), ignored (spark_ignore_assert_errors)"
+
+
+def test_summary_has_one_line_per_piece_of_evidence_and_the_verdict():
+    lines = verify_lines(verify_report(PASSING_PROBE, startup=STARTUP, memory=MEMORY, parity=PARITY))
+    assert lines[0].startswith("PASS health")
+    assert lines[2].startswith("skip tools")
+    assert any(line.startswith("warn startup") and "moe_backend" in line for line in lines)
+    assert sum(line.startswith("PASS memory") for line in lines) == 2
+    assert "PASS parity" in lines[-2] and "1 items identical" in lines[-2]
+    assert lines[-1] == "verify PASSED with 1 warning(s)"
+    failed = verify_lines(verify_report({"checks": [{"name": "auth", "ok": False, "message": "auth: open"}]}))
+    assert failed[0].startswith("FAIL auth") and failed[-1] == "verify FAILED: 1 failure(s)"
+
+
+@pytest.mark.parametrize("text, key", [
+    ("VLLM_API_KEY=abcDEF123\n", "abcDEF123"),
+    ("api-key: abcDEF123\n", "abcDEF123"),
+    ("# comment\nexport VLLM_API_KEY='quoted key'\n", "quoted key"),
+    ('api-key: "k"\n', "k"),
+    ("OTHER=1\n", None),
+    ("VLLM_API_KEY=\n", None),
+    ("", None),
+])
+def test_the_key_comes_out_of_either_engine_file(text, key):
+    assert api_key_from_text(text) == key
+
+
+def test_a_key_file_without_a_key_fails_without_echoing_it():
+    with pytest.raises(AnsibleFilterError) as err:
+        api_key_value("NOT_THE_KEY=sentinel-secret-value")
+    assert "sentinel" not in str(err.value) and "serve stage" in str(err.value)
+    assert api_key_value("VLLM_API_KEY=abc") == "abc"
+
+
+def test_progress_line_reads_the_last_record():
+    assert "warming up" in bench_progress_line("")
+    text = "\n".join([json.dumps({"point": 1, "points": 6, "prompt_tokens": 2048, "streams": 1, "elapsed_s": 3.2}),
+                      "not json", json.dumps({"point": 2, "points": 6, "prompt_tokens": 2048, "streams": 2,
+                                              "elapsed_s": 9.7, "message": "ttft 0.4 s"})])
+    assert bench_progress_line(text) == "benchmark: point 2 of 6 done (2048 prompt tokens, 2 streams) after 10 s: ttft 0.4 s"
+
+
+def test_a_probe_that_did_not_run_is_a_failure_not_a_pass():
+    report = verify_report({"changed": False, "skipped": True, "skip_reason": "Conditional result was False"})
+    assert report["status"] == "failed"
+    assert report["failures"] == ["endpoint: not probed (Conditional result was False)"]
