@@ -15,3 +15,38 @@ def run_module(main, args, capsys, raw=False):
             main()
     out = capsys.readouterr().out
     return exit_info.value.code, out if raw else json.loads(out)
+
+
+def captured_argument_spec(main, monkeypatch):
+    """The argument_spec and options main() hands to AnsibleModule, without running the module."""
+    from ansible.module_utils import basic
+
+    captured = {}
+
+    class Captured(Exception):
+        pass
+
+    def init(self, argument_spec, **kwargs):
+        captured.update(kwargs, argument_spec=argument_spec)
+        raise Captured()
+
+    monkeypatch.setattr(basic.AnsibleModule, "__init__", init)
+    with pytest.raises(Captured):
+        main()
+    return captured
+
+
+def documented_like_spec(doc_options, spec):
+    """Differences between DOCUMENTATION options and an argument_spec (names, type, required, default, choices,
+    elements, suboptions), as validate-modules would report them."""
+    problems = []
+    if set(doc_options) != set(spec):
+        problems.append(f"options {sorted(doc_options)} != argument_spec {sorted(spec)}")
+    for name in set(doc_options) & set(spec):
+        doc, arg = doc_options[name], spec[name]
+        for key, fallback in (("type", "str"), ("required", False), ("default", None), ("choices", None), ("elements", None)):
+            if doc.get(key, fallback) != arg.get(key, fallback):
+                problems.append(f"{name}.{key}: documented {doc.get(key, fallback)!r}, spec {arg.get(key, fallback)!r}")
+        if "suboptions" in doc or "options" in arg:
+            problems += [f"{name}.{p}" for p in documented_like_spec(doc.get("suboptions", {}), arg.get("options", {}))]
+    return problems

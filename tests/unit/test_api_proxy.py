@@ -34,6 +34,7 @@ from ansible_collections.sparkctl.spark.plugins.filter import api_proxy as api_p
 from ansible_collections.sparkctl.spark.plugins.module_utils import api_proxy as A
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_probe as ep
 from ansible_collections.sparkctl.spark.plugins.module_utils import profile as P
+from golden_files import assert_golden_tree
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_PROFILES = REPO / "tests" / "lab" / "profiles"
@@ -80,17 +81,7 @@ def _rendered_files(name):
 @pytest.mark.parametrize("case", list(CASES))
 def test_rendering_matches_golden(case):
     files = _rendered_files(case)
-    directory = GOLDEN / case
-    if os.environ.get("SPARKCTL_UPDATE_GOLDEN") == "1":
-        for old in sorted(directory.rglob("*"), reverse=True) if directory.exists() else []:
-            old.unlink() if old.is_file() else old.rmdir()
-        for rel, text in files.items():
-            (directory / rel).parent.mkdir(parents=True, exist_ok=True)
-            (directory / rel).write_text(text)
-    on_disk = {str(p.relative_to(directory)): p.read_text() for p in directory.rglob("*") if p.is_file()}
-    assert sorted(on_disk) == sorted(files)
-    for rel, text in files.items():
-        assert text == on_disk[rel], rel
+    assert_golden_tree(GOLDEN / case, files)
 
 
 @pytest.mark.parametrize("case", list(CASES))

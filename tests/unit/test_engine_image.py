@@ -20,6 +20,7 @@ from ansible_collections.sparkctl.spark.plugins.filter.engine_image import (
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_image
 from ansible_collections.sparkctl.spark.plugins.modules import image_archive_info, image_context as image_context_module
 from module_runner import run_module
+from golden_files import assert_golden_text
 
 GOLDEN = Path(__file__).parent / "golden" / "docker_daemon"
 REPO = Path(__file__).resolve().parents[2]
@@ -205,10 +206,7 @@ DAEMON_CASES = {
 def test_daemon_json_matches_golden(case):
     current, kwargs = DAEMON_CASES[case]
     rendered = docker_daemon_json(current, **kwargs)
-    golden = GOLDEN / f"{case}.json"
-    if os.environ.get("SPARKCTL_UPDATE_GOLDEN") == "1":
-        golden.write_text(rendered)
-    assert rendered == golden.read_text()
+    assert_golden_text(GOLDEN / f"{case}.json", rendered)
 
 
 def test_daemon_json_semantics():

@@ -2,12 +2,12 @@
 a change in what the engines see is a diff in tests/unit/golden/fabric_env/.
 Regenerate with SPARKCTL_UPDATE_GOLDEN=1 and review the diff."""
 
-import os
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter.fabric_env import env_file_lines, fabric_env
+from golden_files import assert_golden_text
 
 GOLDEN = Path(__file__).parent / "golden" / "fabric_env"
 SYSTEM_PATH = ["/usr/local/cuda/bin", "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
@@ -38,11 +38,7 @@ CASES = {
 def test_environment_matches_golden(case):
     roce, kwargs = CASES[case]
     lines = env_file_lines(fabric_env(roce, head_address="192.168.100.10/24", path=SYSTEM_PATH, **kwargs))
-    golden = GOLDEN / f"{case}.env"
-    rendered = "\n".join(lines) + "\n"
-    if os.environ.get("SPARKCTL_UPDATE_GOLDEN") == "1":
-        golden.write_text(rendered)
-    assert rendered == golden.read_text()
+    assert_golden_text(GOLDEN / f"{case}.env", "\n".join(lines) + "\n")
 
 
 def test_both_rdma_devices_and_the_primary_netdev():

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import module_runner
+from golden_files import assert_golden_text
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils import basic
@@ -81,11 +82,7 @@ def _rendered_cases():
 @pytest.mark.parametrize("case", list(INVENTORY_CASES) + ["options-head", "any-head"])
 def test_rule_set_matches_golden(case):
     rendered = _rendered_cases()[case]
-    golden = GOLDEN / f"{case}.nft"
-    if os.environ.get("SPARKCTL_UPDATE_GOLDEN") == "1":
-        GOLDEN.mkdir(parents=True, exist_ok=True)
-        golden.write_text(rendered)
-    assert rendered == golden.read_text()
+    assert_golden_text(GOLDEN / f"{case}.nft", rendered)
 
 
 def test_lab_head_lets_the_controller_call_the_api_and_nothing_else_of_ray():

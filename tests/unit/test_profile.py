@@ -5,7 +5,6 @@ are compared with reviewed golden files under tests/unit/golden/profiles/.
 Regenerate with SPARKCTL_UPDATE_GOLDEN=1 and review the diff."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import profile as profile_filter
 from ansible_collections.sparkctl.spark.plugins.filter.inventory_problems import inventory_problems
 from ansible_collections.sparkctl.spark.plugins.module_utils import profile as P
+from golden_files import assert_golden_tree
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_PROFILES = REPO / "tests" / "lab" / "profiles"
@@ -370,17 +370,7 @@ def _rendered_files(name, overrides):
 def test_rendering_matches_golden(case):
     name, overrides = GOLDEN_CASES[case]
     files = _rendered_files(name, overrides)
-    directory = GOLDEN / case
-    if os.environ.get("SPARKCTL_UPDATE_GOLDEN") == "1":
-        for old in sorted(directory.rglob("*"), reverse=True) if directory.exists() else []:
-            old.unlink() if old.is_file() else old.rmdir()
-        for rel, text in files.items():
-            (directory / rel).parent.mkdir(parents=True, exist_ok=True)
-            (directory / rel).write_text(text)
-    on_disk = {str(p.relative_to(directory)): p.read_text() for p in directory.rglob("*") if p.is_file()}
-    assert sorted(on_disk) == sorted(files)
-    for rel, text in files.items():
-        assert text == on_disk[rel], rel
+    assert_golden_tree(GOLDEN / case, files)
 
 
 def test_vllm_api_key_never_reaches_argv():

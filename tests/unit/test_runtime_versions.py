@@ -424,46 +424,13 @@ def test_module_refuses_incomplete_arguments(fake_host, capsys, args, message):
     assert rc == 1 and result["failed"] is True and message in result["msg"]
 
 
-def captured_argument_spec(main, monkeypatch):
-    """The argument_spec and options main() hands to AnsibleModule, without running the module."""
-    captured = {}
-
-    class Captured(Exception):
-        pass
-
-    def init(self, argument_spec, **kwargs):
-        captured.update(kwargs, argument_spec=argument_spec)
-        raise Captured()
-
-    monkeypatch.setattr(basic.AnsibleModule, "__init__", init)
-    with pytest.raises(Captured):
-        main()
-    return captured
-
-
-def documented_like_spec(doc_options, spec):
-    """Differences between DOCUMENTATION options and an argument_spec (names, type, required, default, choices,
-    elements, suboptions), as validate-modules would report them."""
-    problems = []
-    if set(doc_options) != set(spec):
-        problems.append(f"options {sorted(doc_options)} != argument_spec {sorted(spec)}")
-    for name in set(doc_options) & set(spec):
-        doc, arg = doc_options[name], spec[name]
-        for key, fallback in (("type", "str"), ("required", False), ("default", None), ("choices", None), ("elements", None)):
-            if doc.get(key, fallback) != arg.get(key, fallback):
-                problems.append(f"{name}.{key}: documented {doc.get(key, fallback)!r}, spec {arg.get(key, fallback)!r}")
-        if "suboptions" in doc or "options" in arg:
-            problems += [f"{name}.{p}" for p in documented_like_spec(doc.get("suboptions", {}), arg.get("options", {}))]
-    return problems
-
-
 def test_documentation_matches_the_argument_spec(monkeypatch):
-    spec = captured_argument_spec(runtime_versions_module.main, monkeypatch)
+    spec = module_runner.captured_argument_spec(runtime_versions_module.main, monkeypatch)
     doc = yaml.safe_load(runtime_versions_module.DOCUMENTATION)
     yaml.safe_load(runtime_versions_module.EXAMPLES)
     returns = yaml.safe_load(runtime_versions_module.RETURN)
 
     assert spec["supports_check_mode"] is True
-    assert documented_like_spec(doc["options"], spec["argument_spec"]) == []
+    assert module_runner.documented_like_spec(doc["options"], spec["argument_spec"]) == []
     assert doc["attributes"]["check_mode"]["support"] == "full"
     assert set(returns) == RETURNED
