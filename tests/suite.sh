@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian machine as root: set-up, unit tests,
-# lint, the molecule scenario on the two-node lab, then the lab integration
-# tests. Prints the wall time of each stage at the end. CI runs exactly this.
+# lint, check mode on a fresh lab, the molecule scenario on the two-node lab, then
+# the lab integration tests. Prints the wall time of each stage at the end. CI runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -31,6 +31,14 @@ if [[ -x $REPO/.venv/nginx/usr/sbin/nginx ]]; then export SPARKCTL_NGINX=$REPO/.
 
 stage unit python -m pytest tests/unit -q -p no:cacheprovider
 stage lint ansible-lint --nocolor -q
+# `--check --diff` on a lab nothing has touched yet: lists a first run's changes and
+# changes nothing (molecule's destroy then starts its own lab from scratch).
+fresh_check() {
+  python tests/lab/sparklab down
+  python tests/lab/sparklab up
+  python -m pytest tests/integration -q -p no:cacheprovider -m fresh
+}
+stage fresh-check fresh_check
 stage molecule molecule test --scenario-name default
 stage integration python -m pytest tests/integration -q -p no:cacheprovider -m lab
 if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then
