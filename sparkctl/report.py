@@ -79,7 +79,7 @@ def report_path(directory: Path, name: str) -> Path:
 
 
 def verify_rows(report: dict) -> list[tuple[str, str, str]]:
-    """(mark, what, detail) per probe check, startup fact, node's memory and the parity check."""
+    """(mark, what, detail) per probe check, startup fact, node's memory, the parity check and each firewall."""
     rows = []
     for check in report.get("checks") or []:
         mark = "skip" if check.get("skipped") else ("PASS" if check.get("ok") else "FAIL")
@@ -96,6 +96,9 @@ def verify_rows(report: dict) -> list[tuple[str, str, str]]:
         detail = ("differ: " + ", ".join(mismatches)) if mismatches else \
             f"{len(parity.get('rows') or [])} items identical on every node"
         rows.append(("FAIL" if mismatches else "PASS", "version parity", detail))
+    for row in (report.get("firewall") or {}).get("rows") or []:
+        mark = {"ok": "PASS", "warn": "warn", "fail": "FAIL"}.get(row.get("status"), "?")
+        rows.append((mark, f"firewall {row.get('host', '?')}", row.get("message", "")))
     return rows
 
 

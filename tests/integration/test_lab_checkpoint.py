@@ -5,7 +5,9 @@ is repaired by one re-run; a download cut mid-file fails the run and the next
 run completes it, fetching only what was missing; a mirror cut mid-transfer
 (the worker's daemon stopped, its connections ended) fails the run and the next
 run resumes it without downloading again; a node too small for the hub's real
-size is refused before anything is written."""
+size is refused before anything is written; with the hub out of reach a first
+download is refused before anything is written (a complete checkpoint re-run
+offline is in the fault catalogue)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from labrun import LAB_INVENTORY, REPO, node_exec
+from labrun import LAB_INVENTORY, REPO, lab, node_exec
 
 pytestmark = pytest.mark.lab
 
@@ -181,3 +183,23 @@ def test_node_too_small_for_the_real_size_is_refused_before_any_change(small_wor
     assert "point 'spark_checkpoint_dir' at a larger one" in run.output
     assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
     assert node_exec("spark2", "ls", "-A", "/srv/sparkctl/models").stdout.strip() == ""
+
+
+@pytest.fixture
+def hub_out_of_reach(converged):
+    node_exec("spark1", "systemctl", "stop", "sparklab-hub", check=False)  # already stopped is fine
+    yield
+    lab("hub", "start")
+
+
+def test_a_first_download_without_the_hub_is_refused_before_any_change(hub_out_of_reach, run_site):
+    elsewhere = "/srv/sparkctl/models/offline-first"
+    run = run_site("--tags", "checkpoint", "-e", f"spark_checkpoint_dir={elsewhere}")
+    assert run.rc != 0
+    text = " ".join(run.output.split())  # the callback folds long messages
+    assert "is out of reach from spark1" in text and "holds no checkpoint from an earlier run" in text, run.output[-3000:]
+    assert "the first download of sparklab/lab-standin-nvfp4 needs the hub" in text
+    assert "spark_hf_endpoint" in text and "spark_checkpoint" in text
+    assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
+    for node in HOSTS:
+        assert node_exec(node, "test", "-e", elsewhere, check=False).returncode != 0, node

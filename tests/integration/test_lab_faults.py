@@ -42,7 +42,10 @@ def image_runtime(lab_up, run_site):
 
 def _steps(steps):
     for step in steps or []:
-        node_exec(step["node"], *[str(arg) for arg in step["run"]])
+        if "lab" in step:
+            lab(*[str(arg) for arg in step["lab"]])
+        else:
+            node_exec(step["node"], *[str(arg) for arg in step["run"]])
 
 
 def _probe(probe) -> str | None:

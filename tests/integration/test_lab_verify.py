@@ -1,8 +1,9 @@
 """The verify stage on the two-node lab: it passes on the healthy cluster (every
 probe check incl. the parsers, the startup facts, memory, version parity) without
 changing anything, and fails with the right message when the stand-in is told to
-hang after /health (the wedge), to answer the smoke prompt wrongly, or when one
-node's (stand-in) nvidia-smi reports a different driver version."""
+hang after /health (the wedge), to answer the smoke prompt wrongly, when one
+node's (stand-in) nvidia-smi reports a different driver version, or when a node's
+firewall table was emptied or deleted by hand."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ def test_verify_passes_on_the_healthy_lab_and_changes_nothing(served, run_site, 
     items = {row["item"] for row in report["parity"]["rows"]}
     assert {"driver", "cuda", "venv_lock_sha256", "packages.sparklab-engine", "packages.ray"} <= items
     assert report["parity"]["mismatches"] == []
+    assert {row["host"]: row["status"] for row in report["firewall"]["rows"]} == {"spark1": "ok", "spark2": "ok"}
     assert "verify PASSED" in run.output
 
 
@@ -99,6 +101,27 @@ def test_a_node_with_another_driver_fails_parity_with_a_table(served, run_site, 
     assert "580.82.09" in run.output and "580.95.05" in run.output
     again = _verify(run_site)
     assert again.rc == 0, again.output[-3000:]
+
+
+def test_a_firewall_table_emptied_or_deleted_by_hand_fails_verify(served, run_site, report_dir):
+    node_exec("spark2", "nft", "flush", "chain", "inet", "sparkctl", "input")
+    node_exec("spark1", "nft", "delete", "table", "inet", "sparkctl")
+    try:
+        run = _verify(run_site)
+        report = _report(report_dir)
+    finally:
+        repair = run_site("--tags", "firewall")
+    assert run.rc != 0
+    rows = {row["host"]: row for row in report["firewall"]["rows"]}
+    assert rows["spark1"]["status"] == rows["spark2"]["status"] == "fail", rows
+    assert "table inet sparkctl is not loaded" in rows["spark1"]["message"]
+    assert "differs from /etc/sparkctl/firewall.nft" in rows["spark2"]["message"]
+    assert all("--tags firewall" in row["message"] for row in rows.values())
+    assert any(line.startswith("firewall spark2:") for line in report["failures"])
+    assert repair.rc == 0, repair.output[-3000:]
+    again = _verify(run_site)
+    assert again.rc == 0, again.output[-3000:]
+    assert {row["status"] for row in _report(report_dir)["firewall"]["rows"]} == {"ok"}
 
 
 def test_sparkctl_verify_prints_the_table_and_a_json_document(served, report_dir):

@@ -537,3 +537,102 @@ def test_manifest_only_for_a_path_source_does_not_hash(ckpt, tmp_path, monkeypat
 
     assert result["bytes"] == sum(p.stat().st_size for p in tree(ckpt).values())
     assert not (tmp_path / "dest").exists()
+
+
+# --- the hub out of reach -----------------------------------------------------------------------
+
+OFFLINE = "connection refused by 127.0.0.1"
+
+
+def _offline_source(server, revision="main"):
+    # Any request would fail: the endpoint is a closed port (and the reason says the hub is out of reach).
+    return hub_source(server, revision=revision, endpoint=f"http://127.0.0.1:{_free_port()}")
+
+
+def test_an_unreachable_hub_still_verifies_and_mirrors_a_complete_checkpoint(hub, ckpt, tmp_path):
+    make_sync(tmp_path, hub, source=hub_source(hub, revision=hub.commit)).run()
+    w1, head = tmp_path / "w1", tmp_path / "head"
+    (w1 / shard_name(3, 4)).write_bytes((ckpt / shard_name(3, 4)).read_bytes()[:1000])
+    manifest_before = (head / ".sparkctl-manifest.json").read_bytes()
+    hub.reset()
+
+    result = make_sync(tmp_path, hub, source=_offline_source(hub, hub.commit), hub_unreachable=OFFLINE).run()
+
+    assert result["failures"] == [] and result["offline"] is True
+    assert result["notes"] == [], "a pinned commit is exact: nothing to warn about"
+    assert result["downloaded"] == [] and result["mirrored"] == {"w1": [shard_name(3, 4)], "w2": []}
+    assert result["commit"] == hub.commit
+    assert_identical(ckpt, w1)
+    assert (head / ".sparkctl-manifest.json").read_bytes() == manifest_before
+    assert hub.stats()["by_route"] == {}, "the hub was not asked"
+
+
+def test_an_unreachable_hub_with_a_branch_revision_warns_that_it_may_have_moved(hub, ckpt, tmp_path):
+    make_sync(tmp_path, hub).run()
+
+    result = make_sync(tmp_path, hub, source=_offline_source(hub, "main"), hub_unreachable=OFFLINE).run()
+
+    assert result["failures"] == [] and result["changed"] is False and result["offline"] is True
+    assert len(result["notes"]) == 1
+    assert "'main' may have moved" in result["notes"][0] and hub.commit in result["notes"][0]
+    assert "spark_checkpoint.revision" in result["notes"][0]
+
+
+def test_an_unreachable_hub_cannot_replace_a_file_the_head_lost(hub, ckpt, tmp_path):
+    make_sync(tmp_path, hub).run()
+    (tmp_path / "head" / shard_name(2, 4)).unlink()
+    (tmp_path / "w1" / "stray.bin").write_bytes(b"x")
+
+    result = make_sync(tmp_path, hub, source=_offline_source(hub), hub_unreachable=OFFLINE).run()
+
+    assert result["failures"] == [
+        f"download {shard_name(2, 4)}: missing or damaged on the head, and the hub is unreachable ({OFFLINE})"]
+    # Never delete on a worker while the head is incomplete: the worker may hold the good copy.
+    assert (tmp_path / "w1" / "stray.bin").exists() and (tmp_path / "w1" / shard_name(2, 4)).exists()
+
+
+def test_an_unreachable_hub_without_an_earlier_manifest_says_the_first_download_needs_it(hub, tmp_path):
+    with pytest.raises(checkpoint_sync.SyncError) as refused:
+        make_sync(tmp_path, hub, source=_offline_source(hub), hub_unreachable=OFFLINE).run()
+    message = str(refused.value)
+    assert OFFLINE in message and "holds no manifest of an earlier run" in message
+    assert f"the first download of {REPO_ID}@main needs the hub" in message
+    assert not (tmp_path / "w1").exists()
+
+
+@pytest.mark.parametrize("kept", [{"revision": "v2"}, {"repo_id": "sparklab/other"}, {"source": "path"}])
+def test_an_unreachable_hub_refuses_the_manifest_of_another_checkpoint(hub, ckpt, tmp_path, kept):
+    make_sync(tmp_path, hub).run()
+    manifest_file = tmp_path / "head" / ".sparkctl-manifest.json"
+    manifest_file.write_text(json.dumps(dict(json.loads(manifest_file.read_text()), **kept)))
+
+    with pytest.raises(checkpoint_sync.SyncError) as refused:
+        make_sync(tmp_path, hub, source=_offline_source(hub), hub_unreachable=OFFLINE).run()
+    assert f"not {REPO_ID}@main: the new checkpoint needs the hub" in str(refused.value)
+
+
+def test_an_unreachable_hub_and_a_broken_manifest_fail_naming_the_file(hub, ckpt, tmp_path):
+    make_sync(tmp_path, hub).run()
+    manifest_file = tmp_path / "head" / ".sparkctl-manifest.json"
+    manifest_file.write_text("{not json")
+
+    with pytest.raises(checkpoint_sync.SyncError) as refused:
+        make_sync(tmp_path, hub, source=_offline_source(hub), hub_unreachable=OFFLINE).run()
+    assert f"the earlier run's manifest {manifest_file} cannot be used" in str(refused.value)
+
+
+def test_the_module_passes_the_reason_on_and_warns(hub, ckpt, tmp_path, capsys, monkeypatch):
+    from ansible.module_utils import basic
+
+    warned = []
+    # Where a warning goes depends on whether controller code was imported in this process: catch it at the source.
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning, **kwargs: warned.append(warning))
+    make_sync(tmp_path, hub).run()
+    args = {"source": _offline_source(hub), "dest": str(tmp_path / "head"), "workers": workers(tmp_path),
+            "hub_unreachable": OFFLINE}
+    rc, out = run_module(args, capsys)
+    result = json.loads(out)
+    assert rc == 0, result
+    assert result["offline"] is True and result["changed"] is False
+    assert any("may have moved" in note for note in result["notes"])
+    assert warned == result["notes"]

@@ -279,6 +279,7 @@ VERIFY_DOC = {
     "startup": [{"name": "kv_cache_tokens", "ok": True, "on_mismatch": "fail", "message": "kv_cache_tokens: 65536 >= 4096"}],
     "memory": {"rows": [{"host": "spark1", "status": "warn", "message": "spark1: 9.00 GiB, 1.00 GiB above the guard"}]},
     "parity": {"rows": [{"item": "driver"}], "mismatches": ["driver"]},
+    "firewall": {"rows": [{"host": "spark2", "status": "fail", "message": "table inet sparkctl is not loaded"}]},
     "context": {},
 }
 
@@ -293,6 +294,7 @@ def test_report_shows_verify_and_benchmark_and_fails_on_a_failed_verify(project,
     out = capsys.readouterr().out
     assert "Verify: FAILED" in out and "generation" in out and "startup kv_cache_tokens" in out
     assert "memory spark1" in out and "version parity" in out and "differ: driver" in out
+    assert "firewall spark2" in out and "table inet sparkctl is not loaded" in out
     assert "# Benchmark lab-standin" in out
     assert cli.main(["report", "benchmark"]) == 0
     (reports / "verify.json").write_text(json.dumps(dict(VERIFY_DOC, status="passed", ok=True, failures=[])))

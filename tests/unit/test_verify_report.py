@@ -100,3 +100,47 @@ def test_a_probe_that_did_not_run_is_a_failure_not_a_pass():
     report = verify_report({"changed": False, "skipped": True, "skip_reason": "Conditional result was False"})
     assert report["status"] == "failed"
     assert report["failures"] == ["endpoint: not probed (Conditional result was False)"]
+
+
+IN_SYNC = {"enabled": True, "nft_installed": True, "table": "inet sparkctl", "config_file": "/etc/sparkctl/firewall.nft",
+           "present": True, "in_sync": True, "method": "canonical", "differences": []}
+
+
+def test_every_nodes_firewall_table_is_checked_against_its_rule_set():
+    firewall = {
+        "spark1": IN_SYNC,
+        "spark2": dict(IN_SYNC, in_sync=False, differences=["rule missing: tcp dport 22 accept", "a", "b", "c"]),
+        "spark3": dict(IN_SYNC, present=False, in_sync=False, differences=["table inet sparkctl is not loaded"]),
+        "spark4": dict(IN_SYNC, nft_installed=False, present=False, in_sync=None),
+    }
+    report = verify_report(PASSING_PROBE, firewall=firewall)
+    assert report["status"] == "failed"
+    assert report["failures"] == [
+        "firewall spark2: the live table inet sparkctl differs from /etc/sparkctl/firewall.nft: rule missing: tcp dport "
+        "22 accept; a; b (and 1 more); a provision run loads it again (sparkctl up, or site.yml --tags firewall)",
+        "firewall spark3: table inet sparkctl is not loaded: Ray's and the engines' ports are open beyond the cable; "
+        "a provision run loads it again (sparkctl up, or site.yml --tags firewall)",
+        "firewall spark4: nft is not installed, so table inet sparkctl cannot be loaded: a provision run loads it again "
+        "(sparkctl up, or site.yml --tags firewall)",
+    ]
+    assert [row["status"] for row in report["firewall"]["rows"]] == ["ok", "fail", "fail", "fail"]
+    lines = verify_lines(report)
+    assert "PASS firewall   spark1: table inet sparkctl holds exactly /etc/sparkctl/firewall.nft (compared in a " \
+           "scratch network namespace)" in lines
+    assert sum(line.startswith("FAIL firewall") for line in lines) == 3
+
+
+def test_a_firewall_turned_off_is_a_warning_not_a_silent_pass():
+    off = dict(IN_SYNC, enabled=False, present=False, in_sync=None, method=None)
+    report = verify_report(PASSING_PROBE, firewall={"spark1": off, "spark2": dict(off, present=True)})
+    assert report["status"] == "passed_with_warnings" and report["failures"] == []
+    assert report["warnings"] == [
+        "firewall spark1: off (firewall_enabled: false): Ray's and the engines' ports answer on every network the node "
+        "is on",
+        "firewall spark2: table inet sparkctl is loaded though firewall_enabled is false (a provision run removes it)",
+    ]
+    assert verify_report(PASSING_PROBE, firewall={"spark1": off}, fail_on_warnings=True)["status"] == "failed"
+
+
+def test_a_report_without_firewall_evidence_has_no_firewall_rows():
+    assert verify_report(PASSING_PROBE)["firewall"] == {"rows": []}

@@ -11,8 +11,9 @@ short_description: The verify stage's machine-readable result from its four kind
 version_added: 0.1.0
 description:
   - Combines the C(checks) of M(sparkctl.spark.engine_probe), the C(startup) list of
-    M(sparkctl.spark.engine_startup_facts), the result of P(sparkctl.spark.memory_headroom#filter) and the
-    result of P(sparkctl.spark.version_parity#filter) into one document with C(status) V(passed),
+    M(sparkctl.spark.engine_startup_facts), the result of P(sparkctl.spark.memory_headroom#filter), the
+    result of P(sparkctl.spark.version_parity#filter) and every node's firewall table (the firewall role's
+    C(state.yml)) into one document with C(status) V(passed),
     V(passed_with_warnings) or V(failed), the list of failures and the list of warnings, each one line naming
     what is wrong.
   - Use P(sparkctl.spark.verify_lines#filter) for the human summary of that document.
@@ -31,6 +32,13 @@ options:
     default: {}
   parity:
     description: The result of P(sparkctl.spark.version_parity#filter).
+    type: dict
+    default: {}
+  firewall:
+    description:
+      - Per node, the firewall role's C(firewall_state_report) (C(enabled), C(nft_installed), C(table),
+        C(config_file), C(present), C(in_sync), C(differences)). A table missing or differing from its rule set
+        fails; a firewall turned off (or left loaded while off) is a warning.
     type: dict
     default: {}
   context:
@@ -69,6 +77,7 @@ _value:
     startup: {description: The startup facts, type: list, elements: dict}
     memory: {description: The memory headroom result, type: dict}
     parity: {description: The version parity result, type: dict}
+    firewall: {description: "C(rows): per node C(host), C(status) (V(ok), V(warn), V(fail)) and C(message)", type: dict}
     context: {description: The given context, type: dict}
 """
 
@@ -116,13 +125,47 @@ def _parity_lines(parity):
     return [line + ("\n" + table if table else "")]
 
 
+REPAIR_FIREWALL = "a provision run loads it again (sparkctl up, or site.yml --tags firewall)"
+
+
+def _firewall_row(host, state):
+    table, where = state.get("table") or "inet sparkctl", state.get("config_file") or "its rule set file"
+    if not state.get("enabled"):
+        if state.get("present"):
+            return "warn", "table %s is loaded though firewall_enabled is false (a provision run removes it)" % table
+        return "warn", ("off (firewall_enabled: false): Ray's and the engines' ports answer on every network the "
+                        "node is on")
+    if not state.get("nft_installed"):
+        return "fail", "nft is not installed, so table %s cannot be loaded: %s" % (table, REPAIR_FIREWALL)
+    if not state.get("present"):
+        return "fail", ("table %s is not loaded: Ray's and the engines' ports are open beyond the cable; %s"
+                        % (table, REPAIR_FIREWALL))
+    if not state.get("in_sync"):
+        differences = list(state.get("differences") or [])
+        shown = "; ".join(differences[:3]) + (" (and %d more)" % (len(differences) - 3) if len(differences) > 3 else "")
+        return "fail", "the live table %s differs from %s: %s; %s" % (table, where, shown or "?", REPAIR_FIREWALL)
+    how = " (compared in a scratch network namespace)" if state.get("method") == "canonical" else ""
+    return "ok", "table %s holds exactly %s%s" % (table, where, how)
+
+
+def _firewall_rows(firewall):
+    rows = []
+    for host, state in sorted((firewall or {}).items()):
+        status, message = _firewall_row(host, state or {})
+        rows.append({"host": host, "status": status, "message": message})
+    return rows
+
+
 def verify_report(probe, startup=None, memory=None, parity=None, context=None, fail_on_warnings=False,
-                  ignore_errors=False):
+                  ignore_errors=False, firewall=None):
     failures = _probe_lines(probe)
     startup_failures, startup_warnings = _startup_lines(startup)
     memory_failures, memory_warnings = _memory_lines(memory)
+    firewall_rows = _firewall_rows(firewall)
     failures += startup_failures + memory_failures + _parity_lines(parity)
+    failures += ["firewall %s: %s" % (r["host"], r["message"]) for r in firewall_rows if r["status"] == "fail"]
     warnings = startup_warnings + memory_warnings
+    warnings += ["firewall %s: %s" % (r["host"], r["message"]) for r in firewall_rows if r["status"] == "warn"]
     if fail_on_warnings:
         failures += warnings
         warnings = []
@@ -140,6 +183,7 @@ def verify_report(probe, startup=None, memory=None, parity=None, context=None, f
         "startup": list((startup or {}).get("startup") or []),
         "memory": dict(memory or {}),
         "parity": dict(parity or {}),
+        "firewall": {"rows": firewall_rows},
         "context": dict(context or {}),
     }
 
@@ -149,7 +193,7 @@ def _mark(ok, skipped=False):
 
 
 def verify_lines(report):
-    """The human summary: one line per check, startup fact, node's memory, then the verdict."""
+    """The human summary: one line per check, startup fact, node's memory and firewall, then the verdict."""
     lines = []
     for check in report.get("checks") or []:
         lines.append("%s %-10s %s" % (_mark(check.get("ok"), check.get("skipped")), check.get("name", "?"),
@@ -167,6 +211,9 @@ def verify_lines(report):
         lines.append("%s %-10s %s" % ("FAIL" if mismatches else "PASS", "parity",
                                       ("differ: " + ", ".join(mismatches)) if mismatches
                                       else "%d items identical on every node" % compared))
+    for row in (report.get("firewall") or {}).get("rows") or []:
+        mark = {"ok": "PASS", "warn": "warn", "fail": "FAIL"}.get(row.get("status"), "?")
+        lines.append("%s %-10s %s: %s" % (mark, "firewall", row.get("host", "?"), row.get("message", "")))
     verdict = {"passed": "verify PASSED", "passed_with_warnings": "verify PASSED with %d warning(s)",
                "failed": "verify FAILED: %d failure(s)", "failed_ignored":
                "verify FAILED: %d failure(s), ignored (spark_ignore_assert_errors)"}[report["status"]]

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
     DEFAULT_IGNORE,
     STAMP_NAME,
+    CheckpointError,
     FileInfo,
     compile_ignore,
     is_racy,
@@ -611,6 +612,7 @@ class CheckpointSync:
         hub=None,
         rsync_password=None,
         manifest_only=False,
+        hub_unreachable=None,
     ):
         if streams < 1 or download_workers < 1:
             raise SyncError("streams and download_workers must be 1 or more")
@@ -642,6 +644,9 @@ class CheckpointSync:
         self.delete_extraneous = delete_extraneous
         self.check_mode = check_mode
         self.manifest_only = manifest_only
+        # Why the hub cannot be reached (the checkpoint stage asked it first), or None.
+        self.hub_unreachable = hub_unreachable or None
+        self.notes = []
         self.hash_jobs = hash_jobs
         self.racy_window_ns = racy_window_ns
         self.rsync = Rsync(rsync_rsh, rsync_binary, password=rsync_password)
@@ -656,6 +661,8 @@ class CheckpointSync:
     def build_manifest(self):
         source = self.source
         self.real_sources = {}
+        if source["type"] == "hub" and self.hub_unreachable:
+            return self._kept_manifest()
         if source["type"] == "hub":
             self.hub = self.hub or import_hub()
             try:
@@ -678,6 +685,32 @@ class CheckpointSync:
         manifest, self.real_sources = path_manifest(
             path, stamp_file, self.hash_jobs, write_stamp=not read_only, racy_window_ns=self.racy_window_ns
         )
+        return manifest
+
+    def _kept_manifest(self):
+        """The manifest an earlier run wrote for this very repo and revision: with the hub out of
+        reach, the head's verified copy is still the checkpoint and can be checked and mirrored."""
+        source = self.source
+        where = "%s@%s" % (source["repo_id"], source["revision"])
+        cannot = "the hub is unreachable (%s) and " % self.hub_unreachable
+        try:
+            with open(self.manifest_file, "rb") as handle:
+                manifest = json.loads(handle.read().decode("utf-8"))
+            normalize_manifest(manifest)
+        except FileNotFoundError:
+            raise SyncError(cannot + "the head holds no manifest of an earlier run (%s): the first download of %s "
+                            "needs the hub" % (self.manifest_file, where))
+        except (OSError, ValueError, CheckpointError) as exc:
+            raise SyncError(cannot + "the earlier run's manifest %s cannot be used: %s" % (self.manifest_file, exc))
+        kept = (manifest.get("source"), manifest.get("repo_id"), manifest.get("revision"))
+        if kept != ("hub", source["repo_id"], source["revision"]):
+            raise SyncError(cannot + "the earlier run's manifest is of %s@%s, not %s: the new checkpoint needs the hub"
+                            % (kept[1] or manifest.get("path") or "?", kept[2] or "?", where))
+        if manifest.get("commit") != source["revision"]:
+            self.notes.append(
+                "the hub is unreachable (%s): %s is checked against the commit %s of the earlier run; the branch or tag "
+                "%r may have moved on the hub since (pin a commit in spark_checkpoint.revision to make this exact)"
+                % (self.hub_unreachable, where, manifest.get("commit"), source["revision"]))
         return manifest
 
     # -- head ----------------------------------------------------------------------------------
@@ -756,6 +789,12 @@ class CheckpointSync:
     def _fetch(self, rel):
         """Download (or copy) one file and verify it; one more try on any failure."""
         entry = self.manifest["files"][rel]
+        if self.source["type"] == "hub" and self.hub_unreachable:
+            with self.lock:
+                self.failures.append("download %s: missing or damaged on the head, and the hub is unreachable (%s)"
+                                     % (rel, self.hub_unreachable))
+            self.progress.event("download-failed", "%s cannot be downloaded: the hub is unreachable" % rel)
+            return
         self.progress.event("download-start", "downloading %s" % rel)
         self.activity.start("download")
         detail = None
@@ -813,12 +852,15 @@ class CheckpointSync:
                 "files": len(files),
                 "bytes": self.manifest["total_bytes"],
                 "failures": [],
+                "offline": bool(self.source["type"] == "hub" and self.hub_unreachable),
+                "notes": list(self.notes),
             }
         if self.check_mode:
             return self._plan(started, manifest_s)
 
         os.makedirs(self.dest, exist_ok=True)
-        _write_if_changed(self.manifest_file, render_manifest(self.manifest))
+        if not self.hub_unreachable:  # else it is the kept manifest, already there
+            _write_if_changed(self.manifest_file, render_manifest(self.manifest))
         self.progress = Progress(self.progress_file, len(files), self.manifest["total_bytes"], workers)
         self.progress.event("manifest", "manifest: %d files, %d bytes" % (len(files), self.manifest["total_bytes"]), _phase("verify"))
         self.progress.start_ticker()
@@ -952,6 +994,8 @@ class CheckpointSync:
             "deleted": deleted,
             "removed_on_head": removed_on_head,
             "timings": timings,
+            "offline": bool(self.source["type"] == "hub" and self.hub_unreachable),
+            "notes": list(self.notes),
         }
 
 

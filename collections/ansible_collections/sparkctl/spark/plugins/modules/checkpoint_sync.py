@@ -153,6 +153,15 @@ options:
         RV(bytes); nothing is written or transferred. For a size check on every node before the transfer.
     type: bool
     default: false
+  hub_unreachable:
+    description:
+      - Why the hub cannot be reached (e.g. the C(reason) of C(sparkctl.spark.hub_access)); empty when it can.
+      - With a reason, a hub source is not asked for its file list; the manifest an earlier run wrote to
+        O(manifest_file) is used instead, provided it is of the same O(source.repo_id) and O(source.revision), so a
+        complete checkpoint is still verified and mirrored to the workers offline. Files missing or damaged on the
+        head fail the run (they can only come from the hub). Without such a manifest the run fails saying so.
+      - A revision that is a branch or tag rather than the manifest's commit is reported in RV(notes).
+    type: str
 seealso:
   - module: sparkctl.spark.checkpoint_verify
 notes:
@@ -239,6 +248,17 @@ removed_on_head:
   elements: str
   returned: always
   sample: []
+offline:
+  description: Whether the hub was out of reach and the earlier run's manifest was used (O(hub_unreachable)).
+  type: bool
+  returned: always
+  sample: false
+notes:
+  description: What the caller should know, one line each (also shown as warnings).
+  type: list
+  elements: str
+  returned: always
+  sample: []
 failures:
   description: What failed, one line each, naming the file and the worker (only on failure).
   type: list
@@ -302,6 +322,7 @@ def main():
             manifest_file=dict(type="path"),
             delete_extraneous=dict(type="bool", default=True),
             manifest_only=dict(type="bool", default=False),
+            hub_unreachable=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -323,11 +344,14 @@ def main():
             check_mode=module.check_mode,
             rsync_password=password,
             manifest_only=params["manifest_only"],
+            hub_unreachable=params["hub_unreachable"],
         )
         result = sync.run()
     except (SyncError, OSError) as exc:
         module.fail_json(msg=str(exc), changed=False)
 
+    for note in result.get("notes") or []:
+        module.warn(note)
     failures = result.pop("failures")
     if failures:
         shown = "; ".join(failures[:10]) + (" (and %d more)" % (len(failures) - 10) if len(failures) > 10 else "")

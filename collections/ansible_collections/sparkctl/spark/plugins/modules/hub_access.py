@@ -53,8 +53,8 @@ options:
     type: int
     default: 15
 notes:
-  - An unreachable hub is a warning (RV(status=warn)), not a failure; the checkpoint stage needs the hub anyway and
-    says so.
+  - An unreachable hub is a warning (RV(status=warn)) with RV(reachable=false), not a failure; the checkpoint stage
+    then works from the manifest of the last complete run, or refuses a first download.
 """
 
 EXAMPLES = r"""
@@ -92,6 +92,16 @@ message:
   description: RV(detail) and RV(fix) in one sentence.
   type: str
   returned: always
+reachable:
+  description: Whether the hub answered at all (an HTTP refusal is an answer; a connection error is not).
+  type: bool
+  returned: always
+  sample: true
+reason:
+  description: Why the hub could not be reached (null when it answered).
+  type: str
+  returned: always
+  sample: "<urlopen error [Errno 111] Connection refused>"
 endpoint:
   description: The hub asked.
   type: str
