@@ -3,8 +3,10 @@ on the management network sees it: every route but /health answers 401 without t
 (the stand-in engine itself, like vLLM, leaves /ping and /version open), /health answers
 200, a streamed completion with the key arrives token by token through the proxy, the
 engine's own port (8001) is bound to loopback and closed to the network, the key include is
-root-only, and a hand-edited proxy configuration that opened a route is repaired by one
-serve run, after which the next run changes nothing."""
+root-only, a hand-edited proxy configuration that opened a route is repaired by one
+serve run, after which the next run changes nothing, and the proxy turned off and on
+again over a serving cluster (the engine moving between the public and its own port)
+takes one serve run each way."""
 
 from __future__ import annotations
 
@@ -154,4 +156,29 @@ def test_a_hand_edited_proxy_config_is_repaired_by_one_run(served, run_site):
         assert all(again.changed(h) == 0 for h in HOSTS), {h: again.changed_tasks(h) for h in HOSTS}
     finally:
         if call("GET", "/version")[0] != 401:
+            _serve(run_site)
+
+
+def test_the_proxy_turned_off_then_on_over_a_serving_cluster(served, run_site, key):
+    # Off: the engine moves onto the public port itself (its own routes open, as vLLM leaves them).
+    off = _serve(run_site, "-e", "spark_api_proxy=false")
+    try:
+        assert off.rc == 0, off.output[-4000:]
+        assert node_exec("spark1", "systemctl", "is-active", PROXY_UNIT, check=False).stdout.strip() != "active"
+        assert call("GET", "/version")[0] == 200, "without the proxy the engine answers /version itself"
+        assert call("GET", "/v1/models")[0] == 401 and call("GET", "/v1/models", key=key)[0] == 200
+        # On again, over the running engine: the proxy cannot bind the public port until the
+        # engine restarts onto its own; its unit retries, and one run ends with both in place.
+        on = _serve(run_site)
+        assert on.rc == 0, on.output[-4000:]
+        assert "engine_service : Start the engine's units on this node, enabled for reboot" in on.changed_tasks("spark1")
+        assert node_exec("spark1", "systemctl", "is-active", PROXY_UNIT).stdout.strip() == "active"
+        assert call("GET", "/version")[0] == 401 and call("GET", "/v1/models", key=key)[0] == 200
+        with pytest.raises(OSError):
+            call("GET", "/health", port=ENGINE_PORT, timeout=3)
+        again = _serve(run_site)
+        assert again.rc == 0, again.output[-4000:]
+        assert all(again.changed(h) == 0 for h in HOSTS), {h: again.changed_tasks(h) for h in HOSTS}
+    finally:
+        if node_exec("spark1", "systemctl", "is-active", PROXY_UNIT, check=False).stdout.strip() != "active":
             _serve(run_site)
