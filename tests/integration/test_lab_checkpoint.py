@@ -6,8 +6,8 @@ run completes it, fetching only what was missing; a mirror cut mid-transfer
 (the worker's daemon stopped, its connections ended) fails the run and the next
 run resumes it without downloading again; a node too small for the hub's real
 size is refused before anything is written; with the hub out of reach a first
-download is refused before anything is written (a complete checkpoint re-run
-offline is in the fault catalogue)."""
+download is refused before anything is written, and a hub answering 503 counts
+as out of reach (a complete checkpoint re-run offline is in the fault catalogue)."""
 
 from __future__ import annotations
 
@@ -203,3 +203,16 @@ def test_a_first_download_without_the_hub_is_refused_before_any_change(hub_out_o
     assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
     for node in HOSTS:
         assert node_exec(node, "test", "-e", elsewhere, check=False).returncode != 0, node
+
+
+def test_a_hub_answering_503_counts_as_out_of_reach_for_a_complete_checkpoint(converged, run_site):
+    _hub("/_stub/faults", {"model_info_status": 503})
+    try:
+        run = run_site("--tags", "checkpoint")
+    finally:
+        _hub("/_stub/faults", {"model_info_status": None})
+    assert run.rc == 0, run.output[-4000:]
+    assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
+    text = " ".join(run.output.split())
+    assert "the hub is out of reach (the hub answered 503" in text, run.output[-4000:]
+    assert "'main' may have moved on the hub since" in text

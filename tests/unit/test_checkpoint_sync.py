@@ -586,7 +586,7 @@ def test_an_unreachable_hub_cannot_replace_a_file_the_head_lost(hub, ckpt, tmp_p
     result = make_sync(tmp_path, hub, source=_offline_source(hub), hub_unreachable=OFFLINE).run()
 
     assert result["failures"] == [
-        f"download {shard_name(2, 4)}: missing or damaged on the head, and the hub is unreachable ({OFFLINE})"]
+        f"download {shard_name(2, 4)}: missing or damaged on the head, and the hub is out of reach ({OFFLINE})"]
     # Never delete on a worker while the head is incomplete: the worker may hold the good copy.
     assert (tmp_path / "w1" / "stray.bin").exists() and (tmp_path / "w1" / shard_name(2, 4)).exists()
 
@@ -636,3 +636,9 @@ def test_the_module_passes_the_reason_on_and_warns(hub, ckpt, tmp_path, capsys, 
     assert result["offline"] is True and result["changed"] is False
     assert any("may have moved" in note for note in result["notes"])
     assert warned == result["notes"]
+
+
+def test_a_path_source_ignores_the_hubs_state(ckpt, tmp_path):
+    result = make_sync(tmp_path, None, source={"type": "path", "path": str(ckpt)}, hub_unreachable=OFFLINE).run()
+    assert result["failures"] == [] and result["offline"] is False
+    assert json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text())["source"] == "path"

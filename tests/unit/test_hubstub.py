@@ -464,6 +464,19 @@ def test_gate_settings_are_validated(fresh_stub):
     assert _http_json("POST", f"{base}/_stub/faults", {"reset": True})[1]["gated"] is None
 
 
+def test_model_info_can_answer_a_server_error_while_files_still_download(hf, fresh_stub, small_ckpt, tmp_path):
+    api = hf.HfApi(endpoint=fresh_stub.url)
+    fresh_stub.set_faults(model_info_status=503)
+    with pytest.raises(hf.errors.HfHubHTTPError) as failed:
+        api.model_info(REPO_ID, token=False)
+    assert failed.value.response.status_code == 503
+    assert _http_json("POST", f"{fresh_stub.url}/_stub/faults", {"model_info_status": "down"})[0] == 400
+    fetched = hf.hf_hub_download(REPO_ID, "config.json", local_dir=tmp_path, endpoint=fresh_stub.url, token=False)
+    assert filecmp.cmp(fetched, small_ckpt / "config.json", shallow=False)
+    fresh_stub.reset()
+    assert api.model_info(REPO_ID, token=False).sha
+
+
 def test_cli_serves_a_gated_repo(small_ckpt, tmp_path):
     port_file = tmp_path / "port"
     server = subprocess.Popen(

@@ -65,6 +65,9 @@ FAULT_DEFAULTS: dict = {
     "fail_path": "*",
     "fail_times": 1,  # 0 = every time
     "fail_only_ranges": False,  # only requests carrying a Range header (i.e. resumes)
+    # Answer model info (the file list) with this HTTP status, e.g. 503 while the hub is
+    # down for maintenance or 429 when rate limited; null = answer normally.
+    "model_info_status": None,
     # WAN-like rate limit on response bodies. scope "global": one token bucket shared by
     # all connections (a site uplink: parallel downloads share it); "connection": one
     # bucket per response.
@@ -274,7 +277,8 @@ class Hub:
                 if key != "reset":
                     # null clears a setting; for the ones with a default, back to the default
                     faults[key] = FAULT_DEFAULTS[key] if value is None else value
-            for key in ("cut_after_bytes", "cut_times", "fail_status", "fail_times", "throttle_bytes_per_s"):
+            for key in ("cut_after_bytes", "cut_times", "fail_status", "fail_times", "throttle_bytes_per_s",
+                        "model_info_status"):
                 value = faults[key]
                 if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
                     raise ValueError(f"{key} must be a non-negative number or null, got {value!r}")
@@ -527,6 +531,9 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- API ----------------------------------------------------------------------------
     def _model_info(self, org: str, name: str, revision: str | None, query: dict) -> None:
+        status = self.hub.faults["model_info_status"]
+        if status is not None:
+            raise HubError(int(status), f"Injected failure ({int(status)})")
         self._check_auth()
         repo = self._repo_and_revision(org, name, revision)
         self._check_gate(repo, content=False)
@@ -843,6 +850,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-path", default="*")
     parser.add_argument("--fail-times", type=int, default=1, help="0 = every time")
     parser.add_argument("--fail-only-ranges", action="store_true")
+    parser.add_argument("--model-info-status", type=int, help="answer model info with this HTTP status (e.g. 503)")
     parser.add_argument("--throttle-bytes-per-s", type=float)
     parser.add_argument("--throttle-scope", choices=("global", "connection"), default="global")
     parser.add_argument("--gated", choices=GATED_KINDS, help="serve the repo as gated: content needs a granted token")

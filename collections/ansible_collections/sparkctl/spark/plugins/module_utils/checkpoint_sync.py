@@ -644,7 +644,7 @@ class CheckpointSync:
         self.delete_extraneous = delete_extraneous
         self.check_mode = check_mode
         self.manifest_only = manifest_only
-        # Why the hub cannot be reached (the checkpoint stage asked it first), or None.
+        # Why the hub cannot be used (the checkpoint stage asked it first), or None.
         self.hub_unreachable = hub_unreachable or None
         self.notes = []
         self.hash_jobs = hash_jobs
@@ -661,7 +661,7 @@ class CheckpointSync:
     def build_manifest(self):
         source = self.source
         self.real_sources = {}
-        if source["type"] == "hub" and self.hub_unreachable:
+        if self._offline():
             return self._kept_manifest()
         if source["type"] == "hub":
             self.hub = self.hub or import_hub()
@@ -687,12 +687,15 @@ class CheckpointSync:
         )
         return manifest
 
+    def _offline(self):
+        return self.source["type"] == "hub" and bool(self.hub_unreachable)
+
     def _kept_manifest(self):
         """The manifest an earlier run wrote for this very repo and revision: with the hub out of
         reach, the head's verified copy is still the checkpoint and can be checked and mirrored."""
         source = self.source
         where = "%s@%s" % (source["repo_id"], source["revision"])
-        cannot = "the hub is unreachable (%s) and " % self.hub_unreachable
+        cannot = "the hub is out of reach (%s) and " % self.hub_unreachable
         try:
             with open(self.manifest_file, "rb") as handle:
                 manifest = json.loads(handle.read().decode("utf-8"))
@@ -708,7 +711,7 @@ class CheckpointSync:
                             % (kept[1] or manifest.get("path") or "?", kept[2] or "?", where))
         if manifest.get("commit") != source["revision"]:
             self.notes.append(
-                "the hub is unreachable (%s): %s is checked against the commit %s of the earlier run; the branch or tag "
+                "the hub is out of reach (%s): %s is checked against the commit %s of the earlier run; the branch or tag "
                 "%r may have moved on the hub since (pin a commit in spark_checkpoint.revision to make this exact)"
                 % (self.hub_unreachable, where, manifest.get("commit"), source["revision"]))
         return manifest
@@ -789,11 +792,11 @@ class CheckpointSync:
     def _fetch(self, rel):
         """Download (or copy) one file and verify it; one more try on any failure."""
         entry = self.manifest["files"][rel]
-        if self.source["type"] == "hub" and self.hub_unreachable:
+        if self._offline():
             with self.lock:
-                self.failures.append("download %s: missing or damaged on the head, and the hub is unreachable (%s)"
+                self.failures.append("download %s: missing or damaged on the head, and the hub is out of reach (%s)"
                                      % (rel, self.hub_unreachable))
-            self.progress.event("download-failed", "%s cannot be downloaded: the hub is unreachable" % rel)
+            self.progress.event("download-failed", "%s cannot be downloaded: the hub is out of reach" % rel)
             return
         self.progress.event("download-start", "downloading %s" % rel)
         self.activity.start("download")
@@ -852,14 +855,14 @@ class CheckpointSync:
                 "files": len(files),
                 "bytes": self.manifest["total_bytes"],
                 "failures": [],
-                "offline": bool(self.source["type"] == "hub" and self.hub_unreachable),
+                "offline": self._offline(),
                 "notes": list(self.notes),
             }
         if self.check_mode:
             return self._plan(started, manifest_s)
 
         os.makedirs(self.dest, exist_ok=True)
-        if not self.hub_unreachable:  # else it is the kept manifest, already there
+        if not self._offline():  # else it is the kept manifest, already there
             _write_if_changed(self.manifest_file, render_manifest(self.manifest))
         self.progress = Progress(self.progress_file, len(files), self.manifest["total_bytes"], workers)
         self.progress.event("manifest", "manifest: %d files, %d bytes" % (len(files), self.manifest["total_bytes"]), _phase("verify"))
@@ -994,7 +997,7 @@ class CheckpointSync:
             "deleted": deleted,
             "removed_on_head": removed_on_head,
             "timings": timings,
-            "offline": bool(self.source["type"] == "hub" and self.hub_unreachable),
+            "offline": self._offline(),
             "notes": list(self.notes),
         }
 

@@ -155,7 +155,8 @@ options:
     default: false
   hub_unreachable:
     description:
-      - Why the hub cannot be reached (e.g. the C(reason) of C(sparkctl.spark.hub_access)); empty when it can.
+      - Why the hub cannot be used (unreachable, or answering with a server error or a rate limit; the C(reason) or
+        C(detail) of a C(sparkctl.spark.hub_access) warning); empty when it can.
       - With a reason, a hub source is not asked for its file list; the manifest an earlier run wrote to
         O(manifest_file) is used instead, provided it is of the same O(source.repo_id) and O(source.revision), so a
         complete checkpoint is still verified and mirrored to the workers offline. Files missing or damaged on the
