@@ -1,9 +1,12 @@
 """Fold ansible-runner's event stream into what a stage reports: per-host counters,
-failures (host, task, message) and the exit code. Pure: no I/O, no clock."""
+failures (host, task, message) and the exit code; what it keeps to print has no
+credentials inside URLs. Pure: no I/O, no clock."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from .redact import redact_text, redact_value
 
 # Exit codes of every sparkctl command.
 EXIT_OK = 0
@@ -98,7 +101,7 @@ class Tally:
         if state in ("ok", "changed") and isinstance(res.get("dest"), str) and res["dest"] not in self.files:
             self.files.append(res["dest"])
         if state == "ok" and data.get("task_action") in DEBUG_ACTIONS and "msg" in res:
-            self.output.append({"host": host, "task": data.get("task", ""), "msg": res["msg"]})
+            self.output.append({"host": host, "task": data.get("task", ""), "msg": redact_value(res["msg"])})
         self.task_states[host] = "ok" if ignored else state
         counts = self.counts.setdefault(host, dict.fromkeys(COUNTERS, 0))
         counts["ok" if ignored else ("failed" if state == "failed" else state)] += 1
@@ -147,7 +150,7 @@ def failure_message(res: dict) -> str:
         if isinstance(item, dict) and (item.get("failed") or item.get("rc") not in (None, 0) or item.get("unreachable")):
             label = item.get("_ansible_item_label", item.get("item"))
             parts.append(f"item {label}: {failure_message(item)}")
-    text = "\n".join(parts) or "(no message)"
+    text = redact_text("\n".join(parts) or "(no message)")
     return text if len(text) <= MSG_LIMIT else text[:MSG_LIMIT] + " [...]"
 
 

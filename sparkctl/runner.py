@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import secrets
 import shlex
 import signal
@@ -18,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import redact
 from .events import Tally
 from .project import report_dir
 from .result import StageResult
@@ -27,9 +27,10 @@ from .stages import Stage
 KEEP_ARTIFACTS = 20
 
 # ansible-runner records the job's whole environment in artifacts/<ident>/command,
-# suppress_env_files or not; values of variables named like these never stay there.
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|API_?KEY|PRIVATE|CREDENTIAL|AUTH", re.IGNORECASE)
-REDACTED = "<redacted by sparkctl>"
+# suppress_env_files or not; values of variables named like a secret never stay there,
+# nor credentials inside a URL (redact.py).
+SECRET_NAME = redact.SECRET_NAME
+REDACTED = redact.REDACTED
 
 
 @dataclass
@@ -101,22 +102,43 @@ def runner_kwargs(stage: Stage, options: RunOptions, root: Path, ident: str, ext
 
 
 def redact_env(env: dict) -> dict:
-    return {key: (REDACTED if SECRET_NAME.search(key) else value) for key, value in env.items()}
+    return redact.redact_env(env)
+
+
+def _rewrite_private(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", errors="surrogateescape") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
 
 
 def redact_command_file(artifact_dir: str | os.PathLike) -> None:
-    """Rewrite artifacts/<ident>/command without secret-named environment values."""
+    """Rewrite artifacts/<ident>/command without secret-named environment values or URL credentials."""
     path = Path(artifact_dir) / "command"
     try:
         record = json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return
     record["env"] = redact_env(record.get("env") or {})
-    tmp = path.with_name(".command.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(record, handle, ensure_ascii=False)
-    os.replace(tmp, path)
+    record = {key: (value if key == "env" else redact.redact_value(value)) for key, value in record.items()}
+    _rewrite_private(path, json.dumps(record, ensure_ascii=False))
+
+
+def redact_artifacts(artifact_dir: str | os.PathLike) -> None:
+    """The stage's log (stdout) and its recorded events without credentials inside URLs: a
+    module's output (pip's index, a proxy setting) can print one, and the wrapper points
+    people at the log."""
+    root = Path(artifact_dir)
+    paths = [root / "stdout"] + (sorted((root / "job_events").glob("*.json")) if (root / "job_events").is_dir() else [])
+    for path in paths:
+        try:
+            text = path.read_text(errors="surrogateescape")
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        clean = redact.redact_text(text)
+        if clean != text:
+            _rewrite_private(path, clean)
 
 
 @contextlib.contextmanager
@@ -225,5 +247,6 @@ def run_stage(stage: Stage, options: RunOptions, root: Path, on_event: Callable[
     stop_groups(orphans)
     artifact_dir = run.config.artifact_dir
     redact_command_file(artifact_dir)
+    redact_artifacts(artifact_dir)
     return StageResult.from_run(stage.name, str(stage.playbook.relative_to(root)) if stage.playbook.is_relative_to(root)
                                 else str(stage.playbook), run.status, run.rc, tally, duration, artifact_dir)

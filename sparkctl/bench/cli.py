@@ -1,8 +1,9 @@
 """python -m sparkctl.bench run|selftest: argument checks (all before any request), the run,
 the report. Exit status: 0 all measured requests succeeded, 1 a measured request (or the
 warm-up / prompt sizing) failed - the report is still written, failures marked - or nothing
-could be measured, 2 usage error. The API key is read only from the environment variable
-named by --api-key-env; it never appears in argv, output or the report."""
+could be measured, 2 usage error. The API key is read from a file only its owner can read
+(--api-key-file) or from the environment variable named by --api-key-env; it never appears
+in argv, output or the report."""
 
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--progress-file", default=None, help="append one JSON line per finished measurement point")
     run.add_argument("--api-key-env", default=DEFAULT_API_KEY_ENV,
                      help="environment variable holding the API key, default %(default)s")
+    run.add_argument("--api-key-file", default=None,
+                     help="file holding only the API key, readable by its owner only (mode 0600); wins over --api-key-env")
     run.add_argument("--selftest-seconds", default=str(DEFAULT_SECONDS),
                      help="duration of the client self-test after the run, default %(default)s")
     run.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
@@ -126,8 +129,27 @@ def _url(text: str) -> str:
     return text.rstrip("/")
 
 
+def read_key_file(text: str) -> str:
+    """The key in a file only its owner can read: a key others can read is refused, not used."""
+    try:
+        fd = os.open(text, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise UsageError("--api-key-file", f"cannot read {text} ({exc.strerror or exc})",
+                         "give the file holding the key, mode 0600") from None
+    with os.fdopen(fd, encoding="utf-8") as handle:
+        mode = os.fstat(handle.fileno()).st_mode & 0o777
+        if mode & 0o077:
+            raise UsageError("--api-key-file", f"{text} is readable by others (mode {mode:04o})",
+                             f"chmod 600 {text}, and change the key if anyone else could have read it")
+        key = handle.read().strip()
+    if not key:
+        raise UsageError("--api-key-file", f"{text} is empty", "write the key into it, alone on one line")
+    return key
+
+
 def validate(args: argparse.Namespace) -> tuple[Settings, dict]:
-    """The run's Settings plus {out, progress_file, reference}; UsageError on the first bad flag."""
+    """The run's Settings plus {out, progress_file, reference, api_key}; UsageError on the first bad
+    flag. api_key is the key read from --api-key-file, else None (then --api-key-env is read)."""
     if not args.model.strip():
         raise UsageError("--model", "empty", "give the served model name, e.g. --model solar-open2")
     if not _ENV_NAME.match(args.api_key_env):
@@ -169,13 +191,14 @@ def validate(args: argparse.Namespace) -> tuple[Settings, dict]:
             reference = reference_mod.load(args.reference)
         except reference_mod.ReferenceFileError as exc:
             raise UsageError("--reference", str(exc), "give a JSON file holding the profile's `reference` mapping") from None
+    api_key = read_key_file(args.api_key_file) if args.api_key_file else None
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError("--out", f"cannot create {out} ({exc.strerror or exc})", "give a writable directory") from None
     if not os.access(out, os.W_OK | os.X_OK):
         raise UsageError("--out", f"{out} is not writable", "give a writable directory")
-    return settings, {"out": out, "progress_file": progress_file, "reference": reference}
+    return settings, {"out": out, "progress_file": progress_file, "reference": reference, "api_key": api_key}
 
 
 def _refuse_key_flag(argv: list[str]) -> bool:
@@ -214,7 +237,7 @@ def main(argv: list[str] | None = None, *, transport=None) -> int:
     except UsageError as exc:
         print(f"{PROG} run: {exc}", file=sys.stderr)
         return 2
-    api_key = os.environ.get(settings.api_key_env) or None
+    api_key = extra["api_key"] or os.environ.get(settings.api_key_env) or None
     if api_key is None:
         print(f"note: ${settings.api_key_env} is not set; requests carry no API key", file=sys.stderr)
     runner = Runner(settings, api_key, transport=transport, progress_file=extra["progress_file"], reference=extra["reference"])

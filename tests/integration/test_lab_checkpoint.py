@@ -7,12 +7,15 @@ run completes it, fetching only what was missing; a mirror cut mid-transfer
 run resumes it without downloading again; a node too small for the hub's real
 size is refused before anything is written; with the hub out of reach a first
 download is refused before anything is written, and a hub answering 503 counts
-as out of reach (a complete checkpoint re-run offline is in the fault catalogue)."""
+as out of reach (a complete checkpoint re-run offline is in the fault catalogue);
+files sparkctl does not own, in and beside the checkpoint directory, survive a
+run byte for byte, and a directory it did not create keeps its mode."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -72,6 +75,10 @@ def test_damaged_worker_copy_is_repaired_by_one_run(converged, run_site):
     repair = run_site("--tags", "checkpoint")
     assert repair.rc == 0, repair.output
     assert repair.changed("spark2") > 0
+    # No sparkctl manifest ever listed extra.bin: it is someone else's, left in place and named.
+    assert node_exec("spark2", "cat", f"{CKPT}/extra.bin").stdout == "junk\n"
+    assert "1 file in /srv/sparkctl/models/lab-standin not in the manifest, left in place: extra.bin" in " ".join(repair.output.split())
+    node_exec("spark2", "rm", f"{CKPT}/extra.bin")
     assert _sums("spark2") == _sums("spark1")
     quiet = run_site("--tags", "checkpoint")
     assert all(quiet.changed(h) == 0 for h in HOSTS), {h: quiet.changed_tasks(h) for h in HOSTS}
@@ -216,3 +223,38 @@ def test_a_hub_answering_503_counts_as_out_of_reach_for_a_complete_checkpoint(co
     text = " ".join(run.output.split())
     assert "the hub is out of reach (the hub answered 503" in text, run.output[-4000:]
     assert "'main' may have moved on the hub since" in text
+
+
+# Another user's files in the checkpoint directory and a sibling model beside it, on every node.
+PLANTED = {
+    f"{CKPT}/notes.txt": "a user's notes",
+    f"{CKPT}/download.part": "someone's unfinished download",
+    f"{CKPT}/other-model/model.safetensors": "another model's weights",
+    f"{CKPT}/other-model/model.safetensors.index.json": '{"weight_map": {"w": "gone.safetensors"}}',
+    "/srv/sparkctl/models/sibling-model/model.safetensors": "a sibling model",
+}
+
+
+def test_files_sparkctl_does_not_own_survive_a_run(converged, run_site):
+    mark = f"{CKPT}/.sparkctl-created"
+    plant = " && ".join(f"mkdir -p {os.path.dirname(path)} && printf %s {shlex.quote(text)} > {path}" for path, text in PLANTED.items())
+    # A directory sparkctl did not create (no mark) keeps the mode its owner gave it.
+    plant += f" && chmod 0775 {CKPT} && if [ -e {mark} ]; then mv {mark} {mark}.away; fi"
+    probe = f"sha256sum {' '.join(PLANTED)} && stat -c %a {CKPT}"
+    before = {}
+    try:
+        for host in HOSTS:
+            node_exec(host, "sh", "-c", plant)
+            before[host] = node_exec(host, "sh", "-c", probe).stdout
+        run = run_site("--tags", "checkpoint")
+        assert run.rc == 0, run.output[-4000:]
+        for host in HOSTS:
+            assert node_exec(host, "sh", "-c", probe).stdout == before[host], host
+        text = " ".join(run.output.split())
+        assert "4 files in /srv/sparkctl/models/lab-standin are not part of the checkpoint" in text, run.output[-4000:]
+        assert "4 files in /srv/sparkctl/models/lab-standin not in the manifest, left in place" in text
+    finally:
+        for host in HOSTS:
+            node_exec(host, "sh", "-c", f"rm -rf {CKPT}/notes.txt {CKPT}/download.part {CKPT}/other-model"
+                      f" /srv/sparkctl/models/sibling-model && chmod 0755 {CKPT}"
+                      f" && if [ -e {mark}.away ]; then mv {mark}.away {mark}; fi")

@@ -8,7 +8,11 @@ them. ssh and the head's API port answer from the control node. A table deleted
 by hand is back after one run of playbooks/provision.yml, which changes nothing
 but the firewall on that node and nothing at all on the next run; --check on
 the converged lab reports changed=0. Other tables (docker's DNS NAT inside the
-nodes) are never touched.
+nodes) are never touched. A `systemctl restart nftables` (whose config flushes the
+whole ruleset) brings the table back within seconds without a run; the rsync
+daemon's socket refuses to start while the firewall is on but its table is not
+loaded; a rule set that drops sshd (firewall_ssh_ports without its port) reverts by
+itself and the run fails naming firewall_ssh_ports.
 
 Ray 2.60 cannot bind those ports to the cable address (LAB-NOTES), which is why
 the firewall exists."""
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -216,3 +221,80 @@ def test_check_mode_on_the_converged_lab_changes_nothing(converged, run_site):
     assert run.rc == 0, run.output[-5000:]
     assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
     assert all(_table_loaded(node) for node in HOSTS)
+
+
+def _wait_for_table(node: str, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not _table_loaded(node):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _restore_after_nftables(node: str, nat: str) -> None:
+    """Put the lab back as site.yml left it: nftables.service inactive (its stop flushes the
+    ruleset again, and stops the firewall with it), docker's DNS NAT table, the firewall."""
+    node_exec(node, "systemctl", "stop", "nftables.service", check=False)
+    node_exec(node, "sh", "-c", 'printf "%s" "$1" | nft -f -', "sh", nat)
+    node_exec(node, "systemctl", "start", "sparkctl-firewall.service")
+
+
+def test_a_restarted_nftables_brings_the_table_back_without_a_run(converged):
+    node, gcs = "spark1", 6379
+    assert _probe(MGMT[node], gcs) == "timeout"
+    # /etc/nftables.conf starts with `flush ruleset`: docker's DNS NAT goes too, put back below.
+    nat = node_exec(node, "nft", "-s", "list", "table", "ip", "nat").stdout
+    ray = node_exec(node, "systemctl", "show", "-p", "MainPID", "--value", "sparkctl-ray-head.service").stdout.strip()
+    try:
+        node_exec(node, "systemctl", "restart", "nftables.service")
+        assert _wait_for_table(node), "table inet sparkctl not back within 5 s of restarting nftables"
+        assert _probe(MGMT[node], gcs) == "timeout"
+        # A reload runs the same flushing config.
+        node_exec(node, "systemctl", "reload", "nftables.service")
+        assert _wait_for_table(node), "table inet sparkctl not back within 5 s of reloading nftables"
+        assert _probe(MGMT[node], gcs) == "timeout"
+        # Ray was neither stopped nor restarted with the firewall.
+        assert node_exec(node, "systemctl", "show", "-p", "MainPID", "--value",
+                         "sparkctl-ray-head.service").stdout.strip() == ray
+    finally:
+        _restore_after_nftables(node, nat)
+    assert _table_loaded(node) and _probe(MGMT[node], gcs) == "timeout"
+
+
+def test_the_rsync_daemon_does_not_start_without_the_table(converged):
+    node, socket_unit = "spark2", "sparkctl-rsyncd.socket"
+    try:
+        node_exec(node, "systemctl", "stop", socket_unit)
+        # A firewall that cannot load (masked here; at boot: a failed unit) and no table.
+        node_exec(node, "systemctl", "mask", "--runtime", "sparkctl-firewall.service")
+        node_exec(node, "nft", "delete", "table", "inet", "sparkctl")
+        started = node_exec(node, "systemctl", "start", socket_unit, check=False)
+        assert started.returncode != 0
+        journal = node_exec(node, "journalctl", "-u", socket_unit, "-n", "20", "--no-pager").stdout
+        assert "the firewall is enabled but table inet sparkctl is not loaded" in journal
+    finally:
+        node_exec(node, "systemctl", "unmask", "--runtime", "sparkctl-firewall.service")
+        node_exec(node, "systemctl", "restart", "sparkctl-firewall.service")
+        node_exec(node, "systemctl", "reset-failed", socket_unit, check=False)
+        node_exec(node, "systemctl", "start", socket_unit)
+    assert _table_loaded(node)
+    assert node_exec(node, "systemctl", "is-active", socket_unit).stdout.strip() == "active"
+
+
+def test_a_rule_set_that_drops_sshd_reverts_by_itself(converged, run_site):
+    before = {node: node_exec(node, "nft", "-s", "list", "table", "inet", "sparkctl").stdout for node in HOSTS}
+    files = {node: node_exec(node, "sha256sum", "/etc/sparkctl/firewall.nft").stdout for node in HOSTS}
+    # sshd listens on 22 only: a firewall opening 2222 instead drops the next SSH connection.
+    run = _provision(run_site, "--tags", "firewall", "-e", json.dumps({"firewall_ssh_ports": [2222],
+                                                                       "firewall_revert_seconds": 15}))
+    assert run.rc != 0
+    assert "firewall_ssh_ports" in run.output and "the previous table was put back" in run.output, run.output[-4000:]
+    for node in HOSTS:
+        # Reachable again from the management network, with the table and file it had.
+        with socket.create_connection((MGMT[node], 22), timeout=5) as conn:
+            conn.settimeout(5)
+            assert conn.recv(64).startswith(b"SSH-"), node
+        assert node_exec(node, "nft", "-s", "list", "table", "inet", "sparkctl").stdout == before[node]
+        assert node_exec(node, "sha256sum", "/etc/sparkctl/firewall.nft").stdout == files[node]
+        assert node_exec(node, "systemctl", "is-active", "sparkctl-firewall-revert.timer", check=False).stdout.strip() != "active"

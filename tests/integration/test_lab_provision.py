@@ -1,5 +1,6 @@
 """Provision on the two-node lab: a converged cluster re-runs with changed=0 (also in
---check), the fabric environment carries each node's GID index and reaches every unit.
+--check), the fabric environment carries each node's GID index and reaches Ray's and the
+engine's units only.
 Drift (linger, link address, MTU, GID index, fabric env file, netplan file) is the
 fault catalogue's (tests/catalogue/faults.yml, test_lab_faults.py)."""
 
@@ -55,10 +56,22 @@ def test_env_file_carries_each_nodes_fixture_gid_index(provisioned):
 
 
 
-def test_units_inherit_the_fabric_environment(provisioned):
-    # A transient unit named like the stack's units sees the file through the drop-in.
+def _environment_files(node: str, unit: str) -> str:
+    return node_exec(node, "systemctl", "show", "-p", "EnvironmentFiles", "--value", unit).stdout
+
+
+def test_only_ray_and_the_engine_read_the_fabric_environment(provisioned):
+    # No prefix drop-in: a unit merely named like the stack's units sees nothing of fabric.env
+    # (NCCL's LD_PRELOAD has no business in nginx, the firewall or rsyncd).
     out = node_exec("spark2", "systemd-run", "--unit=sparkctl-envprobe", "--wait", "--pipe", "--quiet",
                     "--collect", "/usr/bin/env").stdout
     env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    assert env.get("NCCL_IB_GID_INDEX") == "5"
-    assert env.get("MAX_JOBS") == "4"
+    assert "NCCL_IB_GID_INDEX" not in env and "MAX_JOBS" not in env, env
+    for node in HOSTS:
+        assert node_exec(node, "test", "!", "-e", "/etc/systemd/system/sparkctl-.service.d/10-fabric-env.conf").returncode == 0
+        assert "/etc/sparkctl/fabric.env" not in _environment_files(node, "sparkctl-firewall.service"), node
+    assert "/etc/sparkctl/fabric.env" not in _environment_files("spark1", "sparkctl-api-proxy.service")
+    assert "/etc/sparkctl/fabric.env" not in _environment_files("spark2", "sparkctl-rsyncd@0.service")
+    # Ray's units name it themselves (the engine's unit too, where the serve stage wrote it).
+    assert "/etc/sparkctl/fabric.env" in _environment_files("spark1", "sparkctl-ray-head.service")
+    assert "/etc/sparkctl/fabric.env" in _environment_files("spark2", "sparkctl-ray-worker.service")

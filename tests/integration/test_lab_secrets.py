@@ -2,7 +2,10 @@
 way a user gives them, go through a whole `sparkctl up -vvv` and must never appear in
 the wrapper's output, in ansible-runner's artifacts, in the nodes' journals or in any
 file on the nodes that another user can read; the key file itself is 0600 and owned by
-the service user. Afterwards the chosen key is dropped and a generated one comes back."""
+the service user. With the chosen key in place, `bench` (a short run), `logs`, `status`
+and `serve --check --diff` with another sentinel key, all at -vvv, keep every sentinel
+out of their output and artifacts too, and the bench's private key file is gone after
+it. Afterwards the chosen key is dropped and a generated one comes back."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,7 +24,11 @@ pytestmark = pytest.mark.lab
 HOSTS = ("spark1", "spark2")
 TOKEN = "hf_SENTINELtokenQ7w2Zr5Kx9Lm3Np8Vb4"
 API_KEY = "sk-SENTINELkeyD3f8Gh2Jk6Lq9Rt5Wy1Xz7Ce4"
-SENTINELS = (TOKEN, API_KEY)
+# A key a --check run would write: its diff must not show it.
+OTHER_KEY = "sk-SENTINELotherK8m2Pq7Ws4Ev9Rb3Tn6Yh1Uj5"
+SENTINELS = (TOKEN, API_KEY, OTHER_KEY)
+BENCH_SHORT = {"benchmark_prompt_tokens": [64], "benchmark_concurrency": [1], "benchmark_max_tokens": 8,
+               "benchmark_requests_per_stream": 1, "benchmark_warmup": 0, "benchmark_progress_interval": 2}
 KEY_FILE = "/etc/sparkctl/api-key.env"
 # Where a secret could be written on a node (the root file system without the venvs' bulk).
 SEARCHED = ("/etc", "/srv", "/var/lib", "/var/tmp", "/tmp", "/home", "/root", "/opt/sparkctl", "/usr/local")
@@ -92,3 +100,45 @@ def test_the_chosen_key_is_the_one_the_api_takes(secret_run):
             "req = urllib.request.Request('http://127.0.0.1:8000/v1/models', headers={'Authorization': 'Bearer ' + sys.argv[1]})\n"
             "print(urllib.request.urlopen(req, timeout=10).status)\n")
     assert node_exec("spark1", "python3", "-c", code, API_KEY).stdout.strip() == "200"
+
+
+def _sparkctl(report_dir, *args):
+    env = dict(os.environ, SPARKCTL_REPORT_DIR=str(report_dir), ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    return subprocess.run([sys.executable, "-m", "sparkctl", *args, "-i", "inventories/lab", "-vvv", "--json"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def other_runs(secret_run, report_dir):
+    """bench, logs, status and serve --check --diff at -vvv while the chosen key is the live one."""
+    assert json.loads(secret_run.stdout)["exit_code"] == 0
+    given = {"spark_hf_token": TOKEN, "spark_api_key": API_KEY}
+    before = set(Path(tempfile.gettempdir()).glob("sparkctl-bench-key-*"))
+    runs = {
+        "bench": _sparkctl(report_dir, "bench", "-e", json.dumps(given), "-e", json.dumps(BENCH_SHORT)),
+        "logs": _sparkctl(report_dir, "logs", "-n", "200", "-e", json.dumps(given)),
+        "status": _sparkctl(report_dir, "status", "-e", json.dumps(given)),
+        "check": _sparkctl(report_dir, "serve", "--check", "-e", json.dumps(dict(given, spark_api_key=OTHER_KEY))),
+    }
+    runs["bench_key_files_left"] = set(Path(tempfile.gettempdir()).glob("sparkctl-bench-key-*")) - before
+    return runs
+
+
+@pytest.mark.parametrize("command", ["bench", "logs", "status", "check"])
+def test_other_commands_keep_the_secrets_out_of_output_and_artifacts(other_runs, command):
+    proc = other_runs[command]
+    doc = json.loads(proc.stdout)
+    assert doc["exit_code"] == 0, [s.get("failures") for s in doc["stages"]]
+    for sentinel in SENTINELS:
+        assert sentinel not in proc.stdout and sentinel not in proc.stderr, (command, sentinel[:12])
+    checked = 0
+    for stage in doc["stages"]:
+        for path in Path(stage["artifact_dir"]).rglob("*"):
+            if path.is_file():
+                checked += 1
+                data = path.read_bytes()
+                for sentinel in SENTINELS:
+                    assert sentinel.encode() not in data, (command, path)
+    assert checked > 0
+    if command == "bench":
+        assert not other_runs["bench_key_files_left"], "the bench's private key file was left behind"

@@ -9,7 +9,10 @@ Where an nginx binary is at hand ($SPARKCTL_NGINX, `nginx` on PATH, /usr/sbin/ng
 starting a service), the rendered configuration runs for real on loopback in front of the lab's
 stand-in engine (which, like vLLM, leaves /ping and /version open): every route but /health
 answers 401 without the key, streams arrive token by token, the verify probe passes through it,
-the validate commands accept good files and refuse broken ones, and a reload takes a new key."""
+the validate commands accept good files and refuse broken ones, a reload takes a new key, and the
+per-client limits hold: half-sent requests neither starve an authenticated stream nor stay open past
+the header timeout, a 401 closes its connection, concurrent streams pass the defaults, and a
+client over its connection limit or request rate gets 429."""
 
 from __future__ import annotations
 
@@ -261,14 +264,15 @@ class Engine:
 class Nginx:
     """nginx in the foreground with the rendered configuration, every path in a private directory."""
 
-    def __init__(self, root, engine_port, key=KEY):
+    def __init__(self, root, engine_port, key=KEY, options=None):
         self.root = root
         self.port = free_port()
         self.key_include = root / "nginx-api-key.conf"
         self.conf = root / "api-proxy.conf"
         (root / "state").mkdir()
         self.options = {"nginx": NGINX, "config_file": str(self.conf), "key_include": str(self.key_include),
-                        "state_dir": str(root / "state"), "worker_user": getpass.getuser(), "worker_processes": 1}
+                        "state_dir": str(root / "state"), "worker_user": getpass.getuser(), "worker_processes": 1,
+                        **(options or {})}
         profile = load("lab-standin", {"api": {"bind": "127.0.0.1", "port": self.port, "engine_port": engine_port}})
         self.key_include.write_text(A.key_include(key))
         self.conf.write_text(A.config(profile, {}, self.options))
@@ -464,3 +468,164 @@ def test_inventory_validation_refuses_a_key_a_bearer_token_cannot_carry():
     assert message.startswith("'spark_api_key' holds characters a Bearer token cannot carry") and bad not in message
     assert _api_key_problems({"spark_api_key": KEY}) == []
     assert _api_key_problems({"spark_api_key": ""}) == []
+
+
+# ----------------------------------------------------------------------------- limits per client
+
+
+def _stream(port, key=KEY, tokens=8, timeout=15):
+    """(status, data chunks, body) of one streamed completion through the proxy."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    body = json.dumps({"model": MODEL, "prompt": "count with me", "max_tokens": tokens, "stream": True}).encode()
+    try:
+        conn.request("POST", "/v1/completions", body=body, headers={"Authorization": "Bearer " + key,
+                                                                   "Content-Type": "application/json"})
+        response = conn.getresponse()
+        data = response.read()
+        chunks = [line for line in data.splitlines() if line.startswith(b"data:") and b"[DONE]" not in line]
+        return response.status, chunks, data
+    finally:
+        conn.close()
+
+
+def _slow_connections(port, count):
+    """count connections from this client that send half a request header and then nothing."""
+    import resource
+
+    needed = count + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (needed, max(hard, needed)))
+        except (ValueError, OSError):
+            pytest.skip(f"needs {needed} open files; the hard limit is {hard}")
+    held = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: spark\r\nContent-Type: application/json\r\n")
+        held.append(sock)
+    return held
+
+
+def _closed_by_peer(sock, timeout):
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1024) == b""
+    except socket.timeout:
+        return False
+    except OSError:
+        return True  # reset
+
+
+@needs_nginx
+def test_slow_unauthenticated_connections_do_not_starve_a_stream(proxied):
+    # More half-sent requests than one worker of the old configuration had connections for
+    # (1024): the proxy must still serve an authenticated stream from the same client.
+    engine, proxy = proxied
+    held = _slow_connections(proxy.port, 1100)
+    try:
+        status, chunks, body = _stream(proxy.port, timeout=10)
+        assert status == 200 and len(chunks) == 8, body[-500:]
+    finally:
+        for sock in held:
+            sock.close()
+
+
+@needs_nginx
+def test_slow_connections_are_closed_after_the_header_timeout(tmp_path_factory, proxied):
+    engine, _ = proxied
+    proxy = Nginx(tmp_path_factory.mktemp("proxy_header_timeout"), engine.port, options={"client_header_timeout_s": 1})
+    try:
+        assert "client_header_timeout 1s;" in proxy.conf.read_text()
+        held = _slow_connections(proxy.port, 50)
+        started = time.monotonic()
+        assert all(_closed_by_peer(sock, 5) for sock in held)
+        assert time.monotonic() - started < 4
+        for sock in held:
+            sock.close()
+    finally:
+        proxy.stop()
+
+
+@needs_nginx
+def test_an_unauthenticated_client_holds_no_connection_after_the_401(proxied):
+    engine, proxy = proxied
+    status, headers, body = request(proxy.url, "GET", "/v1/models")
+    assert status == 401 and headers.get("Connection") == "close"
+    assert json.loads(body)["error"]["code"] == "invalid_api_key"
+    # An authorized client keeps its connection for the next request.
+    status, headers, _ = request(proxy.url, "GET", "/v1/models", key=KEY)
+    assert status == 200 and headers.get("Connection", "keep-alive") == "keep-alive"
+
+
+def _concurrently(count, call):
+    results = [None] * count
+
+    def run(i):
+        results[i] = call()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
+@needs_nginx
+def test_eight_concurrent_streams_from_one_client_pass_the_default_limits(proxied):
+    engine, proxy = proxied
+    config = proxy.conf.read_text()
+    assert "limit_conn sparkctl_conn_per_client 64;" in config
+    assert "limit_req zone=sparkctl_req_per_client burst=80 nodelay;" in config
+    results = _concurrently(8, lambda: _stream(proxy.port))
+    assert [(status, len(chunks)) for status, chunks, _ in results] == [(200, 8)] * 8
+
+
+@needs_nginx
+def test_a_client_over_its_connection_limit_gets_429(tmp_path_factory, proxied):
+    engine, _ = proxied
+    proxy = Nginx(tmp_path_factory.mktemp("proxy_conn_limit"), engine.port, options={"max_connections_per_client": 4})
+    try:
+        results = _concurrently(6, lambda: _stream(proxy.port, tokens=16))
+        statuses = sorted(status for status, _, _ in results)
+        assert statuses == [200] * 4 + [429] * 2, statuses
+        refused = next(body for status, _, body in results if status == 429)
+        error = json.loads(refused)["error"]
+        assert error["code"] == "rate_limit_exceeded" and error["type"] == "rate_limit_error"
+    finally:
+        proxy.stop()
+
+
+@needs_nginx
+def test_a_client_over_its_request_rate_gets_429_after_the_burst(tmp_path_factory, proxied):
+    engine, _ = proxied
+    # Its own proxy: a fresh per-client bucket, and the shared one is left alone for the other tests.
+    proxy = Nginx(tmp_path_factory.mktemp("proxy_rate"), engine.port)
+    try:
+        statuses = [request(proxy.url, "GET", "/v1/models", key=KEY)[0] for _ in range(200)]
+        assert set(statuses[:60]) == {200}, statuses[:60]  # the burst (80) is served at once
+        assert 429 in statuses, statuses
+        status, headers, body = request(proxy.url, "GET", "/v1/models", key=KEY)
+        assert status == 429 and headers["Retry-After"] == "1" and json.loads(body)["error"]["type"] == "rate_limit_error"
+        time.sleep(1.5)  # the bucket drains at 20 requests a second
+        assert request(proxy.url, "GET", "/v1/models", key=KEY)[0] == 200
+    finally:
+        proxy.stop()
+
+
+def test_limits_are_options_and_zero_turns_one_off():
+    profile = load("lab-standin")
+    config = A.config(profile)
+    for line in ("worker_connections 4096;", "worker_rlimit_nofile 8256;", "client_header_timeout 10s;",
+                 "client_body_timeout 30s;", "limit_conn_zone $binary_remote_addr zone=sparkctl_conn_per_client:10m;",
+                 "limit_req_zone $binary_remote_addr zone=sparkctl_req_per_client:10m rate=20r/s;",
+                 "limit_conn_status 429;", "limit_req_status 429;", "proxy_read_timeout 3600s;"):
+        assert line in config, line
+    off = A.config(profile, {}, {"max_connections_per_client": 0, "requests_per_second_per_client": 0})
+    assert "limit_conn " not in off and "limit_req " not in off and "limit_req_zone" not in off
+    tuned = A.config(profile, {}, {"requests_per_second_per_client": 5, "request_burst_per_client": 10,
+                                   "worker_connections": 1000})
+    assert "rate=5r/s;" in tuned and "burst=10 nodelay;" in tuned and "worker_rlimit_nofile 2064;" in tuned
+    with pytest.raises(A.ApiProxyError, match="client_header_timeout_s must be a positive integer"):
+        A.config(profile, {}, {"client_header_timeout_s": 0})

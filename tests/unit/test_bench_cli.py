@@ -108,3 +108,63 @@ def test_selftest_prints_the_client_capacity():
 def test_selftest_usage_error(capsys):
     assert cli.main(["selftest", "--seconds", "-1"]) == 2
     assert "--seconds" in capsys.readouterr().err
+
+
+# --- the key through a private file (an `environment:` shows in Ansible's -vvv EXEC line) -----------
+
+
+def _key_file(tmp_path, mode=0o600, text="sk-FILEkey-0123456789abcdef0123456789\n"):
+    path = tmp_path / "key"
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_the_key_file_is_sent_as_the_bearer_key(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("SPARKCTL_API_KEY", raising=False)
+    seen = []
+
+    def handler(request):
+        seen.append(request.headers.get("authorization"))
+        return httpx.Response(401, json={"error": "no"})
+
+    key = _key_file(tmp_path)
+    cli.main(BASE + ["--out", str(tmp_path / "o"), "--api-key-file", str(key), "--prompt-tokens", "64",
+                     "--concurrency", "1", "--warmup", "0", "--requests-per-stream", "1", "--selftest-seconds", "0.1"],
+             transport=httpx.MockTransport(handler))
+    printed = capsys.readouterr()
+    assert seen and set(seen) == {"Bearer sk-FILEkey-0123456789abcdef0123456789"}
+    assert "sk-FILEkey" not in printed.out + printed.err
+    assert "sk-FILEkey" not in "".join(p.read_text() for p in (tmp_path / "o").glob("*.json"))
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644])
+def test_a_key_file_others_can_read_is_refused(tmp_path, capsys, no_network, mode):
+    calls, transport = no_network
+    key = _key_file(tmp_path, mode)
+    assert cli.main(BASE + ["--out", str(tmp_path / "o"), "--api-key-file", str(key)], transport=transport) == 2
+    err = capsys.readouterr().err
+    assert "run: --api-key-file:" in err and "chmod 600" in err and "sk-FILEkey" not in err
+    assert calls == []
+
+
+def test_a_missing_or_empty_key_file_is_refused(tmp_path, capsys, no_network):
+    calls, transport = no_network
+    assert cli.main(BASE + ["--out", str(tmp_path / "o"), "--api-key-file", str(tmp_path / "none")], transport=transport) == 2
+    assert "run: --api-key-file:" in capsys.readouterr().err
+    empty = _key_file(tmp_path, text="\n")
+    assert cli.main(BASE + ["--out", str(tmp_path / "o"), "--api-key-file", str(empty)], transport=transport) == 2
+    assert "is empty" in capsys.readouterr().err
+    assert calls == []
+
+
+def test_the_benchmark_role_hands_the_key_through_a_file_not_the_environment():
+    import yaml
+
+    tasks = []
+    for path in (REPO / "roles" / "benchmark" / "tasks").glob("*.yml"):
+        for task in yaml.safe_load(path.read_text()) or []:
+            tasks += [task] + task.get("block", []) + task.get("always", []) + task.get("rescue", [])
+    assert not [t.get("name") for t in tasks if "environment" in t], "an environment: shows in the -vvv EXEC line"
+    start = next(t for t in tasks if t.get("name") == "Start the benchmark client on the control node")
+    assert "'--api-key-file'" in start["ansible.builtin.command"]["argv"]

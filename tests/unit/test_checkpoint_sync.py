@@ -231,13 +231,14 @@ def test_bad_file_on_the_head_is_replaced(hub, ckpt, tmp_path):
     data = bytearray(victim.read_bytes())
     data[-1] ^= 0xFF
     victim.write_bytes(bytes(data))  # same size; the huggingface_hub metadata still says "up to date"
-    (tmp_path / "head" / "stale.bin").write_bytes(b"old")
+    (tmp_path / "head" / "stale.bin").write_bytes(b"old")  # not the checkpoint's: stays, reported
     hub.reset()
 
     result = make_sync(tmp_path, hub).run()
 
     assert result["failures"] == [] and result["downloaded"] == [shard_name(3, 4)]
-    assert result["removed_on_head"] == ["stale.bin"]
+    assert result["removed_on_head"] == [] and result["foreign"] == ["stale.bin"]
+    (tmp_path / "head" / "stale.bin").unlink()
     assert result["mirrored"] == {"w1": [shard_name(3, 4)], "w2": [shard_name(3, 4)]}
     for name in ("head", "w1", "w2"):
         assert_identical(ckpt, tmp_path / name)
@@ -280,8 +281,12 @@ def test_truncated_and_extra_files_on_a_worker_are_repaired(hub, ckpt, tmp_path)
 
     assert result["failures"] == [] and result["changed"] is True and result["downloaded"] == []
     assert result["mirrored"] == {"w1": [shard_name(2, 4)], "w2": []}
-    assert sorted(result["deleted"]["w1"]) == ["model-00009-of-00009.safetensors.incomplete", "old/", "old/shard.bin"]
-    assert result["deleted"]["w2"] == []
+    # Files no manifest of this directory listed are someone else's: they stay.
+    assert result["deleted"] == {"w1": [], "w2": []}
+    assert (w1 / "model-00009-of-00009.safetensors.incomplete").read_bytes() == b"x"
+    assert (w1 / "old" / "shard.bin").read_bytes() == b"y"
+    for extra in ("model-00009-of-00009.safetensors.incomplete", "old/shard.bin"):
+        (w1 / extra).unlink()
     assert_identical(ckpt, w1)
     assert (w1 / ".sparkctl-verified.json").exists()
 
@@ -332,7 +337,7 @@ def test_check_mode_reports_and_writes_nothing(hub, ckpt, tmp_path):
     drifted = make_sync(tmp_path, hub, check_mode=True).run()
     assert drifted["changed"] is True and drifted["downloaded"] == []
     assert drifted["mirrored"] == {"w1": [shard_name(1, 4)], "w2": []}
-    assert drifted["deleted"] == {"w1": [], "w2": ["extra.txt"]}
+    assert drifted["deleted"] == {"w1": [], "w2": []}, "extra.txt is not the checkpoint's"
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == snapshot
     assert content_gets(hub) == 0
 
@@ -642,3 +647,224 @@ def test_a_path_source_ignores_the_hubs_state(ckpt, tmp_path):
     result = make_sync(tmp_path, None, source={"type": "path", "path": str(ckpt)}, hub_unreachable=OFFLINE).run()
     assert result["failures"] == [] and result["offline"] is False
     assert json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text())["source"] == "path"
+
+
+# --- only what sparkctl owns is deleted -----------------------------------------------------------
+
+FOREIGN = {
+    "notes.txt": b"a user's notes\n",
+    "download.part": b"someone else's unfinished download",
+    "other-model/model.safetensors": b"not a checkpoint sparkctl made" * 64,
+    "other-model/model.safetensors.index.json": b'{"weight_map": {"w": "model-00001-of-00009.safetensors"}}',
+}
+
+
+def _plant(root: Path, files=FOREIGN) -> dict[Path, bytes]:
+    planted = {}
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        planted[path] = data
+    return planted
+
+
+def test_files_sparkctl_does_not_own_are_left_in_place_and_reported(hub, ckpt, tmp_path):
+    # A non-empty directory without a manifest on every node: adopted, nothing deleted.
+    planted = {}
+    for name in ("head", "w1", "w2"):
+        planted.update(_plant(tmp_path / name))
+    planted.update(_plant(tmp_path / "head", {"only-on-the-head.bin": b"head"}))
+
+    first = make_sync(tmp_path, hub).run()
+    hub.reset()
+    second = make_sync(tmp_path, hub).run()
+
+    for result in (first, second):
+        assert result["failures"] == []
+        assert result["removed_on_head"] == [] and result["deleted"] == {"w1": [], "w2": []}
+        assert sorted(result["foreign"]) == sorted(list(FOREIGN) + ["only-on-the-head.bin"])
+        assert any(f"5 files in {tmp_path / 'head'} are not part of the checkpoint" in note for note in result["notes"])
+    for path, data in planted.items():
+        assert path.read_bytes() == data, path
+    assert not (tmp_path / "w1" / "only-on-the-head.bin").exists(), "the head's other files are not mirrored"
+    # The workers' copies verify, their other files reported as extra, never as broken checkpoint files.
+    normalized = checkpoint.normalize_manifest(json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text()))
+    report = checkpoint.verify_checkpoint(str(tmp_path / "w1"), manifest=normalized, write_stamp=False)
+    assert report["ok"], report["summary"]
+    assert sorted(p["file"] for p in report["problems"]) == sorted(FOREIGN) and {p["kind"] for p in report["problems"]} == {"extra"}
+
+
+def test_only_files_an_earlier_manifest_listed_are_deleted(hub, ckpt, tmp_path):
+    make_sync(tmp_path, hub).run()
+    manifest_file = tmp_path / "head" / ".sparkctl-manifest.json"
+    earlier = json.loads(manifest_file.read_text())
+    earlier["files"]["sub/old-shard.safetensors"] = {"size": 3, "sha256": "0" * 64}  # an earlier revision had it
+    manifest_file.write_text(json.dumps(earlier))
+    planted = {}
+    for name in ("head", "w1", "w2"):
+        _plant(tmp_path / name, {"sub/old-shard.safetensors": b"old"})
+        planted.update(_plant(tmp_path / name, {"sub/mine.txt": b"the user's"}))
+    hub.reset()
+
+    result = make_sync(tmp_path, hub).run()
+
+    assert result["failures"] == []
+    assert result["removed_on_head"] == ["sub/old-shard.safetensors"]
+    assert result["deleted"] == {"w1": ["sub/old-shard.safetensors"], "w2": ["sub/old-shard.safetensors"]}
+    for name in ("head", "w1", "w2"):
+        assert not (tmp_path / name / "sub" / "old-shard.safetensors").exists()
+    for path, data in planted.items():
+        assert path.read_bytes() == data, path
+
+
+# --- one transfer per directory at a time, leftovers cleaned under the lock -------------------------
+
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.write(fd, b"%d\\n" % os.getpid())
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _hold_lock(dest: Path, seconds: float):
+    import subprocess
+
+    dest.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(dest / checkpoint_sync.LOCK_NAME), str(seconds)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_second_transfer_fails_naming_the_holders_pid(hub, ckpt, tmp_path):
+    holder = _hold_lock(tmp_path / "head", 60)
+    try:
+        with pytest.raises(checkpoint_sync.SyncError) as refused:
+            make_sync(tmp_path, hub, lock_timeout=1).run()
+    finally:
+        holder.kill()
+        holder.wait()
+    message = str(refused.value)
+    assert f"PID {holder.pid}" in message and str(tmp_path / "head" / checkpoint_sync.LOCK_NAME) in message
+    assert content_gets(hub) == 0 and not (tmp_path / "w1").exists(), "nothing was transferred"
+
+
+def test_a_second_transfer_waits_for_the_first(hub, ckpt, tmp_path):
+    holder = _hold_lock(tmp_path / "head", 1.5)
+    try:
+        sync = make_sync(tmp_path, hub, lock_timeout=30)
+        result = sync.run()
+    finally:
+        holder.wait()
+    assert result["failures"] == []
+    waits = [text for _, kind, text in sync.progress.events if kind == "lock-wait"]
+    assert waits and f"PID {holder.pid}" in waits[0]
+    assert_identical(ckpt, tmp_path / "w1")
+
+
+def test_leftovers_of_a_killed_transfer_are_removed_at_start(hub, ckpt, tmp_path):
+    make_sync(tmp_path, hub).run()
+    head = tmp_path / "head"
+    leftovers = _plant(head, {
+        ".cache/huggingface/download/Zm9v.0123abcd.incomplete": b"half a shard",
+        ".cache/huggingface/download/sub/YmFy.4567ef.incomplete": b"another half",
+        shard_name(1, 4) + ".incomplete": b"x",
+    })
+    hub.reset()
+
+    result = make_sync(tmp_path, hub).run()
+
+    assert result["failures"] == [] and result["downloaded"] == []
+    assert not [path for path in leftovers if path.exists()]
+    assert sorted(result["removed_on_head"]) == sorted(p.relative_to(head).as_posix() for p in leftovers)
+
+
+# --- files stored in git are content-checked --------------------------------------------------------
+
+
+def test_git_stored_files_keep_their_blob_sha1_and_a_flipped_byte_is_found(hub, ckpt, tmp_path):
+    make_sync(tmp_path, hub).run()
+    manifest = json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text())
+    normalized = checkpoint.normalize_manifest(manifest)
+    assert normalized["config.json"]["sha256"] is None
+    assert normalized["config.json"]["git_blob_sha1"] == manifest["files"]["config.json"]["git_blob_sha1"]
+    config = tmp_path / "w1" / "config.json"
+    before = config.stat()
+    data = bytearray(config.read_bytes())
+    data[2] ^= 0x01
+    config.write_bytes(bytes(data))
+    import os
+
+    os.utime(config, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    report = checkpoint.verify_checkpoint(str(tmp_path / "w1"), manifest=normalized, write_stamp=False)
+
+    assert [(p["file"], p["kind"]) for p in report["problems"]] == [("config.json", "sha256")]
+    assert "git blob sha1" in report["problems"][0]["detail"]
+
+
+# --- a corrupt copy in the hub cache ------------------------------------------------------------------
+
+
+def test_a_corrupt_copy_in_the_hub_cache_is_downloaded_again(hub, ckpt, tmp_path):
+    import huggingface_hub
+
+    cached = Path(huggingface_hub.hf_hub_download(REPO_ID, shard_name(2, 4), revision=hub.commit, endpoint=hub.url, token=TOKEN))
+    blob = cached.resolve()
+    try:
+        data = bytearray(blob.read_bytes())
+        data[-1] ^= 0xFF
+        blob.write_bytes(bytes(data))  # the cache's copy is bad; huggingface_hub copies it without a check
+        hub.reset()
+
+        result = make_sync(tmp_path, hub).run()
+
+        assert result["failures"] == []
+        assert_identical(ckpt, tmp_path / "head")
+        assert_identical(ckpt, tmp_path / "w1")
+    finally:
+        blob.unlink()
+
+
+# --- a full re-hash on request ----------------------------------------------------------------------
+
+
+def test_verify_full_rehashes_the_head_despite_the_stamp(hub, ckpt, tmp_path):
+    make_sync(tmp_path, hub).run()
+    hub.reset()
+    rehash = []
+    real_hash = checkpoint_sync.sha256_file
+    try:
+        checkpoint_sync.sha256_file = lambda path: rehash.append(path) or real_hash(path)
+        result = make_sync(tmp_path, hub, verify_full=True).run()
+    finally:
+        checkpoint_sync.sha256_file = real_hash
+    assert result["failures"] == [] and result["changed"] is False
+    lfs = [rel for rel, entry in json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text())["files"].items()
+           if entry["sha256"]]
+    assert sorted(Path(p).name for p in rehash) == sorted(Path(rel).name for rel in lfs)
+
+
+def test_through_the_daemon_only_what_an_earlier_manifest_listed_is_deleted(hub, ckpt, tmp_path, daemons):
+    served, ports = daemons
+    worker = [_daemon_worker(ports)]
+    make_sync(tmp_path, hub, workers=worker, rsync_password=DAEMON_SECRET).run()
+    manifest_file = tmp_path / "head" / ".sparkctl-manifest.json"
+    earlier = json.loads(manifest_file.read_text())
+    earlier["files"]["old-shard.safetensors"] = {"size": 3, "sha256": "0" * 64}
+    manifest_file.write_text(json.dumps(earlier))
+    _plant(served, {"old-shard.safetensors": b"old"})
+    planted = _plant(served, FOREIGN)
+    hub.reset()
+
+    result = make_sync(tmp_path, hub, workers=worker, rsync_password=DAEMON_SECRET).run()
+
+    assert result["failures"] == [] and result["deleted"] == {"w1": ["old-shard.safetensors"]}
+    assert not (served / "old-shard.safetensors").exists()
+    for path, data in planted.items():
+        assert path.read_bytes() == data, path

@@ -438,8 +438,8 @@ def test_sha256_file_refuses_a_symlink(tmp_path):
 @pytest.mark.parametrize(
     "leftover, detail",
     [
-        ("model-00004-of-00004.safetensors.incomplete", "unfinished download or copy (.incomplete file)"),
-        ("sub/blob.part", "unfinished download or copy (.part file)"),
+        ("model-00003-of-00003.safetensors.incomplete", "unfinished download or copy (.incomplete file)"),
+        ("model-00001-of-00003.safetensors.part", "unfinished download or copy (.part file)"),
         ("config.json.tmp", "unfinished download or copy (.tmp file)"),
         (".model-00002-of-00003.safetensors.Xa9QbZ", "rsync temporary file of model-00002-of-00003.safetensors"),
     ],
@@ -456,7 +456,7 @@ def test_transfer_leftovers_are_incomplete(ckpt, leftover, detail):
     assert result["stamp_written"] is False
 
 
-@pytest.mark.parametrize("partial_dir", [".~tmp~", ".rsync-partial", "sub/.rsync-partial"])
+@pytest.mark.parametrize("partial_dir", [".~tmp~", ".rsync-partial"])
 def test_rsync_partial_dirs_are_incomplete(ckpt, partial_dir):
     root, manifest = ckpt
     write(root / partial_dir / SHARDS[0], b"half a shard")
@@ -464,6 +464,49 @@ def test_rsync_partial_dirs_are_incomplete(ckpt, partial_dir):
     result = verify(root, manifest)
 
     assert kinds(result) == [(partial_dir, "incomplete")]
+
+
+def test_what_the_manifest_does_not_own_is_extra_never_broken(ckpt, tmp_path):
+    """A directory shared with other models: their leftovers, indexes, symlinks and unreadable
+    shards are someone else's. Reported as extra (a warning), never as a checkpoint problem that a
+    caller would repair by deleting."""
+    root, manifest = ckpt
+    write(root / "other/model.safetensors", b"garbage, not safetensors")
+    write(root / "other/model.safetensors.index.json", b'{"weight_map": {"w": "missing.safetensors"}}')
+    write(root / "other/.rsync-partial/x", b"theirs")
+    write(root / "sub/blob.part", b"theirs")
+    write(root / "notes.txt.tmp", b"theirs")
+    (root / "latest").symlink_to(tmp_path)
+
+    result = verify(root, manifest)
+
+    assert result["ok"] is True, result["summary"]
+    assert kinds(result) == [
+        ("latest", "extra"), ("notes.txt.tmp", "extra"), ("other/.rsync-partial", "extra"), ("other/model.safetensors", "extra"),
+        ("other/model.safetensors.index.json", "extra"), ("sub/blob.part", "extra")]
+
+
+def test_a_file_stored_in_git_is_checked_by_its_git_blob_sha1(ckpt):
+    root, manifest = ckpt
+    data = (root / "config.json").read_bytes()
+    manifest["config.json"]["git_blob_sha1"] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    assert verify(root, manifest)["ok"] is True
+    flip_byte(root / "config.json", offset=3, keep_mtime=True)
+
+    result = verify(root, manifest)
+
+    assert kinds(result) == [("config.json", "sha256")]
+    assert "git blob sha1" in result["problems"][0]["detail"]
+
+
+def test_full_rehashes_what_the_stamp_vouches_for(ckpt):
+    root, manifest = ckpt
+    assert verify(root, manifest)["stamp_written"] is True
+    assert verify(root, manifest)["rehashed"] == []
+
+    full = verify(root, manifest, full=True)
+
+    assert full["ok"] is True and full["rehashed"] == sorted(SHARDS + [INDEX]) and full["skipped_hash"] == []
 
 
 def test_leftovers_are_found_without_a_manifest_too(ckpt):
@@ -501,7 +544,8 @@ def test_symlinked_directory_is_not_walked(ckpt, tmp_path):
     write(elsewhere / "stray.incomplete", b"")
     (root / "extra_dir").symlink_to(elsewhere)
 
-    assert kinds(verify(root, manifest)) == [("extra_dir", "symlink")]
+    assert kinds(verify(root)) == [("extra_dir", "symlink")]
+    assert kinds(verify(root, manifest)) == [("extra_dir", "extra")], "not the manifest's: someone else's symlink"
 
 
 def test_checkpoint_root_may_itself_be_a_symlink(ckpt, tmp_path):
@@ -939,7 +983,7 @@ def test_module_reads_a_manifest_file_and_warns_about_extra_files(ckpt, tmp_path
     rc, result = run_module({"path": str(root), "manifest_file": str(manifest_file)}, capsys)
 
     assert (rc, result["ok"], result["changed"]) == (0, True, True)
-    assert warnings == ["1 file in %s not in the manifest: README.md" % root]
+    assert warnings == ["1 file in %s not in the manifest, left in place: README.md" % root]
 
 
 def test_module_extra_files_fail(ckpt, capsys, no_racy_window):

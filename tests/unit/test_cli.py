@@ -304,3 +304,40 @@ def test_report_shows_verify_and_benchmark_and_fails_on_a_failed_verify(project,
 def test_api_key_without_its_playbook_exits_2(project, capsys):
     assert cli.main(["api-key"]) == 2
     assert "`api-key` is not available in this version" in capsys.readouterr().err
+
+
+# --- credentials inside URLs ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, value, expected", [
+    ("PIP_INDEX_URL", "https://bob:hunter2@pypi.example.com/simple", "https://<redacted by sparkctl>@pypi.example.com/simple"),
+    ("HTTPS_PROXY", "http://proxyuser:pr0xy%40pass@10.0.0.1:3128", "http://<redacted by sparkctl>@10.0.0.1:3128"),
+    ("HF_ENDPOINT", "https://hf_abcdef@hub.example.com", "https://<redacted by sparkctl>@hub.example.com"),
+    ("PIP_EXTRA_INDEX_URL", "https://a:b@one.example/simple https://c:d@two.example/simple",
+     "https://<redacted by sparkctl>@one.example/simple https://<redacted by sparkctl>@two.example/simple"),
+    ("NO_PROXY", "localhost,127.0.0.1", "localhost,127.0.0.1"),
+    ("PIP_INDEX_URL", "https://pypi.org/simple?a=b@c", "https://pypi.org/simple?a=b@c"),
+])
+def test_credentials_inside_urls_are_redacted_whatever_the_variable(name, value, expected):
+    assert runner.redact_env({name: value}) == {name: expected}
+
+
+def test_redact_command_file_scrubs_urls_in_the_command_too(tmp_path):
+    (tmp_path / "command").write_text(json.dumps({"command": ["ansible-playbook", "-e", "x=https://u:p4ss@h/"],
+                                                  "env": {"HTTPS_PROXY": "http://u:p4ss@proxy:3128"}}))
+    runner.redact_command_file(tmp_path)
+    assert "p4ss" not in (tmp_path / "command").read_text()
+
+
+def test_the_stage_log_loses_url_credentials(tmp_path):
+    (tmp_path / "stdout").write_text("ok: [spark1] => {\"url\": \"https://bob:hunter2@pypi.example.com/simple\"}\nplain\n")
+    events_dir = tmp_path / "job_events"
+    events_dir.mkdir()
+    (events_dir / "1-x.json").write_text(json.dumps({"stdout": "fatal: https://bob:hunter2@h/x"}))
+    (events_dir / "2-y.json").write_text(json.dumps({"stdout": "clean"}))
+    runner.redact_artifacts(tmp_path)
+    assert "hunter2" not in (tmp_path / "stdout").read_text()
+    assert "plain" in (tmp_path / "stdout").read_text()
+    assert "hunter2" not in (events_dir / "1-x.json").read_text()
+    assert json.loads((events_dir / "2-y.json").read_text()) == {"stdout": "clean"}
+    runner.redact_artifacts(tmp_path / "missing")

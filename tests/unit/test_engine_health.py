@@ -187,3 +187,85 @@ def test_module_reads_unit_and_journal(health_server, monkeypatch, capsys):
     assert rc == 0 and result["outcome"] == "healthy" and result["changed"] is False
     journal = [argv for argv in calls if argv[0].endswith("journalctl")][0]
     assert "_SYSTEMD_INVOCATION_ID=abc123" in journal
+
+
+# --- no API key in a printed log line ----------------------------------------------------------
+
+KEY = "sk-SGLkey9f8e7d6c5b4a3210fedcba98765"
+SGLANG_ARGS = ("[2026-12-01 10:00:00] server_args=ServerArgs(model_path='/srv/m', host='127.0.0.1', port=30000, "
+               f"api_key='{KEY}', admin_api_key=None, served_model_name='qwen', tp_size=2)")
+
+
+@pytest.mark.parametrize("line", [
+    SGLANG_ARGS,
+    f'server_args=ServerArgs(api_key="{KEY}")',
+    f"args: --api-key {KEY} --port 8001",
+    f"args: --api-key={KEY}",
+    f"VLLM_API_KEY={KEY}",
+    f"api-key: {KEY}",
+    f"GET /v1/models headers={{'authorization': 'Bearer {KEY}'}}",
+    f"a plain mention of {KEY} by the engine",
+])
+def test_the_key_is_scrubbed_from_log_lines(line):
+    from ansible_collections.sparkctl.spark.plugins.module_utils.log_scrub import scrub_lines
+
+    scrubbed = scrub_lines([line], secrets=[KEY])
+    assert KEY not in scrubbed[0] and "<redacted by sparkctl>" in scrubbed[0]
+    # The known spellings go even when the key itself is not known.
+    if "plain mention" not in line:
+        assert KEY not in scrub_lines([line])[0]
+
+
+def test_scrubbing_keeps_the_rest_of_the_line():
+    from ansible_collections.sparkctl.spark.plugins.module_utils.log_scrub import scrub_lines
+
+    out = scrub_lines([SGLANG_ARGS, "INFO: Application startup complete.", "proxy http://u:pw@p:3128"], secrets=[KEY])
+    assert "admin_api_key=None" in out[0] and "served_model_name='qwen'" in out[0] and "tp_size=2" in out[0]
+    assert out[1] == "INFO: Application startup complete."
+    assert "u:pw" not in out[2]
+
+
+def test_a_failed_boot_prints_no_key():
+    clock = FakeClock()
+    log = [SGLANG_ARGS, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB " + KEY]
+    result = eh.wait_round("http://x/health", lambda: RUNNING, lambda: log, 3600, clock=clock, sleep=clock.sleep,
+                           probe=lambda url: (None, "refused"), secrets=[KEY])
+    assert result["outcome"] == "failed"
+    assert KEY not in repr(result)
+
+
+def test_the_module_scrubs_with_the_key_file(health_server, monkeypatch, capsys, tmp_path):
+    url, state = health_server
+    key_file = tmp_path / "sglang-api.yaml"
+    key_file.write_text(f"api-key: {KEY}\n")
+
+    def run_command(self, argv, check_rc=False, **kwargs):
+        if "show" in argv:
+            return 0, "ActiveState=active\nSubState=running\nResult=success\nNRestarts=0\n", ""
+        return 0, f"loading\nkey is {KEY}\n", ""
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: f"/usr/bin/{name}")
+    rc, text = module_runner.run_module(engine_health_module.main, {"url": url, "unit": "u", "round_seconds": 0,
+                                                                    "api_key_file": str(key_file)}, capsys, raw=True)
+    assert rc == 0 and KEY not in text and "key is <redacted by sparkctl>" in text
+
+
+def test_the_log_scrub_filter_and_the_logs_play_use_it():
+    import yaml
+    from ansible_collections.sparkctl.spark.plugins.filter.log_scrub import FilterModule
+
+    scrub = FilterModule().filters()["log_scrub"]
+    assert scrub([SGLANG_ARGS, f"x {KEY}"], [KEY]) == scrub([SGLANG_ARGS, f"x {KEY}"], KEY)
+    assert all(KEY not in line for line in scrub([SGLANG_ARGS, f"x {KEY}"], [KEY]))
+    play = yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks" / "logs.yml").read_text())[0]
+    printed = [t for t in play["tasks"] if "ansible.builtin.debug" in t]
+    assert printed and all("sparkctl.spark.log_scrub" in t["ansible.builtin.debug"]["msg"] for t in printed)
+
+
+def test_the_log_scrub_filter_takes_the_key_file_text():
+    from ansible_collections.sparkctl.spark.plugins.filter.log_scrub import log_scrub
+
+    assert log_scrub([f"x {KEY}"], key_file_text=f"VLLM_API_KEY={KEY}\n") == ["x <redacted by sparkctl>"]
+    assert log_scrub([f"x {KEY}"], key_file_text=f"api-key: {KEY}\n") == ["x <redacted by sparkctl>"]
+    assert log_scrub(["x plain"], key_file_text="no key here") == ["x plain"]

@@ -359,3 +359,94 @@ def test_golden_files_load_and_compare_in_a_scratch_namespace(case):
     assert out["comments"]["in_sync"] is True
     assert out["flushed"]["in_sync"] is False and len(out["flushed"]["differences"]) >= 3
     assert all("is missing" in line for line in out["flushed"]["differences"])
+
+
+# --- A changed table is loaded with an automatic revert --------------------------------------
+
+
+class _FakeNode:
+    """nft, systemctl and systemd-run as the revert needs them; records every argv."""
+
+    def __init__(self, live_table=None, fail=()):
+        self.live = live_table
+        self.calls = []
+        self.files = {}
+        self.timer_active = False
+        self.fail = set(fail)
+
+    def run(self, argv, data=None):
+        self.calls.append(list(argv))
+        for prefix in self.fail:
+            if " ".join(argv).startswith(prefix):
+                return 1, "", f"{prefix}: refused"
+        if argv[1:] == ["-j", "list", "tables"]:
+            tables = [{"table": {"family": "inet", "name": "sparkctl"}}] if self.live else []
+            return 0, json.dumps({"nftables": [{"metainfo": {}}] + tables}), ""
+        if argv[1:3] == ["-s", "list"]:
+            return 0, self.live, ""
+        if argv[0].endswith("systemd-run"):
+            self.timer_active = True
+            return 0, "Running timer as unit: sparkctl-firewall-revert.timer", ""
+        if argv[:2] == ["systemctl", "is-active"]:
+            return (0 if self.timer_active else 3), "", ""
+        if argv[:2] == ["systemctl", "stop"]:
+            self.timer_active = False
+            return 0, "", ""
+        if argv[1:2] == ["-f"]:
+            self.live = self.files[argv[2]]
+            return 0, "", ""
+        return 0, "", ""
+
+    def write(self, path, text):
+        self.files[path] = text
+
+
+LIVE = "table inet sparkctl {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n\t}\n}\n"
+
+
+def _arm(node, content="table inet sparkctl\ndelete table inet sparkctl\ntable inet sparkctl { }\n", seconds=60):
+    return F.arm_and_load(node.run, node.write, NFT, content, "/run/sparkctl/c.nft", "/run/sparkctl/r.nft", seconds,
+                          systemd_run="/usr/bin/systemd-run", systemctl="systemctl")
+
+
+def test_the_revert_is_armed_before_the_new_table_is_loaded():
+    node = _FakeNode(live_table=LIVE)
+    result = _arm(node)
+    assert result == {"previous_present": True, "revert_unit": "sparkctl-firewall-revert.timer", "revert_seconds": 60}
+    arm = next(i for i, argv in enumerate(node.calls) if argv[0].endswith("systemd-run"))
+    load = node.calls.index([NFT, "-f", "/run/sparkctl/c.nft"])
+    assert arm < load
+    assert "--on-active=60s" in node.calls[arm] and node.calls[arm][-3:] == [NFT, "-f", "/run/sparkctl/r.nft"]
+    # The revert file restores exactly the table that was live, in one transaction.
+    assert node.files["/run/sparkctl/r.nft"] == "table inet sparkctl\ndelete table inet sparkctl\n" + LIVE
+    assert node.timer_active
+
+
+def test_without_a_table_before_the_revert_deletes_it():
+    node = _FakeNode(live_table=None)
+    assert _arm(node)["previous_present"] is False
+    assert node.files["/run/sparkctl/r.nft"] == "table inet sparkctl\ndelete table inet sparkctl\n"
+
+
+def test_nothing_is_loaded_when_the_timer_cannot_be_armed():
+    node = _FakeNode(live_table=LIVE, fail=("/usr/bin/systemd-run",))
+    with pytest.raises(F.FirewallStateError, match="cannot arm the revert timer"):
+        _arm(node)
+    assert [NFT, "-f", "/run/sparkctl/c.nft"] not in node.calls
+    assert node.live == LIVE
+
+
+def test_a_too_short_window_is_refused():
+    with pytest.raises(F.FirewallStateError, match="firewall_revert_seconds"):
+        _arm(_FakeNode(), seconds=2)
+    assert F.inventory_problems({"firewall_revert_seconds": 2})[0].startswith("'firewall_revert_seconds' 2")
+    assert F.inventory_problems({"firewall_revert_seconds": 60}) == []
+
+
+def test_the_confirmation_cancels_a_pending_revert_and_says_when_none_was_pending():
+    node = _FakeNode(live_table=LIVE)
+    _arm(node)
+    assert F.confirm(node.run, check_mode=True) is True and node.timer_active
+    assert F.confirm(node.run) is True and not node.timer_active
+    # The timer fired before the confirmation (or nothing was armed): nothing pending.
+    assert F.confirm(node.run) is False

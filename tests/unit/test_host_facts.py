@@ -495,12 +495,14 @@ def test_module_on_a_recorded_proc(tmp_path, monkeypatch, fake_systemctl, capsys
     assert rc == 0
     assert result["changed"] is False
     facts = result["ansible_facts"]["spark_host_facts"]
-    assert set(facts) == {"meminfo", "disks", "listening", "ports", "systemd"}
+    assert set(facts) == {"meminfo", "disks", "listening", "ports", "sshd_ports", "systemd"}
     assert facts["meminfo"]["mem_total_bytes"] == 125489508 * KIB
     assert facts["disks"][str(tmp_path / "ckpt")]["checked_path"] == str(tmp_path)
     assert facts["ports"]["22"]["holders"][0] == {"address": "0.0.0.0", "pid": 812, "process": "sshd", "unit": "sshd.service"}
     assert facts["ports"]["8265"]["holders"][0]["pid"] is None
     assert facts["systemd"] == {"pid1_comm": "systemd", "version": 255}
+    # What the firewall must keep open for the management SSH.
+    assert facts["sshd_ports"] == [22]
     assert fake_systemctl["calls"] == [
         ["/usr/bin/systemctl", "--version"],
         ["/usr/bin/systemctl", "list-sockets", "--all", "--output=json"],
@@ -557,3 +559,22 @@ def test_module_on_this_machine_finds_a_socket_the_test_holds(fake_systemctl, ca
     assert holders[0]["pid"] == os.getpid()
     with open("/proc/self/comm") as handle:
         assert holders[0]["process"] == handle.read().strip()
+
+
+def test_sshd_ports_from_its_process_or_its_socket_unit(tmp_path):
+    proc = make_proc(tmp_path / "proc", SPARK_PROCESSES)
+    listening = host.read_listening(str(proc), "little")
+    assert host.sshd_ports(listening, str(proc)) == [22]
+
+    # Socket activation (Ubuntu 24.04's ssh.socket): PID 1 holds the listener on 8000 here.
+    activated = make_proc(tmp_path / "proc2", {1: ("systemd", "cgroup_v2_container_root.txt", [77001])})
+    units = {key: "ssh.socket" for key in host.parse_socket_units(SOCKET_UNITS_JSON) if key[1] == 8000}
+    assert host.sshd_ports(host.read_listening(str(activated), "little"), str(activated), units) == [8000]
+    # Another socket unit systemd holds is not sshd.
+    assert host.sshd_ports(host.read_listening(str(activated), "little"), str(activated),
+                           host.parse_socket_units(SOCKET_UNITS_JSON)) == []
+
+
+def test_sshd_ports_unknown_without_any_readable_owner(tmp_path):
+    proc = make_proc(tmp_path / "proc", {})
+    assert host.sshd_ports(host.read_listening(str(proc), "little"), str(proc)) is None

@@ -7,11 +7,13 @@ token never appears in a result or message."""
 from __future__ import annotations
 
 import json
+import time
 
 import module_runner
 import pytest
 from ansible_collections.sparkctl.spark.plugins.filter.preflight_checks import check_hub, preflight_checks, preflight_lines
-from ansible_collections.sparkctl.spark.plugins.module_utils.hub_access import probe, verdict
+from ansible_collections.sparkctl.spark.plugins.filter.inventory_problems import inventory_problems
+from ansible_collections.sparkctl.spark.plugins.module_utils.hub_access import endpoint_problem, probe, verdict
 from ansible_collections.sparkctl.spark.plugins.modules import hub_access as hub_access_module
 
 from hubstub import HubStub  # tests/lab/hub, on sys.path through conftest.py
@@ -48,6 +50,17 @@ def hub(stub):
     stub.reset()
 
 
+def _settled(hub, ready, timeout=5.0):
+    """The stand-in's counters once ready(stats) holds: it logs a request after its answer is
+    sent, so the client can be done before the line is written."""
+    deadline = time.monotonic() + timeout
+    stats = hub.stats()
+    while not ready(stats) and time.monotonic() < deadline:
+        time.sleep(0.02)
+        stats = hub.stats()
+    return stats
+
+
 def _judge(hub, token=None, revision="main", repo_id=REPO_ID):
     result = probe(repo_id, revision, token=token, endpoint=hub.url)
     return result, verdict(result)
@@ -59,8 +72,9 @@ def _judge(hub, token=None, revision="main", repo_id=REPO_ID):
 def test_an_open_repo_passes_anonymously(hub):
     result, judged = _judge(hub)
     assert judged["status"] == "pass" and judged["fix"] == ""
-    assert result["info_status"] == 200 and result["content_status"] == 200
-    assert result["file"] == "config.json" and result["commit"] == hub.commit and result["gated"] is False
+    assert result["info_status"] == 200 and result["content_status"] == 206
+    assert result["file"] == "model-00001-of-00002.safetensors" and result["commit"] == hub.commit
+    assert result["gated"] is False and result["redirects"] == 0
 
 
 def test_gated_repo_without_a_token_is_refused_naming_the_variable(hub):
@@ -119,14 +133,57 @@ def test_private_repo_without_and_with_a_wrong_token(ckpt):
         assert right["status"] == "pass"
 
 
-def test_a_redirect_to_the_cdn_counts_as_access(tmp_path):
-    # Only LFS files: the probe's HEAD gets the hub's 302 to the CDN, which it does not follow.
-    (tmp_path / "model.safetensors").write_bytes(b"\0" * (1 << 20))
-    with HubStub(tmp_path, REPO_ID, lfs_redirect=True) as server:
-        result, judged = _judge(server)
-        assert result["file"] == "model.safetensors" and result["content_status"] == 302
-        assert judged["status"] == "pass"
-        assert server.stats()["by_route"].get("cdn", 0) == 0
+def test_the_probe_reads_one_byte_of_an_lfs_file(hub):
+    # Not the small config.json (a plain git file the hub serves itself): one byte of a weight
+    # shard, the kind of file the download fetches from wherever the hub stores large files.
+    result, judged = _judge(hub)
+    assert judged["status"] == "pass"
+    assert result["file"] == "model-00001-of-00002.safetensors"
+    assert result["content_status"] == 206
+    stats = _settled(hub, lambda s: any(e["range"] == "bytes=0-0" for e in s["log"]))
+    probe = [e for e in stats["log"] if "/resolve/" in e["path"]]
+    assert [(e["method"], e["range"], e["bytes"]) for e in probe] == [("GET", "bytes=0-0", 1)]
+    # Counted as a probe, not as a download of the shard.
+    shard = stats["files"]["model-00001-of-00002.safetensors"]
+    assert shard["probes"] == 1 and shard["gets"] == 0
+
+
+def test_a_hub_that_lists_the_repo_but_refuses_downloads_fails(hub):
+    # Metadata and HEAD answer; the content itself is refused (a proxy, a storage outage, a
+    # token that may list but not read): the download would fail, so preflight fails.
+    hub.set_faults(fail_status=403, fail_times=0)
+    result, judged = _judge(hub)
+    assert result["info_status"] == 200 and result["content_status"] == 403
+    assert judged["status"] == "fail"
+    assert judged["detail"].startswith(
+        f"the hub lists {REPO_ID}@main but refused to download model-00001-of-00002.safetensors (403")
+    assert "spark_hf_endpoint" in judged["fix"] and "spark_hf_token" in judged["fix"]
+
+
+def test_a_hub_whose_downloads_fail_with_5xx_is_a_warning(hub):
+    hub.set_faults(fail_status=503, fail_times=0)
+    result, judged = _judge(hub)
+    assert result["content_status"] == 503
+    assert judged["status"] == "warn" and "503" in judged["detail"]
+
+
+def test_a_redirect_to_the_cdn_is_followed_without_the_token(ckpt):
+    # LFS files: the hub answers 302 to its CDN (another origin); the probe follows it, reads one
+    # byte there and, like huggingface_hub, does not carry the token to the other origin.
+    with HubStub(ckpt, REPO_ID, token=PRIVATE, lfs_redirect=True) as server:
+        result, judged = _judge(server, token=PRIVATE)
+        stats = _settled(server, lambda s: s["by_route"].get("cdn"))
+        assert judged["status"] == "pass", judged
+        assert result["file"].endswith(".safetensors") and result["content_status"] == 206
+        assert result["download_host"] == server.hub.cdn_base.split("//", 1)[1]
+        assert stats["by_route"].get("cdn") == 1 and stats["status"]["302"] == 1
+        assert stats["cdn_requests_with_authorization"] == 0
+        # The CDN refusing is a refusal of the download, named with the host that refused.
+        server.set_faults(fail_status=403, fail_times=0)
+        result, judged = _judge(server, token=PRIVATE)
+        assert judged["status"] == "fail" and result["content_status"] == 403
+        assert f"from {result['download_host']}" in judged["detail"]
+        assert PRIVATE not in json.dumps([result, judged])
 
 
 def test_an_unreachable_hub_is_a_warning():
@@ -203,3 +260,75 @@ def test_module_refuses_without_showing_the_token(hub, capsys):
     assert NOT_GRANTED not in out
     rc, out = module_runner.run_module(hub_access_module.main, dict(args, token=GRANTED), capsys, raw=True)
     assert json.loads(out)["status"] == "pass" and GRANTED not in out
+
+
+# -- a token never crosses the network in clear text ------------------------------------------
+
+
+@pytest.mark.parametrize("endpoint, token", [
+    ("", "hf_x"),                              # the real hub (https)
+    ("https://hf-mirror.example.com", "hf_x"),
+    ("http://hf-mirror.example.com", ""),      # a mirror that needs no token
+    ("http://127.0.0.1:8765", "hf_x"),         # the node's own loopback (the lab's stand-in)
+    ("http://127.3.2.1:8765", "hf_x"),
+    ("http://localhost:8765", "hf_x"),
+    ("http://[::1]:8765", "hf_x"),
+    ("http://[::ffff:127.0.0.1]:8765", "hf_x"),
+])
+def test_endpoints_a_token_may_go_to(endpoint, token):
+    assert endpoint_problem(endpoint, token) is None
+
+
+@pytest.mark.parametrize("endpoint, token, text", [
+    ("http://hf-mirror.example.com", "hf_x", "is plain http to hf-mirror.example.com while 'spark_hf_token' is set"),
+    ("http://10.0.0.5:8765", "hf_x", "is plain http to 10.0.0.5"),
+    ("http://[fd00::5]:8765", "hf_x", "is plain http to fd00::5"),
+    ("http://localhost.example.com", "hf_x", "is plain http to localhost.example.com"),
+    ("HTTP://128.0.0.1", "hf_x", "is plain http to 128.0.0.1"),
+    ("ftp://hf-mirror.example.com", "", "is not an http(s) URL"),
+    ("hf-mirror.example.com", "", "is not an http(s) URL"),
+    ("http://host:port", "", "is not an http(s) URL"),
+])
+def test_endpoints_refused(endpoint, token, text):
+    problem = endpoint_problem(endpoint, token)
+    assert problem and problem.startswith("'spark_hf_endpoint'") and text in problem, problem
+    assert "hf_x" not in problem
+    if token:
+        assert "use https://" in problem and "leave spark_hf_token empty" in problem
+
+
+def _inventory(**group_vars):
+    groups = {"all": ["spark1", "spark2"], "spark_head": ["spark1"], "spark_workers": ["spark2"]}
+    hostvars = {}
+    for i, host in enumerate(groups["all"]):
+        hostvars[host] = {
+            "ansible_host": f"10.0.0.{11 + i}",
+            "spark_management_network": "10.0.0.0/24",
+            "spark_link": [{"interface": "enp1s0f1np1", "address": f"192.168.100.{10 + i}/24"},
+                           {"interface": "enP2p1s0f1np1", "address": f"192.168.101.{10 + i}/24"}],
+            **group_vars,
+        }
+    return groups, hostvars
+
+
+def test_validation_refuses_a_token_over_plain_http_naming_the_variable():
+    secret = "hf_validation_secret_777"
+    problems = inventory_problems(*_inventory(spark_hf_endpoint="http://hf-mirror.example.com", spark_hf_token=secret))
+    found = [p for p in problems if "spark_hf_endpoint" in p]
+    assert len(found) == 1, problems
+    assert "is plain http to hf-mirror.example.com while 'spark_hf_token' is set" in found[0]
+    assert "use https://" in found[0] and secret not in " ".join(problems)
+    for endpoint, token in (("http://127.0.0.1:8765", secret), ("https://hf-mirror.example.com", secret),
+                            ("http://hf-mirror.example.com", "")):
+        problems = inventory_problems(*_inventory(spark_hf_endpoint=endpoint, spark_hf_token=token))
+        assert not [p for p in problems if "spark_hf_endpoint" in p], (endpoint, problems)
+
+
+def test_the_probe_sends_nothing_when_the_token_would_go_in_clear_text(loopback_only):
+    # The module takes its endpoint from HF_ENDPOINT too, which validation never sees.
+    result = probe(REPO_ID, "main", token=GRANTED, endpoint="http://192.0.2.10:8765")
+    judged = verdict(result)
+    assert result["info_status"] is None and loopback_only == []  # not even a connection attempt
+    assert judged["status"] == "fail" and judged["detail"].startswith("'spark_hf_endpoint' 'http://192.0.2.10:8765'")
+    assert judged["fix"].startswith("Use https://")
+    assert GRANTED not in json.dumps([result, judged])

@@ -501,3 +501,82 @@ def test_cli_serves_a_gated_repo(small_ckpt, tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+# -- Xet -------------------------------------------------------------------------------------------
+
+
+SHARD = shard_name(1, 3)
+
+
+def _settled(server, ready, timeout=5.0):
+    """Counters once ready(stats) holds: a request is logged after its answer is sent."""
+    deadline = time.monotonic() + timeout
+    stats = server.stats()
+    while not ready(stats) and time.monotonic() < deadline:
+        time.sleep(0.02)
+        stats = server.stats()
+    return stats
+
+
+def test_xet_is_advertised_like_the_hub(hf, fresh_stub, small_ckpt, monkeypatch):
+    """With `xet`, LFS files carry the hub's Xet headers and tree field, and the token route answers
+    with a CAS URL; the library's default (hf_xet installed, Xet on) takes that path and, the CAS
+    not being implemented, fails at the stand-in's CAS instead of downloading over HTTP."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
+    fresh_stub.set_faults(xet=True)
+    url = fresh_stub.url
+    repo_file = fresh_stub.repo.files[SHARD]
+    meta = hf.get_hf_file_metadata(hf.hf_hub_url(REPO_ID, SHARD, endpoint=url))
+    assert meta.xet_file_data.file_hash == repo_file.xet_hash
+    assert meta.xet_file_data.refresh_route == f"{url}/api/models/{REPO_ID}/xet-read-token/{fresh_stub.commit}"
+    # Small git files are never in Xet.
+    assert hf.get_hf_file_metadata(hf.hf_hub_url(REPO_ID, "config.json", endpoint=url)).xet_file_data is None
+    tree = {f.path: f for f in hf.HfApi(endpoint=url).list_repo_tree(REPO_ID, recursive=True)}
+    assert tree[SHARD].xet_hash == repo_file.xet_hash and tree["config.json"].xet_hash is None
+    status, token = _http_json("GET", meta.xet_file_data.refresh_route)
+    assert status == 200 and token["casUrl"] == f"{url}/xet-cas" and token["accessToken"].startswith("xet_stub_")
+
+    fresh_stub.hub.reset_stats()
+    with pytest.raises(Exception, match="501"):
+        hf.hf_hub_download(REPO_ID, SHARD, local_dir=str(Path(fresh_stub.repo.root).parent / "xet-default"),
+                           endpoint=url)
+    stats = _settled(fresh_stub, lambda s: s["by_route"].get("xet_cas"))
+    assert stats["by_route"].get("xet_cas", 0) >= 1 and stats["files"].get(SHARD, {}).get("gets", 0) == 0
+    # Off again: the stand-in answers like a repo kept in LFS.
+    fresh_stub.set_faults(xet=False)
+    assert hf.get_hf_file_metadata(hf.hf_hub_url(REPO_ID, SHARD, endpoint=url)).xet_file_data is None
+    assert _http_json("GET", meta.xet_file_data.refresh_route)[0] == 404
+
+
+def test_the_checkpoint_transfer_turns_xet_off_and_downloads_over_http(hf, small_ckpt, tmp_path, monkeypatch):
+    """The hub advertises Xet (behind its CDN redirect, as for the hub's large files); the pipeline's
+    transfer disables Xet and downloads every file over the resolve route: byte-identical, no
+    request to the Xet token route or the CAS, no Xet cache written."""
+    from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint_sync
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "0")
+    monkeypatch.setattr(constants, "HF_XET_CACHE", str(tmp_path / "xet-cache"))
+    with HubStub(small_ckpt, REPO_ID, lfs_redirect=True, faults={"xet": True}) as server:
+        sync = checkpoint_sync.CheckpointSync(
+            {"type": "hub", "repo_id": REPO_ID, "revision": "main", "endpoint": server.url}, str(tmp_path / "head"),
+            workers=[], mirror=False, racy_window_ns=0)
+        result = sync.run()
+        stats = _settled(server, lambda s: s["by_route"].get("cdn", 0) >= 3)
+    assert result["failures"] == [], result["failures"]
+    assert os.environ["HF_HUB_DISABLE_XET"] == "1" and constants.HF_HUB_DISABLE_XET is True
+    for name, path in _files(small_ckpt).items():
+        assert filecmp.cmp(path, tmp_path / "head" / name, shallow=False), name
+    assert "xet_token" not in stats["by_route"] and "xet_cas" not in stats["by_route"], stats["by_route"]
+    assert stats["by_route"]["cdn"] == 3  # the three shards, over HTTP from the "CDN"
+    assert not (tmp_path / "xet-cache").exists()
+
+
+def test_xet_setting_is_validated(fresh_stub):
+    assert _http_json("POST", f"{fresh_stub.url}/_stub/faults", {"xet": "yes"})[0] == 400
+    assert _http_json("POST", f"{fresh_stub.url}/_stub/faults", {"xet": True})[1]["xet"] is True
+    fresh_stub.reset()

@@ -189,6 +189,32 @@ def test_relative_checkpoint_dir_is_refused():
     assert any("'spark_checkpoint_dir' 'models/x' must be an absolute" in p for p in inventory_problems(groups, hostvars))
 
 
+@pytest.mark.parametrize(
+    "ckpt_dir, user",
+    [("/srv", None), ("/", None), ("/etc/", None), ("/usr", None), ("/var", None), ("/boot", None), ("/root", None),
+     ("/home", None), ("/opt", None), ("/srv/../opt", None), ("/home/spark", None), ("/home/ops/", "ops"), ("/root", "root")],
+)
+def test_a_system_path_or_the_service_users_home_is_refused(ckpt_dir, user):
+    groups, hostvars = _cluster()
+    for host in hostvars.values():
+        host["spark_checkpoint_dir"] = ckpt_dir
+        if user:
+            host["ansible_user"] = user
+    problems = [p for p in inventory_problems(groups, hostvars) if "spark_checkpoint_dir" in p]
+    assert len(problems) == 1, problems
+    assert f"'spark_checkpoint_dir' {ckpt_dir!r}" in problems[0]
+    assert "point spark_checkpoint_dir at a directory of its own" in problems[0]
+
+
+@pytest.mark.parametrize("ckpt_dir", ["/srv/models/x", "/home/spark/models/x", "/data", "/opt/models"])
+def test_a_directory_below_them_is_fine(ckpt_dir):
+    groups, hostvars = _cluster()
+    for host in hostvars.values():
+        host["spark_checkpoint_dir"] = ckpt_dir
+        host["ansible_user"] = "spark"
+    assert inventory_problems(groups, hostvars) == []
+
+
 def _load_inventory(path):
     """Flatten a YAML inventory and its group_vars into (groups, hostvars), as Ansible would for these files."""
     data = yaml.safe_load((path / "hosts.yml").read_text())

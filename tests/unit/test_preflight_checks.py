@@ -246,3 +246,43 @@ def test_checkpoint_room_uses_the_size_it_is_given():
     assert too_big["status"] == "fail" and "21.0 GiB needed" in too_big["detail"]
     assert "spark_checkpoint_dir" in too_big["fix"]
     assert checkpoint_room({}, "/srv/m", 1, 0)["status"] == "fail"
+
+
+# --- The firewall's SSH ports against where sshd listens -------------------------------------
+
+SSH_REQ = dict(REQUIREMENTS, firewall_enabled=True, firewall_ssh_ports=[22], ssh_port=22, ssh_connection=True)
+
+
+def _ssh(sshd_ports, **req):
+    facts = copy.deepcopy(HEALTHY_GB10)
+    facts["host"]["sshd_ports"] = sshd_ports
+    return _by_id(preflight_checks(facts, dict(SSH_REQ, **req))).get("ssh.firewall_ports")
+
+
+def test_ssh_ports_that_match_sshd_pass():
+    assert _ssh([22])["status"] == "pass"
+    assert _ssh([22, 2222], firewall_ssh_ports=[22, 2222])["status"] == "pass"
+
+
+def test_a_firewall_that_would_drop_sshd_fails_naming_the_variable_and_the_fix():
+    result = _ssh([22], firewall_ssh_ports=[2222])
+    assert result["status"] == "fail"
+    assert "sshd listens on 22, none of firewall_ssh_ports [2222]" in result["detail"]
+    assert "Ansible connects to port 22 (ansible_port)" in result["detail"]
+    assert "firewall_ssh_ports: [22]" in result["fix"]
+
+
+def test_sshd_on_another_port_than_the_firewall_opens_fails():
+    result = _ssh([2222], firewall_ssh_ports=[22])
+    assert result["status"] == "fail" and "sshd listens on 2222" in result["detail"]
+    assert "firewall_ssh_ports: [22, 2222]" in result["fix"]
+
+
+def test_unreadable_sshd_ports_warn_and_a_disabled_firewall_is_not_judged():
+    assert _ssh(None)["status"] == "warn"
+    assert _ssh([22], firewall_ssh_ports=[2222], firewall_enabled=False) is None
+    assert _ssh([22], firewall_ssh_ports=[2222], ssh_connection=False) is None
+    # Requirements without the firewall's ports (an older caller) add no check.
+    facts = copy.deepcopy(HEALTHY_GB10)
+    facts["host"]["sshd_ports"] = [22]
+    assert "ssh.firewall_ports" not in _by_id(preflight_checks(facts, REQUIREMENTS))

@@ -490,3 +490,325 @@ def test_engine_port_only_avoids_the_ports_its_topology_uses():
     assert problems("lab-standin", {"api": {"engine_port": 30000}}) == []
     found = problems("qwen38-flash-next-nvfp4-sglang", {"api": {"engine_port": 30000}})
     assert any("api.engine_port: 30000 is also topology.rank0_port" in m for m in found), found
+
+
+# ----------------------------------------------------------------------------- restarts from state
+
+
+@pytest.mark.parametrize("name", ["lab-standin", "lab-image", "solar-open2-nvfp4-ngc-ep", "qwen38-flash-next-nvfp4-sglang"])
+def test_every_unit_names_the_files_it_reads_at_start(name):
+    profile = load(name)
+    c = cluster(profile)
+    out = P.render(profile, c)
+    assert {h: set(u) for h, u in out["inputs"].items()} == {h: set(u) for h, u in out["units"].items()}
+    key = c["api_key_file"]
+    readers = {(h, u) for h, units in out["inputs"].items() for u, files in units.items() if key in files}
+    image = profile["runtime"]["kind"] == "image"
+    if profile["topology"]["kind"] == "sglang_ranks":
+        # --config <key file> on rank 0 only.
+        assert readers == {("spark1", "sparkctl-sglang-rank.service")}
+    else:
+        # An image's API server runs inside the head's Ray container, which took the key at its start.
+        assert readers == {("spark1", "sparkctl-ray-head.service" if image else "sparkctl-engine.service")}
+    for host, units in out["inputs"].items():
+        for unit, files in units.items():
+            if unit != "sparkctl-sglang-router.service" and not (image and unit == "sparkctl-engine.service"):
+                assert "/etc/sparkctl/fabric.env" in files and "/etc/sparkctl/engine.env" in files, (host, unit)
+
+
+# ----------------------------------------------------------------------------- strings that reach units and nginx
+
+
+@pytest.mark.parametrize("overrides, where", [
+    ({"api": {"served_model_name": "x\nExecStartPre=/bin/touch /tmp/pwned"}}, "api.served_model_name"),
+    ({"engine": {"args": {"chat_template": "a\nExecStartPre=/bin/true"}}}, "engine.args.chat_template"),
+    ({"engine": {"args": {"override_generation_config": {"k": "v\r"}}}}, "engine.args.override_generation_config.k"),
+    ({"engine": {"args": {"middleware": ["ok", "bad\x00"]}}}, "engine.args.middleware[1]"),
+    ({"engine": {"command": ["{venv}/bin/python", "-m", "x\ty"]}}, "engine.command[2]"),
+    ({"smoke": {"prompt": "The capital\x7f of Japan is"}}, "smoke.prompt"),
+    ({"cpu_affinity": "5-9\n"}, "cpu_affinity"),
+])
+def test_control_characters_are_refused_with_the_key_path(overrides, where):
+    found = problems("lab-standin", overrides)
+    assert any(f"{where}: " in m and "control character" in m for m in found), found
+
+
+def test_plain_text_with_spaces_and_punctuation_passes():
+    assert problems("lab-standin", {"api": {"served_model_name": "lab standin-2 (test)"}}) == []
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0", "::", "127.0.0.1", "172.30.77.11", "fe80::1", "::1"])
+def test_api_bind_takes_an_ip_address(bind):
+    assert problems("lab-standin", {"api": {"bind": bind}}) == []
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0:80; include /etc/passwd", "localhost", "*", "1.2.3.4/24", "[::1]", "300.1.1.1",
+                                  "0.0.0.0 ssl"])
+def test_api_bind_refuses_anything_but_an_ip_address(bind):
+    found = problems("lab-standin", {"api": {"bind": bind}})
+    assert any(m.startswith("profile lab-standin: api.bind: ") and "IP address" in m for m in found), found
+
+
+# ----------------------------------------------------------------------------- list-valued flags
+
+
+def _occurrences(argv, flag):
+    return [i for i, word in enumerate(argv) if word == flag]
+
+
+def test_logits_processors_render_as_one_occurrence_with_every_value():
+    # vLLM's --logits-processors is nargs='+' (action store): a second occurrence would
+    # replace the first and drop ParallelToolCallLogitsProcessor without an error.
+    profile = load("solar-open-100b-vllm-fork", SOLAR100_FP8)
+    argv = P.render(profile, cluster(profile))["argv"]
+    at = _occurrences(argv, "--logits-processors")
+    assert len(at) == 1, argv
+    assert argv[at[0] + 1:at[0] + 3] == profile["parsers"]["logits_processors"]
+
+
+def test_engine_args_lists_follow_the_flags_definition():
+    args = {"cudagraph_capture_sizes": [1, 2, 4], "middleware": ["a.b:C", "d.e:F"], "enforce_eager": True}
+    assert P.args_argv(args, "vllm") == ["--cudagraph-capture-sizes", "1", "2", "4",
+                                         "--middleware", "a.b:C", "--middleware", "d.e:F", "--enforce-eager"]
+    assert P.args_argv({"cuda_graph_bs_decode": [1, 2]}, "sglang") == ["--cuda-graph-bs-decode", "1", "2"]
+
+
+def test_every_list_flag_in_the_tables_has_a_known_arity():
+    for engine in P.ENGINES:
+        table = P.engine_list_flags(engine)
+        assert table and set(table.values()) <= {"nargs", "append"}, (engine, table)
+
+
+@pytest.mark.parametrize("engine, key", [("vllm", "max_model_len"), ("vllm", "device_ids"), ("sglang", "tool_server")])
+def test_a_list_on_a_flag_not_known_to_take_one_is_refused(engine, key):
+    name = "lab-standin" if engine == "vllm" else "qwen38-flash-next-nvfp4-sglang"
+    found = problems(name, {"engine": {"args": {key: ["a", "b"]}}})
+    assert any(f"engine.args.{key}: " in m and "engine_flags" in m for m in found), found
+
+
+def test_an_empty_list_is_refused_rather_than_rendering_a_bare_flag():
+    found = problems("lab-standin", {"engine": {"args": {"cudagraph_capture_sizes": []}}})
+    assert any("engine.args.cudagraph_capture_sizes: " in m for m in found), found
+
+
+# ----------------------------------------------------------------------------- Ray on a venv runtime
+
+
+def test_default_profile_venv_installs_a_pinned_ray():
+    # vllm 0.25.1 neither depends on ray nor has an extra pulling it in; `ray start` needs it.
+    packages = P.venv_packages(load(P.DEFAULT_PROFILE, paths=()))
+    assert P.RAY_REQUIREMENT in packages
+    assert packages[:2] == ["vllm==0.25.1", "torch==2.11.0+cu130"]
+    assert P.RAY_REQUIREMENT.startswith("ray[default]==")
+
+
+def test_lab_profile_gets_ray_from_sparkctl_not_by_hand():
+    profile = load("lab-standin")
+    assert not any(p.startswith("ray") for p in profile["runtime"]["venv"]["packages"])
+    assert P.venv_packages(profile) == profile["runtime"]["venv"]["packages"] + [P.RAY_REQUIREMENT]
+
+
+def test_a_profile_pinning_ray_itself_keeps_its_pin():
+    profile = load("lab-standin", {"runtime": {"venv": {"packages": ["ray[default]==2.59.0", "sparklab-engine==0.2.0"]}}})
+    assert P.venv_packages(profile) == ["ray[default]==2.59.0", "sparklab-engine==0.2.0"]
+
+
+def test_ray_is_not_added_without_a_ray_topology():
+    profile = load("lab-standin")
+    profile["topology"]["kind"] = "sglang_ranks"
+    assert P.venv_packages(profile) == profile["runtime"]["venv"]["packages"]
+
+
+@pytest.mark.parametrize("spec", ["ray==2.60.0", "ray[client]==2.60.0"])
+def test_a_profile_ray_pin_without_the_default_extra_is_refused(spec):
+    found = problems("lab-standin", {"runtime": {"venv": {"packages": [spec, "sparklab-engine==0.2.0"]}}})
+    assert any("runtime.venv.packages[0]: " in m and "ray[default]" in m for m in found), found
+
+
+def test_venv_packages_filter_is_what_the_role_installs():
+    assert profile_filter.profile_venv_packages(load("lab-standin"))[-1] == P.RAY_REQUIREMENT
+    defaults = yaml.safe_load((REPO / "roles" / "engine_venv" / "defaults" / "main.yml").read_text())
+    assert "sparkctl.spark.profile_venv_packages" in defaults["engine_venv_packages"]
+
+
+# ----------------------------------------------------------------------------- engine flag manifests
+
+SHIPPED_RENDERS = dict(GOLDEN_CASES)
+
+
+def _argv_problems(argv, flags):
+    """Parse a rendered argv the way the engine's parser would, by the manifest: unknown flag,
+    value on a bare flag, value outside the choices, a nargs flag repeated."""
+    found, seen = [], set()
+    words = argv[next(i for i, w in enumerate(argv) if w.startswith("--")):]
+    i = 0
+    while i < len(words):
+        word = words[i]
+        assert word.startswith("--"), (word, argv)
+        key = word[2:].replace("-", "_")
+        entry = flags.get(key)
+        i += 1
+        if entry is None:
+            found.append(f"unknown {word}")
+            continue
+        values = []
+        while i < len(words) and not words[i].startswith("--"):
+            values.append(words[i])
+            i += 1
+        arity = entry["kind"]
+        if arity == "bool" and values:
+            found.append(f"{word} is a bare flag but got {values}")
+        elif arity in ("value", "append") and len(values) != 1:
+            found.append(f"{word} takes one value, got {values}")
+        elif arity == "nargs" and (not values or key in seen):
+            found.append(f"{word} (nargs) given {'again' if key in seen else 'no value'}")
+        for value in values:
+            if entry.get("choices") and value not in entry["choices"]:
+                found.append(f"{word} {value} not in {entry['choices']}")
+        seen.add(key)
+    return found
+
+
+@pytest.mark.parametrize("case", list(SHIPPED_RENDERS))
+def test_every_rendered_command_line_is_valid_for_the_pinned_engine(case):
+    name, overrides = SHIPPED_RENDERS[case]
+    profile = load(name, overrides)
+    label, flags = P.engine_manifest(profile, profile["engine"]["kind"])
+    out = P.render(profile, cluster(profile))
+    argvs = [out["argv"]]
+    if profile["topology"]["kind"] == "sglang_ranks":
+        argvs.append(P.engine_argv(profile, cluster(profile), 1))
+    for argv in argvs:
+        assert _argv_problems(argv, flags) == [], (label, argv)
+
+
+def test_the_pinned_releases_are_the_ones_with_manifests():
+    assert P.engine_manifest(load(P.DEFAULT_PROFILE, paths=()), "vllm")[0] == "vllm 0.25.1"
+    assert P.engine_manifest(load("solar-open-100b-vllm-fork"), "vllm")[0] == "vllm 0.12.0"
+    assert P.engine_manifest(load("solar-open2-nvfp4-ngc-ep"), "vllm")[0] == "vllm 0.22.0"
+    # The SGLang image does not say its release: its flags must exist in one of 0.5.20-0.5.23.
+    assert P.engine_manifest(load("qwen38-flash-next-nvfp4-sglang"), "sglang")[0].startswith("any sglang release")
+
+
+def test_the_list_table_agrees_with_every_manifest():
+    for engine in P.ENGINES:
+        for version, flags in P.engine_manifests(engine).items():
+            for key, arity in P.engine_list_flags(engine).items():
+                if key in flags:
+                    assert flags[key]["kind"] == arity, (engine, version, key)
+    assert P.engine_manifests("vllm")["0.25.1"]["logits_processors"] == {"kind": "nargs"}
+    assert P.engine_manifests("vllm")["0.12.0"]["logits_processors"] == {"kind": "nargs"}
+
+
+def test_a_misspelled_flag_is_refused_naming_the_closest():
+    found = problems("solar-open2-nvfp4-vllm-venv", {"engine": {"args": {"max_modle_len": 4096}}})
+    assert found == ["profile solar-open2-nvfp4-vllm-venv: engine.args.max_modle_len: --max-modle-len is not an option "
+                     "of vllm 0.25.1: did you mean max_model_len (--max-model-len)?"]
+
+
+def test_a_flag_only_a_later_release_has_is_refused_for_the_earlier_pin():
+    # --kv-cache-dtype-skip-layers exists in 0.25.1, not in the fork's 0.12.0.
+    args = {"engine": {"args": {"kv_cache_dtype_skip_layers": ["a"]}}}
+    assert problems("solar-open2-nvfp4-vllm-venv", args) == []
+    found = problems("solar-open-100b-vllm-fork", {**SOLAR100_FP8, **args})
+    assert any("--kv-cache-dtype-skip-layers is not an option of vllm 0.12.0" in m for m in found), found
+
+
+@pytest.mark.parametrize("args, expected", [
+    ({"enforce_eager": "yes"}, "--enforce-eager is a bare flag in vllm 0.25.1: write true"),
+    ({"max_num_seqs": True}, "--max-num-seqs takes a value in vllm 0.25.1, not a bare flag"),
+    ({"dtype": "fp64"}, "'fp64' is not one of the choices of --dtype in vllm 0.25.1: auto, bfloat16"),
+])
+def test_values_must_fit_the_flags_definition(args, expected):
+    found = problems("solar-open2-nvfp4-vllm-venv", {"engine": {"args": args}})
+    assert any(expected in m for m in found), found
+
+
+def test_negated_boolean_flags_are_known():
+    assert problems("solar-open2-nvfp4-vllm-venv", {"engine": {"args": {"no_enable_prefix_caching": True}}}) == []
+
+
+def test_engine_version_must_look_like_a_version():
+    found = problems("lab-standin", {"engine": {"version": "latest"}})
+    assert any("engine.version: expected a version like" in m for m in found), found
+
+
+def test_manifest_generator_reads_a_wheel_without_importing_it(tmp_path):
+    import importlib.util
+    import zipfile
+
+    spec = importlib.util.spec_from_file_location("engine_manifest", REPO / "tools" / "engine_manifest.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    files = {
+        "vllm/config/model.py": (
+            "from typing import Literal\n"
+            "Dtype = Literal['auto', 'half']\n"
+            "class ModelConfig:\n"
+            "    logits_processors: list[str | type[object]] | None = None\n"
+            "    enforce_eager: bool = False\n"
+            "    dtype: Dtype = 'auto'\n"
+            "    max_model_len: int | None = None\n"
+            "    import_that_breaks: 'torch.Tensor' = None\n"),
+        "vllm/engine/arg_utils.py": (
+            "import torch  # never imported by the generator\n"
+            "class EngineArgs:\n"
+            "    @staticmethod\n"
+            "    def add_cli_args(parser):\n"
+            "        model_kwargs = get_kwargs(ModelConfig)\n"
+            "        g = parser.add_argument_group()\n"
+            "        g.add_argument('--logits-processors', **model_kwargs['logits_processors'])\n"
+            "        g.add_argument('--enforce-eager', **model_kwargs['enforce_eager'])\n"
+            "        g.add_argument('--dtype', **model_kwargs['dtype'])\n"
+            "        g.add_argument('--max-model-len', **model_kwargs['max_model_len'])\n"
+            "        g.add_argument('--device-ids', type=str, default=None)\n"),
+        "vllm/entrypoints/openai/cli_args.py": (
+            "class BaseFrontendArgs:\n"
+            "    lora_modules: list[str] | None = None\n"
+            "class FrontendArgs(BaseFrontendArgs):\n"
+            "    middleware: list[str] = None\n"
+            "    allowed_origins: list[str] = None\n"
+            "    @classmethod\n"
+            "    def _customize_cli_kwargs(cls, kw):\n"
+            "        kw['middleware']['action'] = 'append'\n"
+            "        del kw['allowed_origins']['nargs']\n"
+            "def make_arg_parser(parser):\n"
+            "    parser.add_argument('--headless', action='store_true')\n"),
+    }
+    wheel = tmp_path / "vllm-9.9.9-cp38-abi3-manylinux_2_28_aarch64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    data = gen.manifest(str(wheel))
+    assert data["engine"] == "vllm" and data["version"] == "9.9.9"
+    assert data["flags"] == {
+        "logits_processors": {"kind": "nargs"},
+        "enforce_eager": {"kind": "bool", "negatable": True},
+        "no_enforce_eager": {"kind": "bool"},
+        "dtype": {"kind": "value", "choices": ["auto", "half"]},
+        "max_model_len": {"kind": "value"},
+        "device_ids": {"kind": "value"},
+        "lora_modules": {"kind": "nargs"},
+        "middleware": {"kind": "append"},
+        "allowed_origins": {"kind": "value"},
+        "headless": {"kind": "bool"},
+    }
+    assert gen.dumps(data).startswith('{\n  "engine": "vllm",')
+    assert json.loads(gen.dumps(data)) == data
+
+
+@pytest.mark.parametrize("name", ["qwen38-flash-next-nvfp4-sglang", "solar-open2-nvfp4-ngc-ep"])
+def test_sglang_and_ngc_renders_carry_the_key_file_never_a_key(name):
+    profile = load(name)
+    c = cluster(profile)
+    out = P.render(profile, c)
+    rendered = json.dumps({k: out[k] for k in ("argv", "env", "units", "command_line")})
+    assert "--api-key" not in rendered and "VLLM_API_KEY" not in rendered and "api_key" not in rendered
+    readers = sorted((h, u) for h, units in out["units"].items() for u, text in units.items() if c["api_key_file"] in text)
+    if name.endswith("sglang"):
+        # rank 0 reads it with --config (and a container gets it mounted read-only).
+        assert readers == [("spark1", "sparkctl-sglang-rank.service")]
+    else:
+        # The image's Ray head container takes it with --env-file; the API server runs inside it.
+        assert readers == [("spark1", "sparkctl-ray-head.service")]
+        assert f"--env-file {c['api_key_file']}" in out["units"]["spark1"]["sparkctl-ray-head.service"]

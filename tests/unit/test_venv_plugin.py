@@ -249,6 +249,18 @@ def test_missing_packages(packages, installed, missing):
     assert F.venv_missing_packages(packages, installed) == missing
 
 
+def test_the_ray_sparkctl_adds_counts_as_installed_so_pip_does_not_run_again():
+    # A venv that already holds the Ray sparkctl pins (and the profile's own pins) is complete:
+    # the role's re-run must not reinstall.
+    profile = P.load_profile("lab-standin", [str(LAB / "profiles")], {})
+    packages = P.venv_packages(profile)
+    assert P.RAY_REQUIREMENT in packages
+    version = P.RAY_REQUIREMENT.split("==", 1)[1]
+    installed = [{"name": "ray", "version": version}, {"name": "sparklab_engine", "version": "0.2.0"}]
+    assert F.venv_missing_packages(packages, installed) == []
+    assert F.venv_missing_packages(packages, installed[1:]) == [P.RAY_REQUIREMENT]
+
+
 # ------------------------------------------------------------------------------ Python
 
 

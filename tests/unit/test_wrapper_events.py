@@ -152,3 +152,19 @@ def test_debug_output_is_collected_per_host():
     _, tally = folded("green")
     assert sorted(tally.output, key=lambda item: item["host"]) == [{"host": "a", "task": "Say hello", "msg": "hello"},
                                                                 {"host": "b", "task": "Say hello", "msg": "hello"}]
+
+
+def test_printed_lines_lose_credentials_inside_urls():
+    tally = fold([
+        {"event": "runner_on_failed", "event_data": {"host": "s1", "task": "Install", "res": {
+            "msg": "pip could not reach https://bob:hunter2@pypi.example.com/simple", "stderr": "proxy http://u:pw@p:3128"}}},
+        {"event": "runner_on_ok", "event_data": {"host": "s1", "task": "Show", "task_action": "ansible.builtin.debug",
+                                                 "res": {"msg": ["HF_ENDPOINT=https://hf_tok@hub.example", "plain"]}}},
+        {"event": "runner_on_ok", "event_data": {"host": "s2", "task": "Show", "task_action": "ansible.builtin.debug",
+                                                 "res": {"msg": "https://a:b@x.example/"}}},
+    ])
+    text = json.dumps([f.as_dict() for f in tally.failures] + tally.output)
+    for secret in ("hunter2", "u:pw", "hf_tok", "a:b@"):
+        assert secret not in text
+    assert tally.output[0]["msg"] == ["HF_ENDPOINT=https://<redacted by sparkctl>@hub.example", "plain"]
+    assert "https://<redacted by sparkctl>@pypi.example.com/simple" in tally.failures[0].msg

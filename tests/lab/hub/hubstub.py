@@ -13,7 +13,7 @@ Stdlib only, Python >= 3.11, so it also runs on a lab node (Debian bookworm).
     python hubstub.py --root DIR --repo org/name --port 0 --port-file F [--token T]
                       [--cut-after-bytes N --cut-path GLOB --cut-times K]
                       [--throttle-bytes-per-s R] [--lfs-redirect] [--host 127.0.0.1]
-                      [--gated auto|manual [--gated-token T ...] [--gated-metadata]]
+                      [--gated auto|manual [--gated-token T ...] [--gated-metadata]] [--xet]
 
 Control endpoints (no token needed; bind to loopback or a private lab address only):
     GET  /_stub/faults           current fault settings and remaining counts
@@ -82,6 +82,12 @@ FAULT_DEFAULTS: dict = {
     # Gate the metadata endpoints (model info, tree, paths-info) too, as the hub does for
     # some gated repos (model_info answering 401 GatedRepo without a token).
     "gated_metadata": False,
+    # Advertise Xet storage for LFS files, as the hub does for the repos it keeps in Xet:
+    # resolve answers carry X-Xet-Hash and a `Link: <token route>; rel="xet-auth"`, tree
+    # entries an xetHash, and the token route answers with a CAS URL. The CAS protocol is
+    # not implemented (its requests are counted and answered 501): a client that takes the
+    # Xet path fails, one with Xet disabled downloads the same files over plain HTTP.
+    "xet": False,
 }
 
 GATED_KINDS = ("auto", "manual")
@@ -109,6 +115,11 @@ class RepoFile:
     @property
     def etag(self) -> str:
         return self.sha256 if self.lfs else self.blob_id
+
+    @property
+    def xet_hash(self) -> str:
+        """A stand-in for the file's Xet content hash (64 hex, like the hub's; derived, not Xet's merkle hash)."""
+        return hashlib.sha256(b"sparklab-xet\0" + self.sha256.encode()).hexdigest()
 
 
 def _hash_file(disk: Path, size: int, mtime_ns: int, path: str) -> dict:
@@ -199,12 +210,14 @@ class Repo:
                 counts[info["dtype"]] = counts.get(info["dtype"], 0) + n
         return {"parameters": counts, "total": sum(counts.values())} if shards else None
 
-    def tree_entry(self, path: str, expand: bool = False) -> dict:
+    def tree_entry(self, path: str, expand: bool = False, xet: bool = False) -> dict:
         if path in self.files:
             f = self.files[path]
             entry = {"type": "file", "oid": f.blob_id, "size": f.size, "path": path}
             if f.lfs:
                 entry["lfs"] = {"oid": f.sha256, "size": f.size, "pointerSize": f.pointer_size}
+                if xet:
+                    entry["xetHash"] = f.xet_hash
         else:
             children = sorted(p for p in self.files if p.startswith(path + "/"))
             oid = hashlib.sha1("".join(f"{p}\0{self.files[p].blob_id}\n" for p in children).encode()).hexdigest()
@@ -291,6 +304,8 @@ class Hub:
                 raise ValueError("gated_tokens must be a list of non-empty strings")
             if not isinstance(faults["gated_metadata"], bool):
                 raise ValueError("gated_metadata must be true or false")
+            if not isinstance(faults["xet"], bool):
+                raise ValueError("xet must be true or false")
             self.faults = faults
             if changes.get("reset") or any(k.startswith("cut_") for k in changes):
                 self.remaining["cut"] = faults["cut_times"]
@@ -350,7 +365,8 @@ class Hub:
     def count_file(self, path: str, **deltas: int) -> None:
         with self.lock:
             entry = self.stats["files"].setdefault(
-                path, {"bytes_served": 0, "heads": 0, "gets": 0, "full_gets": 0, "range_gets": 0, "cuts": 0, "failed": 0}
+                path, {"bytes_served": 0, "heads": 0, "gets": 0, "full_gets": 0, "range_gets": 0, "probes": 0, "cuts": 0,
+                       "failed": 0}
             )
             for key, value in deltas.items():
                 entry[key] += value
@@ -505,6 +521,10 @@ class Handler(BaseHTTPRequestHandler):
                 return "tree", self._tree, (org, name, rest[1], "/".join(rest[2:]), query)
             if len(rest) == 2 and rest[0] == "paths-info" and method == "POST":
                 return "paths_info", self._paths_info, (org, name, rest[1], body)
+            if len(rest) == 2 and rest[0] == "xet-read-token" and method == "GET":
+                return "xet_token", self._xet_token, (org, name, rest[1])
+        if s[:1] == ["xet-cas"]:
+            return "xet_cas", self._xet_cas, ()
         if len(s) >= 5 and s[2] == "resolve" and method in ("GET", "HEAD"):
             return f"resolve_{method.lower()}", self._resolve, (s[0], s[1], s[3], "/".join(s[4:]))
         return "other", None, ()
@@ -589,7 +609,7 @@ class Handler(BaseHTTPRequestHandler):
                 continue
             if not recursive and "/" in candidate[len(prefix):]:
                 continue
-            entries.append(repo.tree_entry(candidate, expand))
+            entries.append(repo.tree_entry(candidate, expand, xet=self.hub.faults["xet"]))
         # Directories first, like the hub. One page: fine below the hub's 1000-entry page size.
         entries.sort(key=lambda e: (e["type"] != "directory", e["path"]))
         self._json(200, entries, {"X-Repo-Commit": repo.commit})
@@ -606,7 +626,9 @@ class Handler(BaseHTTPRequestHandler):
             paths = form.get("paths", []) + form.get("paths[]", [])
             expand = form.get("expand", ["false"])[-1].lower() in ("1", "true")
         wanted = [p.strip("/") for p in paths]
-        self._json(200, [repo.tree_entry(p, expand) for p in wanted if p in repo.files or p in repo.dirs], {"X-Repo-Commit": repo.commit})
+        xet = self.hub.faults["xet"]
+        self._json(200, [repo.tree_entry(p, expand, xet=xet) for p in wanted if p in repo.files or p in repo.dirs],
+                   {"X-Repo-Commit": repo.commit})
 
     # -- file content -------------------------------------------------------------------
     def _resolve(self, org: str, name: str, revision: str, path: str) -> None:
@@ -620,6 +642,9 @@ class Handler(BaseHTTPRequestHandler):
         if f.lfs:
             headers["X-Linked-Etag"] = f'"{f.sha256}"'
             headers["X-Linked-Size"] = str(f.size)
+            if self.hub.faults["xet"]:
+                headers["X-Xet-Hash"] = f.xet_hash
+                headers["Link"] = f'<{self._base()}/api/models/{repo.repo_id}/xet-read-token/{repo.commit}>; rel="xet-auth"'
         if f.lfs and self.hub.lfs_redirect and self.hub.cdn_base:
             # The hub answers LFS resolves with a 302 to a pre-signed CDN url on another
             # origin; the client must not carry the Authorization header there.
@@ -629,6 +654,27 @@ class Handler(BaseHTTPRequestHandler):
                 self.hub.count_file(path, heads=1)
             return self._send(302, b"", headers)
         self._serve_content(f, headers)
+
+    def _base(self) -> str:
+        """This server's URL as the client addressed it."""
+        return f"http://{self.headers.get('Host') or _base_url(*self.server.server_address[:2]).split('//', 1)[1]}"
+
+    def _xet_token(self, org: str, name: str, revision: str) -> None:
+        """The hub's Xet read-token route: a short-lived token and the CAS server's URL, in headers
+        (what huggingface_hub reads) and in the body."""
+        self._check_auth()
+        repo = self._repo_and_revision(org, name, revision)
+        self._check_gate(repo, content=True)
+        if not self.hub.faults["xet"]:
+            raise HubError(404, "This repository is not stored in Xet")
+        expires = int(time.time()) + 3600
+        cas = f"{self._base()}/xet-cas"
+        token = "xet_stub_" + self.hub.cdn_signature(repo.commit)
+        self._json(200, {"casUrl": cas, "accessToken": token, "exp": expires},
+                   {"X-Xet-Cas-Url": cas, "X-Xet-Access-Token": token, "X-Xet-Token-Expiration": str(expires)})
+
+    def _xet_cas(self) -> None:
+        raise HubError(501, "The hub stand-in does not implement Xet's CAS protocol: disable Xet (HF_HUB_DISABLE_XET=1)")
 
     def _cdn_blob(self, sha256: str, query: dict) -> None:
         if self.headers.get("Authorization"):
@@ -664,7 +710,13 @@ class Handler(BaseHTTPRequestHandler):
             if parsed is not None:  # None: malformed or multi-range => full content, as RFC 9110 allows
                 start, end = parsed
                 partial = True
-        self.hub.count_file(f.path, gets=1, range_gets=int(partial), full_gets=int(not partial))
+        if partial and (start, end) == (0, 0):
+            # One byte from the start: an access check (sparkctl's preflight reads one byte of a
+            # weight file to prove downloads work), not a download; counted apart so a test can
+            # still say "nothing was downloaded again".
+            self.hub.count_file(f.path, probes=1)
+        else:
+            self.hub.count_file(f.path, gets=1, range_gets=int(partial), full_gets=int(not partial))
 
         if self.hub.claim("fail", f.path, bool(range_header)):
             self.hub.count_file(f.path, failed=1)
@@ -857,6 +909,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gated-token", dest="gated_tokens", action="append", default=[],
                         help="a token whose account was granted access to the gated repo (repeatable)")
     parser.add_argument("--gated-metadata", action="store_true", help="gate model info, tree and paths-info too")
+    parser.add_argument("--xet", action="store_true",
+                        help="advertise Xet storage for LFS files like the hub (the CAS itself is not implemented)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = parser.parse_args(argv)
 

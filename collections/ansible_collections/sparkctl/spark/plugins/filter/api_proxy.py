@@ -31,8 +31,9 @@ options:
     type: dict
     default: {}
   options:
-    description: Overrides of the defaults in C(module_utils/api_proxy.py) (paths, worker user and count, body size,
-      timeouts).
+    description: Overrides of the defaults in C(module_utils/api_proxy.py) (paths, worker user and count, connections
+      per worker, body size, timeouts, per-client limits C(max_connections_per_client),
+      C(requests_per_second_per_client) and C(request_burst_per_client), 0 turning the first two off).
     type: dict
     default: {}
 """

@@ -98,6 +98,18 @@ def firewall_ruleset(link_interfaces, ssh_ports, api_port=None, api_allowed_cidr
         raise AnsibleFilterError("The firewall cannot be rendered: " + " ".join(exc.problems)) from exc
 
 
+def firewall_start_gate(config_file=firewall.CONFIG_FILE, nft=firewall.NFT):
+    """`{{ firewall_config_file | sparkctl.spark.firewall_start_gate }}`: the ExecStartPre= value
+    (`+/bin/sh -c "..."`, run as root whatever the unit's User=) that fails, naming
+    `systemctl restart sparkctl-firewall.service`, while the rule set file exists but table
+    inet sparkctl is not loaded, and passes with the file absent (the firewall turned off).
+    The Ray and engine units rendered from a profile carry the same check."""
+    try:
+        return firewall.start_gate_exec(config_file, nft)
+    except firewall.FirewallError as exc:
+        raise AnsibleFilterError("The firewall's start check cannot be rendered: " + " ".join(exc.problems)) from exc
+
+
 class FilterModule:
     def filters(self):
-        return {"firewall_ruleset": firewall_ruleset}
+        return {"firewall_ruleset": firewall_ruleset, "firewall_start_gate": firewall_start_gate}

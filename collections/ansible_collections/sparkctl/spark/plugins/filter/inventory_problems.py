@@ -5,10 +5,13 @@ inventory is refused before any host is contacted."""
 
 from __future__ import annotations
 
+import os
+import posixpath
 import re
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import api_proxy
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall
+from ansible_collections.sparkctl.spark.plugins.module_utils import hub_access
 from ansible_collections.sparkctl.spark.plugins.module_utils import profile as profiles
 
 DOCUMENTATION = r"""
@@ -25,6 +28,8 @@ description:
   - A chosen API key (C(spark_api_key)) shorter than 32 characters (or C(engine_service_api_key_min_length)), or
     holding characters a Bearer token cannot carry, is refused here, before provision, rather than in the serve
     stage; the key never appears in a message.
+  - A hub endpoint (C(spark_hf_endpoint)) that is not an http(s) URL, or plain C(http://) to another machine while
+    C(spark_hf_token) is set (the token would cross the network in clear text; loopback is accepted), is refused.
   - The firewall role's variables a host sets (C(firewall_api_allowed_cidrs), C(firewall_extra_allowed_tcp_ports),
     C(firewall_ssh_ports), C(ansible_port), ...) are checked as the role's C(firewall_ruleset) filter checks them.
 options:
@@ -165,12 +170,42 @@ def _link_problems(hostname, vars_, interface_re):
 _REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+# Directories that hold the system or other people's data: the checkpoint stage writes, verifies
+# and cleans its directory, so it never takes one of these itself (a directory below them is fine).
+_SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/boot", "/root", "/home", "/opt", "/srv")
+
+
+def _service_user_home(vars_):
+    """The service user's home as the nodes give it to a user created the usual way (the account is
+    the inventory's ansible_user unless spark_service_user names another)."""
+    user = vars_.get("spark_service_user")
+    if not isinstance(user, str) or not user or "{" in user:
+        user = vars_.get("ansible_user") or "spark"
+    return "/root" if user == "root" else "/home/" + str(user)
+
+
+def _checkpoint_dir_problem(ckpt_dir, vars_):
+    fix = "point spark_checkpoint_dir at a directory of its own, e.g. /srv/sparkctl/models/<model>"
+    if not isinstance(ckpt_dir, str) or not ckpt_dir.startswith("/") or ckpt_dir.rstrip("/") == "":
+        return f"'spark_checkpoint_dir' {ckpt_dir!r} must be an absolute directory path other than '/': {fix}."
+    normalized = posixpath.normpath(ckpt_dir)
+    if normalized in _SYSTEM_DIRS:
+        return (f"'spark_checkpoint_dir' {ckpt_dir!r} is the system directory {normalized}: the checkpoint stage writes "
+                f"and cleans its directory on every node; {fix}.")
+    if normalized == _service_user_home(vars_):
+        return (f"'spark_checkpoint_dir' {ckpt_dir!r} is the service user's home: the checkpoint stage writes and "
+                f"cleans its directory on every node; {fix}.")
+    return None
+
+
 def _checkpoint_problems(vars_):
     """The checkpoint source and directory, judged before any host is touched."""
     problems = []
     ckpt_dir = vars_.get("spark_checkpoint_dir")
-    if ckpt_dir is not None and (not isinstance(ckpt_dir, str) or not ckpt_dir.startswith("/") or ckpt_dir.rstrip("/") == ""):
-        problems.append(f"'spark_checkpoint_dir' {ckpt_dir!r} must be an absolute directory path other than '/'.")
+    if ckpt_dir is not None:
+        problem = _checkpoint_dir_problem(ckpt_dir, vars_)
+        if problem:
+            problems.append(problem)
     source = vars_.get("spark_checkpoint")
     if source is None:
         return problems
@@ -284,6 +319,12 @@ def inventory_problems(groups, hostvars):
         )
 
     problems.extend(_checkpoint_problems(any_vars))
+    # The head sends spark_hf_token to spark_hf_endpoint: never in clear text off the node. Unset in
+    # the inventory, the token is the role default's: HF_TOKEN on this (the control) node.
+    hf_token = any_vars["spark_hf_token"] if "spark_hf_token" in any_vars else os.environ.get("HF_TOKEN", "")
+    endpoint_problem = hub_access.endpoint_problem(any_vars.get("spark_hf_endpoint"), hf_token)
+    if endpoint_problem:
+        problems.append(endpoint_problem)
     problems.extend(_api_key_problems(any_vars))
     problems.extend(_profile_problems(any_vars, len(cluster)))
 

@@ -298,6 +298,41 @@ def check_ports(facts, req):
     return results
 
 
+def check_ssh_ports(facts, req):
+    """The firewall opens firewall_ssh_ports to the management side and drops the rest:
+    sshd must listen on one of them, and Ansible's own port must be among them."""
+    if "firewall_ssh_ports" not in req or not _truthy(req.get("firewall_enabled", True)) or not req.get("ssh_connection", True):
+        return []
+    title = "sshd port in firewall_ssh_ports"
+    try:
+        wanted = sorted({int(p) for p in req.get("firewall_ssh_ports") or []})
+        ansible_port = int(req.get("ssh_port") or 22)
+    except (TypeError, ValueError):
+        return []  # the inventory validation names a bad value
+    listening = (facts.get("host") or {}).get("sshd_ports")
+    fix_ports = sorted(set(listening or []) | {ansible_port})
+    fix = (f"Set firewall_ssh_ports to the port(s) sshd listens on for the management network, e.g. "
+           f"firewall_ssh_ports: {fix_ports} in group_vars (or leave it unset: it defaults to ansible_port).")
+    problems = []
+    if ansible_port not in wanted:
+        problems.append(f"Ansible connects to port {ansible_port} (ansible_port), which firewall_ssh_ports {wanted} does not open")
+    if listening is not None and not set(listening) & set(wanted):
+        problems.append(f"sshd listens on {', '.join(map(str, listening)) or 'no TCP port'}, none of firewall_ssh_ports {wanted}")
+    if problems:
+        return [_result("ssh.firewall_ports", title, "fail",
+                        "; ".join(problems) + ": the firewall would drop the management SSH (the run would lock itself out).", fix)]
+    if listening is None:
+        return [_result("ssh.firewall_ports", title, "warn",
+                        f"cannot read which ports sshd listens on (needs root); firewall_ssh_ports is {wanted}.", fix)]
+    return [_result("ssh.firewall_ports", title, "pass", f"sshd listens on {', '.join(map(str, listening))}; firewall_ssh_ports {wanted}")]
+
+
+def _truthy(value):
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
 def check_hub(facts, req):
     """The head's answer from the hub (module hub_access): may it download the checkpoint with
     the token it has? Nodes that did not ask (workers, path sources) get no result."""
@@ -308,7 +343,7 @@ def check_hub(facts, req):
                     hub.get("detail") or "", hub.get("fix") or "")]
 
 
-CHECKS = (check_os, check_access, check_gpu, check_memory, check_disk, check_link, check_ports, check_hub)
+CHECKS = (check_os, check_access, check_gpu, check_memory, check_disk, check_link, check_ports, check_ssh_ports, check_hub)
 
 
 def preflight_checks(facts, requirements):

@@ -23,7 +23,9 @@ description:
   - Companion filters in this file, documented in RETURN, are C(profile_problems) (same arguments, returns the list of
     problems), C(profile_render) (input a loaded profile, argument C(cluster); returns argv, env, units, secret_files),
     C(profile_checkpoint) (a loaded profile to the C(spark_checkpoint) mapping), C(profile_node_memory_bytes)
-    (weights per rank + KV pool + overhead), C(profile_engine_port) (the engine's port behind the API proxy).
+    (weights per rank + KV pool + overhead), C(profile_engine_port) (the engine's port behind the API proxy),
+    C(profile_venv_packages) (a loaded profile to the pins its venv runtime installs, namely C(runtime.venv.packages) plus
+    the Ray sparkctl supports when the topology runs on Ray and the profile pins no ray itself).
 options:
   _input:
     description: The profile name, e.g. C(solar-open2-nvfp4-vllm-venv) (the file name without C(.yml)).
@@ -76,11 +78,13 @@ _value:
       profile is sound.
     - C(profile_render) returns C(argv) (list, the head's engine process), C(command_line) (the same, shell-quoted),
       C(env) (the engine's own variables; the fabric environment stays in C(/etc/sparkctl/fabric.env)), C(units)
-      (host name to unit file name to text), C(secret_files) (path to C(format), C(key), C(mode) for the API key)
+      (host name to unit file name to text), C(secret_files) (path to C(format), C(key), C(mode) for the API key),
+      C(inputs) (host name to unit file name to the files it reads at start besides its EnvironmentFile= ones)
       and C(api) (C(proxy), C(public) and C(engine) C({bind, port}); behind the API proxy, the cluster's
       C(api_proxy), default true, the engine listens on C(127.0.0.1:api.engine_port)).
     - C(profile_checkpoint) returns the C(spark_checkpoint) mapping with C(source=hub), C(repo_id), C(revision) and C(allow_patterns).
     - C(profile_node_memory_bytes) and C(profile_engine_port) return an integer.
+    - C(profile_venv_packages) returns a list of pinned requirement strings.
   type: raw
 """
 
@@ -118,6 +122,11 @@ def profile_engine_port(profile):
         return profiles.engine_port(profile)
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"profile_engine_port: the profile has no usable api.port ({exc})") from exc
+
+
+def profile_venv_packages(profile):
+    """The pins the venv runtime installs (runtime.venv.packages, plus a pinned Ray for a Ray topology)."""
+    return profiles.venv_packages(profile)
 
 
 def profile_node_memory_bytes(profile):
@@ -175,5 +184,6 @@ class FilterModule:
             "profile_checkpoint": profile_checkpoint,
             "profile_node_memory_bytes": profile_node_memory_bytes,
             "profile_engine_port": profile_engine_port,
+            "profile_venv_packages": profile_venv_packages,
             "profile_cluster": profile_cluster,
         }

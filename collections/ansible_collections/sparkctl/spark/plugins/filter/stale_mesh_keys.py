@@ -3,11 +3,16 @@
 """Find the authorized_keys lines the SSH mesh wrote earlier that no longer
 belong: a peer's key that was regenerated, or a host that is no longer a peer.
 Only lines whose comment carries the mesh's marker are ever considered, so the
-other keys in the file (an operator's, the management key) are never touched."""
+other keys in the file (an operator's, the management key) are never touched.
+
+Also who logs in to whom (mesh_directions: head -> workers only) and the options of an
+authorized mesh key (mesh_key_options: restrict, from= the source's cable addresses)."""
 
 from __future__ import annotations
 
 import re
+
+from ansible.errors import AnsibleFilterError
 
 DOCUMENTATION = r"""
 name: stale_mesh_keys
@@ -121,6 +126,38 @@ def stale_mesh_keys(text, expected, marker="sparkctl-mesh@"):
     return stale
 
 
+def mesh_directions(groups, host, worker_to_worker=False):
+    """{"targets": hosts `host` logs in to, "sources": hosts whose key `host` authorizes}.
+
+    Only the head needs to reach the workers (the checkpoint mirror and the image copy
+    push from the head): a worker authorizes the head and logs in nowhere, the head
+    authorizes nobody. worker_to_worker adds the other workers both ways."""
+    head = list((groups or {}).get("spark_head") or [])
+    workers = [w for w in (groups or {}).get("spark_workers") or [] if w not in head]
+    if host in head:
+        return {"targets": workers, "sources": []}
+    others = [w for w in workers if w != host] if _truthy(worker_to_worker) else []
+    return {"targets": others, "sources": head + others}
+
+
+_ADDRESS = re.compile(r"^[0-9A-Fa-f:.]+$")
+
+
+def mesh_key_options(source_addresses, extra_options=()):
+    """The options of an authorized mesh key: `restrict` (no forwarding of any kind, no
+    pty, no ~/.ssh/rc), `from=` the source's cable addresses, then extra_options."""
+    addresses = [str(a).split("/")[0] for a in source_addresses or []]
+    if not addresses or not all(_ADDRESS.match(a) for a in addresses):
+        raise AnsibleFilterError(f"mesh_key_options: the source's cable addresses must be IP addresses, got {source_addresses!r}")
+    return ",".join(["restrict", 'from="' + ",".join(addresses) + '"'] + [str(o) for o in extra_options or []])
+
+
+def _truthy(value):
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
 class FilterModule:
     def filters(self):
-        return {"stale_mesh_keys": stale_mesh_keys}
+        return {"stale_mesh_keys": stale_mesh_keys, "mesh_directions": mesh_directions, "mesh_key_options": mesh_key_options}

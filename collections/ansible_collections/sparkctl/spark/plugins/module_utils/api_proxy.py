@@ -44,9 +44,24 @@ DEFAULTS = {
     "state_dir": "/var/lib/sparkctl-api-proxy",
     # Workers drop to this account (Debian and Ubuntu ship it); the master stays root to read the key.
     "worker_user": "www-data",
-    # Streams are I/O bound: two workers carry thousands of connections.
+    # Streams are I/O bound: two workers carry thousands of connections. Each proxied request
+    # holds two (client and engine); a client that opens connections and sends nothing holds one
+    # until client_header_timeout: 4096 per worker keeps a few thousand of those from starving
+    # everyone else (1024 did not).
     "worker_processes": 2,
-    "worker_connections": 1024,
+    "worker_connections": 4096,
+    # Seconds a client may take to send its request header (a slowloris sends it byte by byte
+    # to hold the connection), and between two reads of its body.
+    "client_header_timeout_s": 10,
+    "client_body_timeout_s": 30,
+    # Per client address ($binary_remote_addr): requests in progress at once (a stream counts
+    # for as long as it runs), and requests per second with the burst served at once beyond
+    # it. A user's 4-8 concurrent streams, a benchmark's sweep and health polling stay far
+    # below; a runaway script or a flood meets 429. 0 turns a limit off (clients behind one
+    # NAT or gateway share one address: raise them, or turn them off, for such a front).
+    "max_connections_per_client": 64,
+    "requests_per_second_per_client": 20,
+    "request_burst_per_client": 80,
     # A 1M-token prompt as text is ~4 MB (~4 bytes per token), as JSON-escaped non-ASCII text up to
     # ~12 MB (\\uXXXX is 6 bytes a character), as token ids ~7 MB ("123456,"); chat requests add
     # tool definitions and history. 64 MiB carries any of these with room, and still bounds what
@@ -64,6 +79,10 @@ DEFAULTS = {
     "upstream_keepalive": 16,
 }
 MIN_READ_TIMEOUT_S = 3600
+# Options where 0 turns the limit off.
+_ZERO_IS_OFF = ("max_connections_per_client", "requests_per_second_per_client")
+# File descriptors a worker may open: two per proxied connection, and some for logs and files.
+_SPARE_FILES = 64
 
 # RFC 6750 b64token: what a Bearer credential may hold. Anything else cannot be sent as one.
 _B64TOKEN_RE = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
@@ -78,6 +97,16 @@ UNAUTHORIZED_BODY = {
         "type": "invalid_request_error",
         "param": None,
         "code": "invalid_api_key",
+    }
+}
+TOO_MANY_BODY = {
+    "error": {
+        "message": "Too many requests from this address at once or in a short time: retry shortly "
+                   "(per-client limits of the API proxy: api_proxy_max_connections_per_client, "
+                   "api_proxy_requests_per_second_per_client).",
+        "type": "rate_limit_error",
+        "param": None,
+        "code": "rate_limit_exceeded",
     }
 }
 ENGINE_DOWN_BODY = {
@@ -111,17 +140,36 @@ def options_with_defaults(options=None):
     if not isinstance(merged["worker_user"], str) or not _USER_RE.match(merged["worker_user"]):
         raise ApiProxyError(f"api proxy: worker_user must be a user name, got {merged['worker_user']!r}.")
     for key in ("worker_processes", "worker_connections", "client_max_body_size_mb", "client_body_buffer_size_kb",
-                "send_timeout_s", "connect_timeout_s", "upstream_keepalive", "read_timeout_s"):
+                "send_timeout_s", "connect_timeout_s", "upstream_keepalive", "read_timeout_s",
+                "client_header_timeout_s", "client_body_timeout_s", "max_connections_per_client",
+                "requests_per_second_per_client", "request_burst_per_client"):
         value = merged[key]
         if value is None and key == "read_timeout_s":
             continue
+        kind = "a positive integer, or 0 to turn the limit off" if key in _ZERO_IS_OFF else "a positive integer"
         try:
             merged[key] = int(value)
         except (TypeError, ValueError):
-            raise ApiProxyError(f"api proxy: {key} must be a positive integer, got {value!r}.") from None
-        if merged[key] < 1:
-            raise ApiProxyError(f"api proxy: {key} must be a positive integer, got {value!r}.")
+            raise ApiProxyError(f"api proxy: {key} must be {kind}, got {value!r}.") from None
+        if merged[key] < (0 if key in _ZERO_IS_OFF else 1) or isinstance(value, bool):
+            raise ApiProxyError(f"api proxy: {key} must be {kind}, got {value!r}.")
     return merged
+
+
+def _limit_lines(opts):
+    """The per-client limits in the http block (zones) and in the server block (the limits)."""
+    zones, limits = [], []
+    if opts["max_connections_per_client"]:
+        zones.append("    limit_conn_zone $binary_remote_addr zone=sparkctl_conn_per_client:10m;")
+        limits.append(f"        limit_conn sparkctl_conn_per_client {opts['max_connections_per_client']};")
+    if opts["requests_per_second_per_client"]:
+        zones.append("    limit_req_zone $binary_remote_addr zone=sparkctl_req_per_client:10m "
+                     f"rate={opts['requests_per_second_per_client']}r/s;")
+        limits.append(f"        limit_req zone=sparkctl_req_per_client burst={opts['request_burst_per_client']} nodelay;")
+    if zones:
+        zones += ["    limit_conn_status 429;", "    limit_req_status 429;",
+                  "    limit_conn_log_level warn;", "    limit_req_log_level warn;"]
+    return zones, limits
 
 
 def read_timeout(profile, options=None):
@@ -155,6 +203,7 @@ def config(profile, cluster=None, options=None):
     public, engine = endpoints["public"], endpoints["engine"]
     timeout = read_timeout(profile, opts)
     state = opts["state_dir"]
+    zones, limits = _limit_lines(opts)
     lines = [
         f"# sparkctl API proxy for profile {profile.get('name', '?')}: rendered by sparkctl (role api_proxy).",
         "# A serve run rewrites it; change the inventory or the profile instead. Run by",
@@ -162,6 +211,8 @@ def config(profile, cluster=None, options=None):
         "daemon off;",
         f"user {opts['worker_user']};",
         f"worker_processes {opts['worker_processes']};",
+        "# Two descriptors per proxied connection (client and engine), and a few for files.",
+        f"worker_rlimit_nofile {2 * opts['worker_connections'] + _SPARE_FILES};",
         f"pid {state}/nginx.pid;",
         "error_log stderr warn;",
         "",
@@ -176,6 +227,15 @@ def config(profile, cluster=None, options=None):
         "    access_log off;",
         "    server_tokens off;",
         "    default_type application/json;",
+        "",
+        "    # A client that sends its request slowly (or not at all) is closed, and its memory freed",
+        "    # at once; streamed answers are not affected (they are bounded by proxy_read_timeout).",
+        f"    client_header_timeout {opts['client_header_timeout_s']}s;",
+        f"    client_body_timeout {opts['client_body_timeout_s']}s;",
+        "    reset_timedout_connection on;",
+        *(["", "    # Per client address: requests in progress at once, and requests per second (429 beyond)."]
+          + zones if zones else []),
+        "",
         f"    client_body_temp_path {state}/body;",
         f"    proxy_temp_path {state}/proxy;",
         f"    fastcgi_temp_path {state}/fastcgi;",
@@ -191,6 +251,7 @@ def config(profile, cluster=None, options=None):
         f"        listen {_listen(public['bind'], public['port'])};",
         "        server_name _;",
         "",
+        *(limits + [""] if limits else []),
         "        # A 1M-token prompt (text, escaped JSON or token ids) fits with room.",
         f"        client_max_body_size {opts['client_max_body_size_mb']}m;",
         f"        client_body_buffer_size {opts['client_body_buffer_size_kb']}k;",
@@ -206,6 +267,8 @@ def config(profile, cluster=None, options=None):
         f"        proxy_read_timeout {timeout}s;",
         f"        proxy_send_timeout {opts['send_timeout_s']}s;",
         "        error_page 502 504 = @sparkctl_engine_down;",
+        "        error_page 401 @sparkctl_unauthorized;",
+        "        error_page 429 @sparkctl_too_many;",
         "",
         "        # Health needs no key: always the engine's /health, whatever the client's path spelling.",
         "        location = /health {",
@@ -218,10 +281,22 @@ def config(profile, cluster=None, options=None):
         "        # Everything else needs the key; the engine checks it again.",
         "        location / {",
         f"            if ({AUTH_VARIABLE} != 1) {{",
-        "                add_header WWW-Authenticate 'Bearer realm=\"sparkctl\"' always;",
-        f"                return 401 {_nginx_string(UNAUTHORIZED_BODY)};",
+        "                return 401;",
         "            }",
         "            proxy_pass http://sparkctl_engine;",
+        "        }",
+        "",
+        "        # Refused without the key: the connection is closed with the answer, so a client",
+        "        # without the key holds no connection open by sending requests.",
+        "        location @sparkctl_unauthorized {",
+        "            keepalive_timeout 0;",
+        "            add_header WWW-Authenticate 'Bearer realm=\"sparkctl\"' always;",
+        f"            return 401 {_nginx_string(UNAUTHORIZED_BODY)};",
+        "        }",
+        "",
+        "        location @sparkctl_too_many {",
+        "            add_header Retry-After 1 always;",
+        f"            return 429 {_nginx_string(TOO_MANY_BODY)};",
         "        }",
         "",
         "        location @sparkctl_engine_down {",

@@ -47,6 +47,7 @@ _RSYNC_TEMP_RE = re.compile(r"^\.(?P<name>.+)\.[A-Za-z0-9]{6}$")
 
 HASH_CHUNK_BYTES = 8 * 1024 * 1024
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+GIT_SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
 
 # The reference implementation refuses headers above 100 MB; a length beyond that is garbage
 # (e.g. a zero-filled or foreign file), and reading it would only waste memory.
@@ -183,7 +184,9 @@ def _normalize_rel(name):
 
 
 def normalize_manifest(raw):
-    """Return {rel: {'size': int, 'sha256': lowercase hex or None}} from a manifest mapping.
+    """Return {rel: {'size': int, 'sha256': lowercase hex or None[, 'git_blob_sha1': lowercase hex]}}
+    from a manifest mapping. Files the hub stores in git (config, index, tokenizer) have no sha256
+    but a git blob sha1, which is checked instead, as `hf cache verify` does.
 
     Accepts the mapping itself or a wrapper {'files': mapping} (so a stamp written by this
     module can serve as another node's manifest). Extra keys per file are ignored. Raises
@@ -213,9 +216,16 @@ def normalize_manifest(raw):
                 digest = digest[len("sha256:") :]
             if not SHA256_RE.match(digest):
                 raise CheckpointError("manifest entry %r: sha256 %r is not 64 hex digits" % (name, entry.get("sha256")))
+        blob = entry.get("git_blob_sha1")
+        if blob is not None:
+            if not isinstance(blob, str) or not GIT_SHA1_RE.match(blob.strip().lower()):
+                raise CheckpointError("manifest entry %r: git_blob_sha1 %r is not 40 hex digits" % (name, blob))
+            blob = blob.strip().lower()
         if rel in manifest:
             raise CheckpointError("manifest names %r twice" % rel)
         manifest[rel] = {"size": size, "sha256": digest}
+        if blob and not digest:
+            manifest[rel]["git_blob_sha1"] = blob
     return manifest
 
 
@@ -333,6 +343,24 @@ def leftover_reason(rel, known_names):
     if match and match.group("name") in known_names:
         return "rsync temporary file of %s" % posixpath.join(posixpath.dirname(rel), match.group("name"))
     return None
+
+
+def owned_leftover(rel, manifest_names):
+    """Whether rel is an unfinished copy of a file the manifest lists (its name plus a leftover
+    suffix, or rsync's temporary name for it): sparkctl's own to clean. Any other leftover-looking
+    file belongs to someone else (another download into a shared directory) and is left alone."""
+    name = posixpath.basename(rel)
+    directory = posixpath.dirname(rel)
+    for suffix in LEFTOVER_SUFFIXES:
+        if name.endswith(suffix) and posixpath.join(directory, name[: -len(suffix)]) in manifest_names:
+            return True
+    match = _RSYNC_TEMP_RE.match(name)
+    return bool(match and posixpath.join(directory, match.group("name")) in manifest_names)
+
+
+def manifest_dirs(manifest_names):
+    """The directories that hold a manifest file ('' for the root)."""
+    return set(posixpath.dirname(rel) for rel in manifest_names)
 
 
 # --- safetensors ---------------------------------------------------------------------------------
@@ -484,27 +512,58 @@ def sha256_file(path, chunk_bytes=HASH_CHUNK_BYTES):
     return digest.hexdigest(), after
 
 
-def _hash_task(root, rel, clock_ns):
+def git_blob_sha1_file(path, chunk_bytes=HASH_CHUNK_BYTES):
+    """`git hash-object` of a file (sha1 of "blob <size>\\0" + content): what the hub reports as the
+    blob id of a file stored in git. Same return as sha256_file."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb", buffering=0) as handle:
+        digest = hashlib.sha1(b"blob %d\0" % os.fstat(fd).st_size)
+        while True:
+            chunk = handle.read(chunk_bytes)
+            if not chunk:
+                break
+            digest.update(chunk)
+        after = FileInfo.from_stat(os.fstat(fd))
+    return digest.hexdigest(), after
+
+
+def expected_digest(entry):
+    """("sha256", hex) for an LFS file, ("git_blob_sha1", hex) for a file stored in git, else None."""
+    if entry.get("sha256"):
+        return "sha256", entry["sha256"]
+    if entry.get("git_blob_sha1"):
+        return "git_blob_sha1", entry["git_blob_sha1"]
+    return None
+
+
+def digest_file(path, algorithm):
+    return (git_blob_sha1_file if algorithm == "git_blob_sha1" else sha256_file)(path)
+
+
+def _hash_task(root, rel, clock_ns, algorithm="sha256"):
     started_ns = clock_ns()
     try:
-        hexdigest, after = sha256_file(os.path.join(root, rel))
+        hexdigest, after = digest_file(os.path.join(root, rel), algorithm)
     except OSError as exc:
         return rel, None, None, started_ns, exc.strerror or str(exc)
     return rel, hexdigest, after, started_ns, None
 
 
-def hash_many(root, rels, sizes, jobs, clock_ns=time.time_ns):
+def hash_many(root, rels, sizes, jobs, clock_ns=time.time_ns, algorithms=None):
     """Hash rels (largest first, so the pool drains evenly) with jobs threads; hashlib and reads
-    release the GIL. Returns {rel: (hexdigest or None, FileInfo or None, started_ns, error or None)}."""
+    release the GIL. algorithms: {rel: "sha256" (default) or "git_blob_sha1"}.
+    Returns {rel: (hexdigest or None, FileInfo or None, started_ns, error or None)}."""
+    algorithms = algorithms or {}
     order = sorted(rels, key=lambda rel: (-sizes.get(rel, 0), rel))
     results = {}
     if jobs <= 1 or len(order) <= 1:
         for rel in order:
-            name, hexdigest, after, started_ns, error = _hash_task(root, rel, clock_ns)
+            name, hexdigest, after, started_ns, error = _hash_task(root, rel, clock_ns, algorithms.get(rel, "sha256"))
             results[name] = (hexdigest, after, started_ns, error)
         return results
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for name, hexdigest, after, started_ns, error in pool.map(lambda rel: _hash_task(root, rel, clock_ns), order):
+        tasks = pool.map(lambda rel: _hash_task(root, rel, clock_ns, algorithms.get(rel, "sha256")), order)
+        for name, hexdigest, after, started_ns, error in tasks:
             results[name] = (hexdigest, after, started_ns, error)
     return results
 
@@ -533,16 +592,21 @@ def is_racy(ctime_ns, hash_started_ns, window_ns=None):
     return ctime_ns >= hash_started_ns - window_ns
 
 
-def stamp_entry(info, sha256):
-    return {"size": info.size, "mtime_ns": info.mtime_ns, "ctime_ns": info.ctime_ns, "ino": info.ino, "sha256": sha256}
+def stamp_entry(info, sha256, git_blob_sha1=None):
+    entry = {"size": info.size, "mtime_ns": info.mtime_ns, "ctime_ns": info.ctime_ns, "ino": info.ino, "sha256": sha256}
+    if git_blob_sha1:
+        entry["git_blob_sha1"] = git_blob_sha1
+    return entry
 
 
-def stamp_vouches(stamp, digest, rel, info, expected_sha256):
+def stamp_vouches(stamp, digest, rel, info, expected_sha256, expected_git_blob_sha1=None):
     """True when the stamp recorded rel with this exact size, times and inode against the same manifest."""
     if not stamp or stamp.get("manifest_digest") != digest:
         return False
     entry = stamp["files"].get(rel)
     if not isinstance(entry, dict) or entry.get("sha256") != expected_sha256:
+        return False
+    if entry.get("git_blob_sha1") != expected_git_blob_sha1:
         return False
     recorded = (entry.get("size"), entry.get("mtime_ns"), entry.get("ctime_ns"), entry.get("ino"))
     return recorded == info.key()
@@ -628,7 +692,7 @@ def summarize(path, problems, limit=10):
 
 def _check_indexes(root, scan, present, manifest, problems):
     """Each *.safetensors.index.json: its weight_map shards are present, and no other shard sits beside it."""
-    index_files = sorted(rel for rel in present if rel.endswith(INDEX_SUFFIX))
+    index_files = sorted(rel for rel in present if rel.endswith(INDEX_SUFFIX) and (manifest is None or rel in manifest))
     expected_by_dir = {}
     for index_rel in index_files:
         base = posixpath.dirname(index_rel)
@@ -672,11 +736,15 @@ def verify_checkpoint(
     check_mode=False,
     racy_window_ns=None,
     clock_ns=time.time_ns,
+    full=False,
 ):
     """Verify the checkpoint under root and return the module's result (without changed/msg).
 
-    manifest: normalized (see normalize_manifest) or None. Raises CheckpointError when root
-    exists but is not a directory, or the stamp cannot be written.
+    manifest: normalized (see normalize_manifest) or None. With a manifest, only the files it
+    lists and their own leftovers are judged; anything else in the directory belongs to someone
+    else and is reported as an extra file, never as a broken one. full: hash every file even when
+    the stamp vouches for it (bit rot leaves size and times alone). Raises CheckpointError when
+    root exists but is not a directory, or the stamp cannot be written.
     """
     started = time.monotonic()
     if extra_files not in ("report", "fail"):
@@ -722,14 +790,29 @@ def verify_checkpoint(
         raise CheckpointError("path %s exists but is not a directory" % root)
 
     scan = scan_tree(root, ignored, is_stamp)
+    names = set(manifest or ())
+    own_dirs = manifest_dirs(names)
+
+    def foreign(rel):
+        return manifest is not None and rel not in names
+
     for rel, reason in sorted(scan.unreadable.items()):
-        problems.add(rel, "missing", "cannot read: %s" % reason)
+        if foreign(rel) and rel != ".":
+            problems.add(rel, "extra", "cannot be read (%s), not in the manifest" % reason)
+        else:
+            problems.add(rel, "missing", "cannot read: %s" % reason)
     for rel, target in sorted(scan.symlinks.items()):
-        problems.add(
-            rel, "symlink", "symlink to %s; copies of a symlinked tree can ship empty files, the tree must hold real files" % target
-        )
+        if foreign(rel):
+            problems.add(rel, "extra", "symlink to %s, not in the manifest" % target)
+        else:
+            problems.add(
+                rel, "symlink", "symlink to %s; copies of a symlinked tree can ship empty files, the tree must hold real files" % target
+            )
     for rel in scan.partial_dirs:
-        problems.add(rel, "incomplete", "rsync partial/staging directory left by an interrupted transfer")
+        if manifest is not None and posixpath.dirname(rel) not in own_dirs:
+            problems.add(rel, "extra", "a partial-transfer directory beside no checkpoint file, not sparkctl's")
+        else:
+            problems.add(rel, "incomplete", "rsync partial/staging directory left by an interrupted transfer")
 
     # Names that may legitimately exist per directory, to tell rsync temp files from hidden files.
     known = {}
@@ -738,7 +821,7 @@ def verify_checkpoint(
     present = {}
     for rel, info in sorted(scan.files.items()):
         reason = None if manifest is not None and rel in manifest else leftover_reason(rel, known.get(posixpath.dirname(rel), ()))
-        if reason:
+        if reason and (manifest is None or owned_leftover(rel, names)):
             problems.add(rel, "incomplete", reason)
         else:
             present[rel] = info
@@ -773,44 +856,47 @@ def verify_checkpoint(
         if info.size != entry["size"]:
             problems.add(rel, "size", "is %d bytes, expected %d" % (info.size, entry["size"]))
             continue
-        if hash_files and entry["sha256"] is not None:
+        if hash_files and expected_digest(entry):
             to_hash.append(rel)
 
     for rel in sorted(present):
-        if rel.endswith(SAFETENSORS_SUFFIX):
+        if rel.endswith(SAFETENSORS_SUFFIX) and not foreign(rel):
             detail = safetensors_file_problem(os.path.join(root, rel), present[rel].size)
             if detail:
                 problems.add(rel, "header", detail)
 
-    stamp = read_stamp(stamp_file) if hash_files and manifest is not None else None
+    stamp = read_stamp(stamp_file) if hash_files and manifest is not None and not full else None
     stamp_files = {}
     skipped = []
     rehash = []
     for rel in to_hash:
-        if stamp_vouches(stamp, digest, rel, present[rel], manifest[rel]["sha256"]):
+        entry = manifest[rel]
+        if stamp_vouches(stamp, digest, rel, present[rel], entry["sha256"], entry.get("git_blob_sha1")):
             skipped.append(rel)
-            stamp_files[rel] = stamp_entry(present[rel], manifest[rel]["sha256"])
+            stamp_files[rel] = stamp_entry(present[rel], entry["sha256"], entry.get("git_blob_sha1"))
         else:
             rehash.append(rel)
-    hashed = hash_many(root, rehash, dict((rel, present[rel].size) for rel in rehash), jobs, clock_ns)
+    algorithms = dict((rel, expected_digest(manifest[rel])[0]) for rel in rehash)
+    hashed = hash_many(root, rehash, dict((rel, present[rel].size) for rel in rehash), jobs, clock_ns, algorithms)
     for rel in rehash:
         hexdigest, after, started_ns, error = hashed[rel]
-        expected = manifest[rel]["sha256"]
+        algorithm, expected = expected_digest(manifest[rel])
+        label = "sha256" if algorithm == "sha256" else "git blob sha1"
         if error:
             problems.add(rel, "sha256", "cannot read: %s" % error)
         elif after.key() != present[rel].key():
             problems.add(rel, "incomplete", "changed while it was being verified (still being written?)")
         elif hexdigest != expected:
-            problems.add(rel, "sha256", "content differs: sha256 %s, expected %s" % (hexdigest, expected))
+            problems.add(rel, "sha256", "content differs: %s %s, expected %s" % (label, hexdigest, expected))
         elif not is_racy(after.ctime_ns, started_ns, racy_window_ns):
-            stamp_files[rel] = stamp_entry(after, hexdigest)
+            stamp_files[rel] = stamp_entry(after, manifest[rel]["sha256"], manifest[rel].get("git_blob_sha1"))
     result["rehashed"] = sorted(rehash)
     result["skipped_hash"] = sorted(skipped)
 
     final = _finish(result, problems, extra_files, started)
     if final["ok"] and hash_files and manifest is not None and write_stamp:
         for rel, entry in manifest.items():
-            if entry["sha256"] is None and rel in present:
+            if expected_digest(entry) is None and rel in present:
                 stamp_files[rel] = stamp_entry(present[rel], None)
         data = render_stamp(stamp_files, digest)
         current, mode = _current_bytes_and_mode(stamp_file)

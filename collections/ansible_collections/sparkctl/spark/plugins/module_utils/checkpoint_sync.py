@@ -17,7 +17,8 @@ reverse. huggingface_hub is imported only for hub sources; `path` sources need t
 
 from __future__ import annotations
 
-import hashlib
+import errno
+import fcntl
 import json
 import os
 import posixpath
@@ -36,9 +37,13 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
     CheckpointError,
     FileInfo,
     compile_ignore,
+    expected_digest,
+    git_blob_sha1_file,
     is_racy,
     manifest_digest,
+    manifest_dirs,
     normalize_manifest,
+    owned_leftover,
     read_stamp,
     render_stamp,
     scan_tree,
@@ -66,8 +71,16 @@ RSYNC_BASE = ("-a", "-O", "--whole-file", "--partial-dir=" + PARTIAL_DIR, "--ite
 # no ssh, no encryption on the private cable, authenticated with the daemon's secret.
 DAEMON_PREFIX = "rsync://"
 DAEMON_CONNECT_TIMEOUT_S = 20
-# The final pass leaves the node's own bookkeeping alone (stamp, progress, huggingface_hub's cache).
-RSYNC_EXCLUDES = ("--exclude=/.sparkctl-*", "--exclude=/.cache/")
+# One transfer per checkpoint directory: an flock on this file, held for the whole run, with the
+# holder's PID written in it for the message a second run gives.
+LOCK_NAME = ".sparkctl-transfer.lock"
+LOCK_POLL_S = 0.5
+# huggingface_hub's own partial downloads into a local_dir: a killed run leaves them behind, and
+# nothing but a run of this module writes there (the lock keeps two runs apart).
+HUB_DOWNLOAD_DIR = ".cache/huggingface/download"
+HUB_INCOMPLETE_SUFFIX = ".incomplete"
+# How many names a note about files that are not the checkpoint's spells out.
+FOREIGN_SHOWN = 5
 
 
 class SyncError(Exception):
@@ -81,14 +94,83 @@ def _scrub(text, secret):
     return text
 
 
-def git_blob_sha1_file(path):
-    """`git hash-object` of a file: what the hub reports as blobId for a file stored in git."""
-    size = os.stat(path).st_size
-    digest = hashlib.sha1(b"blob %d\0" % size)
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+class DirectoryLock:
+    """An exclusive flock on <dest>/.sparkctl-transfer.lock for the whole transfer. A second run
+    waits up to `timeout` seconds (calling on_wait(pid) once), then fails naming the holder's PID:
+    an interrupted run's background job may still be writing, and two transfers into one
+    directory would delete and download each other's files."""
+
+    def __init__(self, dest, timeout, on_wait=None, clock=time.monotonic, sleep=time.sleep):
+        self.path = os.path.join(dest, LOCK_NAME)
+        self.timeout = timeout
+        self.on_wait = on_wait
+        self.clock = clock
+        self.sleep = sleep
+        self.fd = None
+
+    def _holder(self):
+        try:
+            with open(self.path) as handle:
+                return handle.read().strip() or "unknown"
+        except OSError:
+            return "unknown"
+
+    def acquire(self):
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        deadline = self.clock() + max(0, self.timeout)
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+            holder = self._holder()
+            if self.clock() >= deadline:
+                os.close(fd)
+                raise SyncError(
+                    "another checkpoint transfer into this directory is running (PID %s holds %s) and did not end within "
+                    "%d s; wait for it to finish (a re-run after an interrupted run waits for its background job) or stop "
+                    "that process, then run again" % (holder, self.path, self.timeout))
+            if not told and self.on_wait:
+                self.on_wait(holder)
+                told = True
+            self.sleep(LOCK_POLL_S)
+        os.ftruncate(fd, 0)
+        os.write(fd, b"%d\n" % os.getpid())
+        self.fd = fd
+        return self
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor drops the flock
+            self.fd = None
+
+
+def remove_hub_leftovers(dest):
+    """huggingface_hub's unfinished downloads (<dest>/.cache/huggingface/download/**/*.incomplete),
+    left by a killed run; returns the removed paths relative to dest."""
+    removed = []
+    top = os.path.join(dest, HUB_DOWNLOAD_DIR)
+    for directory, _dirs, names in os.walk(top):
+        for name in sorted(names):
+            if name.endswith(HUB_INCOMPLETE_SUFFIX):
+                path = os.path.join(directory, name)
+                if os.path.isfile(path) and not os.path.islink(path):
+                    os.unlink(path)
+                    removed.append(os.path.relpath(path, dest).replace(os.sep, "/"))
+    return sorted(removed)
+
+
+def foreign_note(dest, foreign):
+    """The warning about files in the directory that are not the checkpoint's."""
+    shown = ", ".join(foreign[:FOREIGN_SHOWN]) + (" and %d more" % (len(foreign) - FOREIGN_SHOWN) if len(foreign) > FOREIGN_SHOWN else "")
+    return ("%d file%s in %s %s not part of the checkpoint and no earlier sparkctl manifest of it listed %s: left in place "
+            "(%s). Keep other data out of spark_checkpoint_dir, or give the checkpoint a directory of its own."
+            % (len(foreign), "" if len(foreign) == 1 else "s", dest, "is" if len(foreign) == 1 else "are",
+               "it" if len(foreign) == 1 else "them", shown))
 
 
 # --- manifest ------------------------------------------------------------------------------------
@@ -228,13 +310,21 @@ def render_manifest(manifest):
 
 
 def import_hub():
+    # Xet off (roles/checkpoint/README.md, "Xet"): every byte comes over the hub's HTTP resolve
+    # route, the path preflight probes, straight into the checkpoint directory. hf_xet would
+    # fetch from other hosts and keep a chunk cache under HF_HOME/xet, outside the directory
+    # and its disk check. The variable is read at import; the constant covers an earlier import.
+    os.environ["HF_HUB_DISABLE_XET"] = "1"
     try:
         import huggingface_hub
+        # The package's lazy attributes do not include its submodules: import it by name.
+        import huggingface_hub.constants
     except ImportError as exc:
         raise SyncError(
             "hub sources need huggingface_hub in the Python that runs this module (%s); point "
             "ansible_python_interpreter at the tools venv: %s" % (sys.executable, exc)
         )
+    huggingface_hub.constants.HF_HUB_DISABLE_XET = True
     try:
         huggingface_hub.utils.disable_progress_bars()
     except AttributeError:
@@ -315,15 +405,16 @@ class Rsync:
             return ["--contimeout=%d" % DAEMON_CONNECT_TIMEOUT_S]
         return ["-e", self.rsh]
 
-    def _run(self, argv, target=None):
+    def _run(self, argv, target=None, input_text=None):
         env = None
         if target is not None and is_daemon_target(target) and self.password:
             env = dict(os.environ, RSYNC_PASSWORD=self.password)
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env)
+        stdin = subprocess.PIPE if input_text is not None else subprocess.DEVNULL
+        process = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env)
         with self.lock:
             self.processes.add(process)
         try:
-            out, err = process.communicate()
+            out, err = process.communicate(input_text)
         finally:
             with self.lock:
                 self.processes.discard(process)
@@ -339,15 +430,18 @@ class Rsync:
         argv += [os.path.join(dest, rel), _target_dir(target, rel_dir)]
         return parse_itemized(self._run(argv, target))[0]
 
-    def tree(self, dest, target, delete=True, dry_run=False):
-        """The whole-tree pass; returns (copied, deleted)."""
-        argv = [self.binary] + list(RSYNC_BASE) + ["--mkpath"] + self._transport(target) + list(RSYNC_EXCLUDES)
-        if delete:
-            argv.append("--delete")
+    def tree(self, dest, target, files, delete=(), dry_run=False):
+        """One pass over the checkpoint's own files, named explicitly (--files-from): whatever else
+        the directories hold, on the head or the worker, is neither sent nor deleted. `delete` names
+        files an earlier manifest owned that are gone from the head; rsync deletes exactly those on
+        the worker (--delete-missing-args), never a file it was not given. Returns (copied, deleted)."""
+        argv = [self.binary] + list(RSYNC_BASE) + ["--mkpath"] + self._transport(target) + ["--from0", "--files-from=-"]
+        argv.append("--delete-missing-args" if delete else "--ignore-missing-args")
         if dry_run:
             argv.append("--dry-run")
         argv += [dest.rstrip("/") + "/", _target_dir(target, "")]
-        return parse_itemized(self._run(argv, target))
+        names = sorted(set(files) | set(delete))
+        return parse_itemized(self._run(argv, target, "".join(name + "\0" for name in names)))
 
     def local_copy(self, source_file, dest, rel):
         """Head copy of a `path` source: real content (-L), into place through rsync's temp file."""
@@ -512,7 +606,7 @@ class WorkerMirror:
         lacks = None
         if plan_existing:
             try:
-                lacks = set(self.sync.rsync.tree(self.sync.dest, self.target, delete=False, dry_run=True)[0])
+                lacks = set(self.sync.rsync.tree(self.sync.dest, self.target, plan_existing, dry_run=True)[0])
             except RsyncFailure:
                 lacks = None  # unknown: offer everything, each rsync's quick check decides
         while True:
@@ -571,10 +665,11 @@ class WorkerMirror:
         sync.progress.event("mirror-done", "%s: %s %s" % (self.name, rel, "copied" if copied else "already there"), done)
 
     def final_pass(self, delete):
+        """delete: the files to remove on the worker (an earlier manifest's, gone from the head)."""
         self.sync.progress.event("final-start", "%s: final pass" % self.name)
         self.sync.activity.start("mirror")
         try:
-            copied, deleted = self.sync.rsync.tree(self.sync.dest, self.target, delete=delete)
+            copied, deleted = self.sync.rsync.tree(self.sync.dest, self.target, self.sync.manifest["files"], delete=delete)
         except RsyncFailure as exc:
             self.failures.append("worker %s: final pass: %s" % (self.name, exc))
             return
@@ -613,6 +708,8 @@ class CheckpointSync:
         rsync_password=None,
         manifest_only=False,
         hub_unreachable=None,
+        lock_timeout=60,
+        verify_full=False,
     ):
         if streams < 1 or download_workers < 1:
             raise SyncError("streams and download_workers must be 1 or more")
@@ -649,6 +746,12 @@ class CheckpointSync:
         self.notes = []
         self.hash_jobs = hash_jobs
         self.racy_window_ns = racy_window_ns
+        self.lock_timeout = lock_timeout
+        # Hash every head file even when the stamp vouches for it (bit rot keeps size and times).
+        self.verify_full = verify_full
+        # The files the manifest of an earlier run listed: the only ones besides the new
+        # manifest's (and its own leftovers) that this module may delete.
+        self.previous_files = set()
         self.rsync = Rsync(rsync_rsh, rsync_binary, password=rsync_password)
         self.hub = hub
         self.activity = Activity()
@@ -719,28 +822,56 @@ class CheckpointSync:
     # -- head ----------------------------------------------------------------------------------
 
     def _head_state(self):
-        """Split the manifest into files verified on the head and files to fetch; also the extras."""
+        """Split the manifest into files verified on the head and files to fetch; also what is not
+        the checkpoint: `stale` (sparkctl's own: files an earlier manifest listed that the new one
+        does not, and unfinished copies of the manifest's files), which may be removed, and
+        `foreign` (everything else), which is left where it is and reported."""
         files = self.manifest["files"]
         ignored = compile_ignore(DEFAULT_IGNORE)
         scan = scan_tree(self.dest, ignored) if os.path.isdir(self.dest) else None
         present = scan.files if scan else {}
         digest = manifest_digest(normalize_manifest(self.manifest))
-        stamp = read_stamp(self.stamp_file)
+        stamp = None if self.verify_full else read_stamp(self.stamp_file)
         verified, fetch, to_hash = [], [], []
         stamp_files = {}
         for rel, entry in sorted(files.items()):
             info = present.get(rel)
             if info is None or info.size != entry["size"]:
                 fetch.append(rel)
-            elif stamp_vouches(stamp, digest, rel, info, entry["sha256"]):
+            elif stamp_vouches(stamp, digest, rel, info, entry["sha256"], entry.get("git_blob_sha1")):
                 verified.append(rel)
-                stamp_files[rel] = stamp_entry(info, entry["sha256"])
+                stamp_files[rel] = stamp_entry(info, entry["sha256"], entry.get("git_blob_sha1"))
             else:
                 to_hash.append(rel)
-        extras = []
+        stale, foreign = [], []
         if scan:
-            extras = sorted(set(present) - set(files)) + sorted(scan.symlinks) + sorted(scan.partial_dirs) + sorted(scan.special)
-        return verified, fetch, to_hash, stamp_files, digest, extras, present
+            own_dirs = manifest_dirs(files)
+            for rel in sorted(set(present) - set(files)):
+                owned = rel in self.previous_files or owned_leftover(rel, files)
+                (stale if owned else foreign).append(rel)
+            for rel in sorted(scan.symlinks):
+                if rel not in files:
+                    (stale if rel in self.previous_files else foreign).append(rel)
+            for rel in sorted(scan.partial_dirs):
+                (stale if posixpath.dirname(rel) in own_dirs else foreign).append(rel)
+            foreign.extend(sorted(rel for rel in scan.special if rel not in files))
+        return verified, fetch, to_hash, stamp_files, digest, stale, foreign, present
+
+    def _read_previous_files(self):
+        """The files the manifest of an earlier run of this directory listed (empty without one)."""
+        try:
+            with open(self.manifest_file, "rb") as handle:
+                return set(normalize_manifest(json.loads(handle.read().decode("utf-8"))))
+        except (OSError, ValueError, CheckpointError):
+            return set()
+
+    def _worker_deletions(self):
+        """Files to delete on every worker: an earlier manifest's that the new one does not list and
+        the head no longer holds (the head removed them first)."""
+        if not self.delete_extraneous:
+            return []
+        gone = self.previous_files - set(self.manifest["files"])
+        return sorted(rel for rel in gone if not os.path.lexists(os.path.join(self.dest, rel)))
 
     def _check_file(self, rel):
         """Hash one head file against the manifest; returns (ok, detail, stamp entry or None)."""
@@ -757,16 +888,17 @@ class CheckpointSync:
                 digest, after = sha256_file(path)
                 if digest != entry["sha256"]:
                     return False, "sha256 %s, expected %s" % (digest, entry["sha256"]), None
+            elif entry.get("git_blob_sha1"):
+                digest, after = git_blob_sha1_file(path)
+                if digest != entry["git_blob_sha1"]:
+                    return False, "git blob sha1 %s differs from the hub's %s" % (digest, entry["git_blob_sha1"]), None
             else:
-                blob = entry.get("git_blob_sha1")
-                if blob and git_blob_sha1_file(path) != blob:
-                    return False, "git blob sha1 differs from the hub's %s" % blob, None
                 after = FileInfo.from_stat(os.lstat(path))
         except OSError as exc:
             return False, "cannot read: %s" % (exc.strerror or exc), None
         if is_racy(after.ctime_ns, started, self.racy_window_ns):
             return True, None, None
-        return True, None, stamp_entry(after, entry["sha256"])
+        return True, None, stamp_entry(after, entry["sha256"], entry.get("git_blob_sha1"))
 
     def _remove(self, rel):
         path = os.path.join(self.dest, rel)
@@ -775,8 +907,10 @@ class CheckpointSync:
         elif os.path.lexists(path):
             os.unlink(path)
 
-    def _fetch_once(self, rel):
+    def _fetch_once(self, rel, force=False):
         if self.source["type"] == "hub":
+            # force_download: huggingface_hub copies a file it finds in the user's hub cache without
+            # checking it, so a bad cached copy would come back on every try; the retry asks the hub.
             self.hub.hf_hub_download(
                 self.source["repo_id"],
                 rel,
@@ -784,6 +918,7 @@ class CheckpointSync:
                 local_dir=self.dest,
                 token=self.token,
                 endpoint=self.source.get("endpoint"),
+                force_download=force,
             )
         else:
             source_file = self.real_sources.get(rel) or os.path.join(os.path.abspath(self.source["path"]), rel)
@@ -805,7 +940,7 @@ class CheckpointSync:
             for attempt in (1, 2):
                 try:
                     self._remove(rel)  # a bad file whose metadata matches would otherwise be kept by the client
-                    self._fetch_once(rel)
+                    self._fetch_once(rel, force=attempt > 1)
                 except Exception as exc:  # client, network or rsync error: retried once, then reported
                     detail = _scrub(exc, self.token).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                     continue
@@ -862,19 +997,32 @@ class CheckpointSync:
             return self._plan(started, manifest_s)
 
         os.makedirs(self.dest, exist_ok=True)
-        if not self._offline():  # else it is the kept manifest, already there
-            _write_if_changed(self.manifest_file, render_manifest(self.manifest))
         self.progress = Progress(self.progress_file, len(files), self.manifest["total_bytes"], workers)
-        self.progress.event("manifest", "manifest: %d files, %d bytes" % (len(files), self.manifest["total_bytes"]), _phase("verify"))
-        self.progress.start_ticker()
+        lock_file = os.path.join(self.dest, LOCK_NAME)
+
+        def waiting(holder):
+            self.progress.event("lock-wait", "waiting up to %d s for the transfer of PID %s (it holds %s)" % (self.lock_timeout, holder, lock_file))
+
+        lock = DirectoryLock(self.dest, self.lock_timeout, waiting)
+        lock.acquire()
         try:
-            return self._run(started, manifest_s)
+            # Read before it is replaced: what the earlier run put here is what may be deleted.
+            self.previous_files = self._read_previous_files()
+            self.leftovers_removed = remove_hub_leftovers(self.dest)
+            if not self._offline():  # else it is the kept manifest, already there
+                _write_if_changed(self.manifest_file, render_manifest(self.manifest))
+            self.progress.event("manifest", "manifest: %d files, %d bytes" % (len(files), self.manifest["total_bytes"]), _phase("verify"))
+            self.progress.start_ticker()
+            try:
+                return self._run(started, manifest_s)
+            finally:
+                self.progress.stop_ticker()
+                self.rsync.terminate_all()
         finally:
-            self.progress.stop_ticker()
-            self.rsync.terminate_all()
+            lock.release()
 
     def _run(self, started, manifest_s):
-        verified, fetch, to_hash, self.stamp_files, digest, extras, _ = self._head_state()
+        verified, fetch, to_hash, self.stamp_files, digest, stale, foreign, _ = self._head_state()
         if self.source["type"] == "path" and self.same_tree:
             # The manifest was hashed from this very tree a moment ago.
             verified, to_hash = sorted(verified + to_hash), []
@@ -882,17 +1030,19 @@ class CheckpointSync:
             self.stamp_files = dict((rel, source_stamp["files"][rel]) for rel in verified if rel in source_stamp["files"])
             for rel in self.stamp_files:
                 self.stamp_files[rel] = dict(self.stamp_files[rel], sha256=self.manifest["files"][rel]["sha256"])
-        removed_on_head = []
+        removed_on_head = list(self.leftovers_removed)
         if self.delete_extraneous:
-            for rel in extras:
+            for rel in stale:
                 self._remove(rel)
                 removed_on_head.append(rel)
-            if removed_on_head:
-                self.progress.event("head-removed", "removed from the head: %s" % ", ".join(removed_on_head))
+        if removed_on_head:
+            self.progress.event("head-removed", "removed from the head: %s" % ", ".join(removed_on_head))
+        if foreign:
+            self.notes.append(foreign_note(self.dest, foreign))
 
         self.mirrors = [WorkerMirror(w["name"], [w["target"]] + list(w.get("alternate_targets") or []), self) for w in self.workers]
         for mirror in self.mirrors:
-            mirror.start(plan_existing=bool(verified or to_hash))
+            mirror.start(plan_existing=sorted(verified + to_hash))
 
         def verified_now(rel):
             self.progress.event("verified", "verified on the head: %s" % rel, _count_verified)
@@ -926,7 +1076,8 @@ class CheckpointSync:
             # Never delete on a worker while the head is incomplete: the worker may hold the good copy.
             self.progress.event("final", "final pass on %d workers" % len(self.mirrors), _phase("final"))
             passes = [m for m in self.mirrors if not m.failures]
-            threads = [threading.Thread(target=m.final_pass, args=(self.delete_extraneous,)) for m in passes]
+            deletions = self._worker_deletions()
+            threads = [threading.Thread(target=m.final_pass, args=(deletions,)) for m in passes]
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -942,7 +1093,8 @@ class CheckpointSync:
             downloaded=sorted(self.downloaded),
             mirrored=dict((m.name, sorted(m.copied)) for m in self.mirrors),
             deleted=dict((m.name, sorted(m.deleted)) for m in self.mirrors),
-            removed_on_head=removed_on_head,
+            removed_on_head=sorted(removed_on_head),
+            foreign=foreign,
             timings={
                 "manifest_s": round(manifest_s, 3),
                 "download_s": round(self.activity.span("download"), 3),
@@ -958,33 +1110,37 @@ class CheckpointSync:
 
     def _plan(self, started, manifest_s):
         """Check mode: what a run would download, copy and delete; nothing is written."""
-        verified, fetch, to_hash, _, _, extras, _ = self._head_state()
+        self.previous_files = self._read_previous_files()
+        verified, fetch, to_hash, _, _, stale, foreign, _ = self._head_state()
         bad = [rel for rel in to_hash if not self._check_file(rel)[0]]
         would_fetch = sorted(fetch + bad)
+        if foreign:
+            self.notes.append(foreign_note(self.dest, foreign))
+        gone = sorted(self.previous_files - set(self.manifest["files"])) if self.delete_extraneous else []
         mirrored, deleted = {}, {}
         for worker in self.workers:
             copied, removed = [], []
             if os.path.isdir(self.dest):
                 try:
-                    copied, removed = self.rsync.tree(self.dest, worker["target"], delete=self.delete_extraneous, dry_run=True)
+                    on_head = [rel for rel in self.manifest["files"] if rel not in would_fetch]
+                    copied = self.rsync.tree(self.dest, worker["target"], on_head, dry_run=True)[0]
                 except RsyncFailure as exc:
                     self.failures.append("worker %s: dry run: %s" % (worker["name"], exc))
-            manifest_files = self.manifest["files"]
-            copied = [rel for rel in copied if rel in manifest_files and rel not in extras]
             mirrored[worker["name"]] = sorted(set(copied) | set(would_fetch))
-            # A file the head lacks now but will fetch is not deleted on the worker.
-            deleted[worker["name"]] = sorted(rel for rel in removed if rel.rstrip("/") not in manifest_files)
+            # The daemon lists nothing: what a run would delete is what an earlier manifest owned.
+            deleted[worker["name"]] = gone
         result = self._result(
             downloaded=would_fetch,
             mirrored=mirrored,
             deleted=deleted,
-            removed_on_head=extras if self.delete_extraneous else [],
+            removed_on_head=stale if self.delete_extraneous else [],
+            foreign=foreign,
             timings={"manifest_s": round(manifest_s, 3), "download_s": 0.0, "mirror_s": 0.0, "total_s": round(time.monotonic() - started, 3), "overlap_s": 0.0},
         )
         result["failures"] = list(self.failures)
         return result
 
-    def _result(self, downloaded, mirrored, deleted, removed_on_head, timings):
+    def _result(self, downloaded, mirrored, deleted, removed_on_head, timings, foreign=()):
         changed = bool(downloaded or removed_on_head or any(mirrored.values()) or any(deleted.values()))
         return {
             "changed": changed,
@@ -996,6 +1152,7 @@ class CheckpointSync:
             "mirrored": mirrored,
             "deleted": deleted,
             "removed_on_head": removed_on_head,
+            "foreign": list(foreign),
             "timings": timings,
             "offline": self._offline(),
             "notes": list(self.notes),

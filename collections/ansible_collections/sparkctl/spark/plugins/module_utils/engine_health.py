@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 import time
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.log_scrub import scrub_lines
+
 try:  # Python 3 stdlib; the module must not need requests
     from urllib.error import HTTPError, URLError
     from urllib.request import Request, urlopen
@@ -113,14 +115,15 @@ def decide(status, unit_state, fatal):
 
 
 def wait_round(url, read_unit, read_log, round_seconds, poll_seconds=2.0, clock=time.monotonic, sleep=time.sleep,
-               probe=probe_health):
+               probe=probe_health, secrets=()):
     """Poll until healthy, failed, or round_seconds pass. read_unit() -> systemctl show props;
-    read_log() -> recent log lines of the current boot. Returns the result dict of the module."""
+    read_log() -> recent log lines of the current boot, scrubbed of secrets (and of the key's
+    known spellings) before anything is matched or returned. Returns the result dict of the module."""
     started = clock()
     while True:
         status, error = probe(url)
         unit_state, unit_detail = unit_verdict(read_unit())
-        lines = read_log()
+        lines = scrub_lines(read_log(), secrets)
         fatal = fatal_lines(lines)
         outcome = decide(status, unit_state, fatal)
         if outcome != "booting" or clock() - started >= round_seconds:

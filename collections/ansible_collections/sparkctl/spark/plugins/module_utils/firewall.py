@@ -110,6 +110,12 @@ def interface_problems(name, interfaces):
     ]
 
 
+def revert_seconds_problems(name, seconds):
+    if isinstance(seconds, bool) or not str(seconds).strip().isdigit() or int(seconds) < 5:
+        return [f"'{name}' {seconds!r} must be a whole number of seconds, 5 or more (a new SSH connection must fit in it), e.g. 60."]
+    return []
+
+
 def log_rate_problems(name, rate):
     if rate is None or (isinstance(rate, str) and _LOG_RATE_RE.match(rate)):
         return []
@@ -125,6 +131,7 @@ _INVENTORY_CHECKS = {
     "firewall_api_allowed_cidrs": cidr_problems,
     "firewall_trusted_interfaces": interface_problems,
     "firewall_log_rate": log_rate_problems,
+    "firewall_revert_seconds": revert_seconds_problems,
 }
 
 
@@ -243,6 +250,45 @@ def render(link_interfaces, ssh_ports, api_port=None, api_allowed_cidrs=(), is_h
         "",
     ]
     return "\n".join(header) + body + "\n"
+
+
+# --- Units that must not run without the table ----------------------------------------
+
+UNIT = "sparkctl-firewall.service"
+CONFIG_FILE = "/etc/sparkctl/firewall.nft"
+NFT = "/usr/sbin/nft"
+
+
+def start_gate_argv(config_file=CONFIG_FILE, nft=NFT, family=FAMILY, table=TABLE, unit=UNIT):
+    """argv of a check that fails while the firewall is enabled but its table is not loaded.
+
+    Ray and the engines bind their ports on every address: a unit running this before it
+    starts never listens on an unfiltered management network. "Enabled" is read on the
+    node at start time (the role removes the rule set file when the firewall is turned
+    off), so the rendered units need not know the inventory's firewall_enabled."""
+    for word in (config_file, nft, family, table, unit):
+        if not re.match(r"^[A-Za-z0-9_./@-]+$", str(word)):
+            raise FirewallError([f"{word!r} cannot be used in a unit's start check (letters, digits, _ . / @ - only)."])
+    script = (f"test ! -e {config_file} || {nft} list table {family} {table} >/dev/null 2>&1 || "
+              f"{{ echo sparkctl: the firewall is enabled but table {family} {table} is not loaded, not starting."
+              f" Load it with: systemctl restart {unit} >&2; exit 1; }}")
+    return ["/bin/sh", "-c", script]
+
+
+def start_gate_exec(config_file=CONFIG_FILE, nft=NFT):
+    """The ExecStartPre= value of the check: run as root ("+"; nft needs CAP_NET_ADMIN even to
+    read) whatever User= the unit runs as; no '%', '$' or quote to escape for systemd."""
+    shell, flag, script = start_gate_argv(config_file, nft)
+    return f'+{shell} {flag} "{script}"'
+
+
+def start_gate_unit_lines(config_file=CONFIG_FILE, nft=NFT, unit=UNIT):
+    """{"unit": [...], "service": [...]}: the lines a unit that must not run without the table carries.
+
+    Wants=+After=: starting the unit (re)loads a firewall that failed or was stopped, before
+    the check. Not Requires=: the firewall restarts with nftables.service (whose config
+    flushes the ruleset), and a Requires= would restart Ray and the engine with it."""
+    return {"unit": [f"Wants={unit}", f"After={unit}"], "service": [f"ExecStartPre={start_gate_exec(config_file, nft)}"]}
 
 
 # --- The live table against the rendered one ----------------------------------------
@@ -475,3 +521,71 @@ def table_state(run, nft, content=None, unshare=None, family=FAMILY, table=TABLE
     diffs = comment_differences(live_text, content)
     result.update(method="comments", in_sync=not diffs, differences=diffs)
     return result
+
+
+# --- Loading a changed table with an automatic revert -----------------------------------
+
+# A transient timer (systemd-run) that puts the previous table back unless the run
+# confirms over a fresh SSH connection: a rule set that drops the management SSH
+# (firewall_ssh_ports not what sshd listens on) undoes itself.
+REVERT_UNIT = "sparkctl-firewall-revert"
+
+
+def revert_content(previous_text, family=FAMILY, table=TABLE):
+    """The nft file that restores `previous_text` (`nft -s list table` output), or deletes the
+    table when there was none; like the rendered file, one transaction touching no other table."""
+    lines = [f"table {family} {table}", f"delete table {family} {table}"]
+    if previous_text and previous_text.strip():
+        lines.append(previous_text.strip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def arm_and_load(run, write, nft, content, candidate_file, revert_file, seconds, systemd_run="systemd-run",
+                 systemctl="systemctl", family=FAMILY, table=TABLE):
+    """Load `content` after arming a revert to the live table in `seconds`.
+
+    run(argv) -> (rc, out, err); write(path, text). Nothing is loaded unless the revert is
+    armed; a candidate nft refuses changes nothing (nft loads a file in one transaction)."""
+    seconds = int(seconds)
+    if seconds < 5:
+        raise FirewallStateError(f"firewall_revert_seconds {seconds} is too short for a fresh SSH connection: use 5 or more.")
+    rc, out, err = run([nft, "-j", "list", "tables"])
+    if rc != 0:
+        raise FirewallStateError(f"`nft -j list tables` failed (rc {rc}): {err.strip() or out.strip()}")
+    previous = None
+    if table_present(out, family, table):
+        rc, out, err = run([nft, "-s", "list", "table", family, table])
+        if rc != 0:
+            raise FirewallStateError(f"`nft -s list table {family} {table}` failed (rc {rc}): {err.strip()}")
+        previous = out
+    write(revert_file, revert_content(previous, family, table))
+    write(candidate_file, content)
+    for path, what in ((revert_file, "the revert file"), (candidate_file, "the rule set")):
+        rc, out, err = run([nft, "-c", "-f", path])
+        if rc != 0:
+            raise FirewallStateError(f"{what} ({path}) does not load: {err.strip() or out.strip()}")
+    # A timer left by an interrupted run would revert this load later: replace it.
+    run([systemctl, "stop", f"{REVERT_UNIT}.timer"])
+    run([systemctl, "reset-failed", f"{REVERT_UNIT}.timer", f"{REVERT_UNIT}.service"])
+    rc, out, err = run([systemd_run, f"--unit={REVERT_UNIT}", f"--on-active={seconds}s", "--timer-property=AccuracySec=1s",
+                        f"--description=sparkctl: put the previous firewall table back unless a run confirms the new one",
+                        nft, "-f", revert_file])
+    if rc != 0:
+        raise FirewallStateError(f"cannot arm the revert timer (systemd-run rc {rc}): {err.strip() or out.strip()}; "
+                                 "the rule set was not loaded.")
+    rc, out, err = run([nft, "-f", candidate_file])
+    if rc != 0:
+        run([systemctl, "stop", f"{REVERT_UNIT}.timer"])
+        raise FirewallStateError(f"`nft -f {candidate_file}` failed (rc {rc}): {err.strip() or out.strip()}")
+    return {"previous_present": previous is not None, "revert_unit": f"{REVERT_UNIT}.timer", "revert_seconds": seconds}
+
+
+def confirm(run, systemctl="systemctl", check_mode=False):
+    """Cancel a pending revert; True when one was pending (and, unless check_mode, is now cancelled)."""
+    rc, _out, _err = run([systemctl, "is-active", "--quiet", f"{REVERT_UNIT}.timer"])
+    pending = rc == 0
+    if pending and not check_mode:
+        rc, out, err = run([systemctl, "stop", f"{REVERT_UNIT}.timer"])
+        if rc != 0:
+            raise FirewallStateError(f"cannot cancel {REVERT_UNIT}.timer (rc {rc}): {err.strip() or out.strip()}")
+    return pending

@@ -341,6 +341,32 @@ def port_facts(ports, listening, proc_root, socket_units=None):
     return result
 
 
+# sshd itself (OpenSSH 9.8+ names its per-connection children sshd-session), or the
+# socket unit systemd holds the listener for (Ubuntu 24.04 activates ssh by socket).
+_SSHD_UNIT_RE = re.compile(r"^sshd?(@.*)?\.(service|socket)$")
+
+
+def sshd_ports(listening, proc_root, socket_units=None):
+    """Sorted TCP ports sshd listens on, or None when no listener's owner could be read
+    (not root: other users' /proc/<pid>/fd stay closed)."""
+    owners = scan_socket_owners(proc_root, sorted(set(entry["inode"] for entry in listening if entry["inode"])))
+    if not any(owners.values()):
+        return None
+    ports = set()
+    for entry in listening:
+        pids = owners.get(entry["inode"]) or []
+        if not pids:
+            continue
+        pid = pids[0]
+        comm = _strip_or_none(read_text(os.path.join(proc_root, str(pid), "comm")))
+        unit = parse_cgroup_unit(read_text(os.path.join(proc_root, str(pid), "cgroup")))
+        if pid == 1 and socket_units:
+            unit = socket_units.get((_plain_address(entry["address"]), entry["port"]), unit)
+        if comm == "sshd" or (unit and _SSHD_UNIT_RE.match(unit) and (comm == "sshd" or pid == 1)):
+            ports.add(entry["port"])
+    return sorted(ports)
+
+
 def _plain_address(address):
     try:
         return str(ipaddress.ip_address(address))
@@ -368,11 +394,13 @@ def gather_host_facts(paths, ports, proc_root="/proc", systemctl_version_output=
     """
     mounts = parse_mountinfo(read_text(os.path.join(proc_root, "self", "mountinfo")))
     listening = read_listening(proc_root)
+    socket_units = parse_socket_units(socket_units_output)
     return {
         "meminfo": parse_meminfo(read_text(os.path.join(proc_root, "meminfo"))),
         "disks": dict((path, disk_facts(path, mounts, statvfs)) for path in paths),
         "listening": listening,
-        "ports": port_facts(ports, listening, proc_root, parse_socket_units(socket_units_output)),
+        "ports": port_facts(ports, listening, proc_root, socket_units),
+        "sshd_ports": sshd_ports(listening, proc_root, socket_units),
         "systemd": {
             "pid1_comm": _strip_or_none(read_text(os.path.join(proc_root, "1", "comm"))),
             "version": parse_systemd_version(systemctl_version_output),

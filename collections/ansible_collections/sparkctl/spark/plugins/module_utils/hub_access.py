@@ -5,66 +5,147 @@
 """Can the head read the checkpoint's repo on the hub with the token it was given?
 
 Asked before any host changes (preflight, and first thing in the checkpoint stage), so
-a gated or private repo without a usable token is refused with the variable and the fix
-instead of failing mid-download. Two read-only requests with the standard library (no
-huggingface_hub: preflight runs before the checkpoint stage installs it):
+a gated or private repo without a usable token, or a hub that lists the repo but will
+not hand out its files, is refused with the variable and the fix instead of failing
+mid-download. Two read-only requests with the standard library (no huggingface_hub:
+preflight runs before the checkpoint stage installs it):
 
-1. ``GET {endpoint}/api/models/{repo}/revision/{rev}``: the repo and revision exist,
-   the metadata says whether the repo is gated, and lists a file to try;
-2. ``HEAD {endpoint}/{repo}/resolve/{rev}/{file}`` without following redirects: the
-   hub answers 401/403 ``X-Error-Code: GatedRepo`` when the token may not download
-   (metadata of a gated repo is public; its content is not).
+1. ``GET {endpoint}/api/models/{repo}/revision/{rev}?blobs=true``: the repo and revision
+   exist, the metadata says whether the repo is gated, and lists the files with their LFS
+   data;
+2. ``GET {endpoint}/{repo}/resolve/{rev}/{file}`` with ``Range: bytes=0-0`` on one LFS file
+   (a weight shard), following redirects as huggingface_hub does: large files come from
+   another host (the hub's CDN, or its Xet storage bridge), and a hub whose metadata
+   answers can still refuse them (a proxy that blocks the storage host, a token that may
+   list but not read, a storage outage). Reading one byte proves the download works; a
+   HEAD or an unfollowed 302 does not. The hub answers 401/403 ``X-Error-Code: GatedRepo``
+   when the token may not download (metadata of a gated repo is public; its content is not).
 
-The token goes into the Authorization header only; no result or message holds it."""
+The token goes into the Authorization header for the endpoint's own origin only (a
+redirect to another host goes without it, as huggingface_hub does), never over cleartext
+HTTP to another machine (endpoint_problem), and no result or message holds it."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 import urllib.error
 import urllib.request
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 USER_AGENT = "sparkctl-hub-access/1"
-# Tried first as the probe file: small, present in every model repo.
+# Tried when the hub lists no LFS file (a repo of small files): present in every model repo.
 PREFERRED_FILES = ("config.json", "model.safetensors.index.json")
+# Weight files by name, for a hub whose file list carries no LFS data.
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", ".msgpack")
 INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
+# At most this many redirects between the hub and the byte (hub -> CDN or storage bridge).
+MAX_REDIRECTS = 5
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A 3xx on resolve means the hub handed out the content (a CDN URL): access granted."""
+def _origin(url):
+    parts = urlsplit(url)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
+
+
+class _RedirectWithoutCredentials(urllib.request.HTTPRedirectHandler):
+    """Follows the hub's redirects to where it keeps large files, and records each hop. The
+    Authorization header stays with the origin it was given for: the CDN's pre-signed URL
+    needs no token, and another host must never see it (huggingface_hub behaves the same)."""
+
+    max_redirections = MAX_REDIRECTS
+
+    def __init__(self):
+        super().__init__()
+        self.hops = []
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D401 (urllib's signature)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            self.hops.append(newurl)
+            if _origin(newurl) != _origin(req.full_url):
+                new.remove_header("Authorization")
+        return new
+
+
+def is_loopback_host(host):
+    """Whether host (a name or an address, IPv6 with or without brackets) stays on this machine."""
+    host = (host or "").strip().strip("[]").lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def _split_endpoint(endpoint):
+    """(scheme, host) of an endpoint URL; empty strings when it does not parse."""
+    try:
+        parts = urlsplit(endpoint.strip())
+        parts.port  # noqa: B018 (raises ValueError on a malformed port)
+    except ValueError:
+        return "", ""
+    return parts.scheme.lower(), parts.hostname or ""
+
+
+def endpoint_problem(endpoint, token):
+    """Why spark_hf_endpoint cannot be used as given, or None. A token goes over cleartext HTTP
+    only to a hub on the node's own loopback (a local mirror or a test double): anywhere else
+    anyone on the path reads it. Empty means the real hub (https). The message names the
+    variable and the fix, never the token."""
+    if endpoint is None or endpoint == "":
         return None
+    if not isinstance(endpoint, str):
+        return f"'spark_hf_endpoint' must be a URL such as https://hf-mirror.example.com, got {type(endpoint).__name__}."
+    scheme, host = _split_endpoint(endpoint)
+    if scheme not in ("http", "https") or not host:
+        return (f"'spark_hf_endpoint' {endpoint!r} is not an http(s) URL: give the hub's base URL, e.g. "
+                "https://hf-mirror.example.com, or leave it empty for the real hub.")
+    if token and scheme == "http" and not is_loopback_host(host):
+        return (f"'spark_hf_endpoint' {endpoint!r} is plain http to {host} while 'spark_hf_token' is set, so the token "
+                "would cross the network in clear text: use https:// for the hub or mirror, or leave spark_hf_token "
+                "empty for a mirror that needs none (plain http with a token is accepted on loopback only: "
+                "127.0.0.0/8, ::1, localhost).")
+    return None
 
 
-def _default_opener():
-    return urllib.request.build_opener(_NoRedirect)
+def _default_opener(redirects=None):
+    return urllib.request.build_opener(redirects or _RedirectWithoutCredentials())
 
 
-def _answer(status, headers, body=b""):
+def _answer(status, headers, body=b"", url=None):
     headers = headers or {}
     return {
         "status": status,
         "error_code": headers.get("X-Error-Code"),
         "error_message": headers.get("X-Error-Message"),
         "body": body,
+        "url": url,
     }
 
 
-def _request(opener, method, url, token, timeout):
-    """(answer, None) for any HTTP answer, (None, reason) when the hub could not be reached."""
+def _request(opener, method, url, token, timeout, extra_headers=None, read_limit=None):
+    """(answer, None) for any HTTP answer, (None, reason) when the hub could not be reached.
+    read_limit: read at most that many bytes of the body (the probe wants one)."""
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+    headers.update(extra_headers or {})
     if token:
         headers["Authorization"] = "Bearer " + token
     request = urllib.request.Request(url, headers=headers, method=method)
     try:
         with opener.open(request, timeout=timeout) as response:
-            body = response.read() if method == "GET" else b""
-            return _answer(response.status, response.headers, body), None
+            if method != "GET":
+                body = b""
+            else:
+                body = response.read(read_limit) if read_limit is not None else response.read()
+            return _answer(response.status, response.headers, body, response.geturl()), None
     except urllib.error.HTTPError as err:
-        answer = _answer(err.code, err.headers)
+        answer = _answer(err.code, err.headers, url=getattr(err, "url", None) or url)
         try:
             err.close()
         except (OSError, ValueError):
@@ -73,6 +154,20 @@ def _request(opener, method, url, token, timeout):
     except (urllib.error.URLError, socket.timeout, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         return None, str(reason) or type(exc).__name__
+
+
+def _probe_file(siblings):
+    """The file whose first byte is read: an LFS file (a weight shard; .safetensors first, then
+    by name), else a file named like weights, else a small file every repo has."""
+    entries = [s for s in siblings or [] if isinstance(s, dict) and isinstance(s.get("rfilename"), str) and s["rfilename"]]
+    names = sorted(s["rfilename"] for s in entries)
+    lfs = sorted(s["rfilename"] for s in entries
+                 if isinstance(s.get("lfs"), dict) and (s["lfs"].get("size") or s.get("size") or 1) > 0)
+    by_suffix = [n for n in names if n.endswith(LFS_SUFFIXES)]
+    for candidates in (lfs, by_suffix):
+        if candidates:
+            return next((n for n in candidates if n.endswith(".safetensors")), candidates[0])
+    return next((n for n in PREFERRED_FILES if n in names), None) or (names[0] if names else None)
 
 
 def _scrub(text, token):
@@ -84,13 +179,15 @@ def probe(repo_id, revision, token=None, endpoint=None, timeout=15, opener=None)
     """Ask the hub; returns a plain dict (no token in it) for verdict()."""
     base = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
     token = token or None
-    opener = opener or _default_opener()
+    redirects = _RedirectWithoutCredentials()
+    opener = opener or _default_opener(redirects)
     rev = quote(str(revision), safe="")
     result = {
         "endpoint": base,
         "repo_id": repo_id,
         "revision": revision,
         "token_given": bool(token),
+        "endpoint_problem": endpoint_problem(endpoint, token),
         "reachable": True,
         "reason": None,
         "info_status": None,
@@ -102,8 +199,12 @@ def probe(repo_id, revision, token=None, endpoint=None, timeout=15, opener=None)
         "content_status": None,
         "content_error_code": None,
         "content_error_message": None,
+        "download_host": None,
+        "redirects": 0,
     }
-    info, reason = _request(opener, "GET", f"{base}/api/models/{repo_id}/revision/{rev}", token, timeout)
+    if result["endpoint_problem"]:
+        return result  # nothing is sent: the token would cross the network in clear text
+    info, reason = _request(opener, "GET", f"{base}/api/models/{repo_id}/revision/{rev}?blobs=true", token, timeout)
     if info is None:
         result.update(reachable=False, reason=_scrub(reason, token))
         return result
@@ -119,14 +220,19 @@ def probe(repo_id, revision, token=None, endpoint=None, timeout=15, opener=None)
         data = {}
     result["gated"] = data.get("gated") or False
     result["commit"] = data.get("sha")
-    names = [s.get("rfilename") for s in data.get("siblings") or [] if isinstance(s, dict) and s.get("rfilename")]
-    wanted = next((n for n in PREFERRED_FILES if n in names), None) or (sorted(names)[0] if names else None)
+    wanted = _probe_file(data.get("siblings"))
     result["file"] = wanted
     if wanted is None:
         return result
-    content, reason = _request(opener, "HEAD", f"{base}/{repo_id}/resolve/{rev}/{quote(wanted)}", token, timeout)
+    hops_before = len(redirects.hops)
+    content, reason = _request(opener, "GET", f"{base}/{repo_id}/resolve/{rev}/{quote(wanted)}", token, timeout,
+                               extra_headers={"Range": "bytes=0-0", "Accept": "*/*"}, read_limit=1)
+    hops = redirects.hops[hops_before:]
+    last_url = (content or {}).get("url") or (hops[-1] if hops else base)
+    result.update(redirects=len(hops), download_host=urlsplit(last_url).netloc or None)
     if content is None:
-        result.update(reachable=False, reason=_scrub(reason, token))
+        where = f" (redirected to {result['download_host']})" if hops else ""
+        result.update(reachable=False, reason=_scrub(f"{reason}{where}", token))
         return result
     result.update(content_status=content["status"], content_error_code=content["error_code"],
                   content_error_message=_scrub(content["error_message"], token))
@@ -138,13 +244,23 @@ def _page(result):
 
 
 def _refusal(result):
-    """(status, error code, message) of the first request the hub refused, or None."""
+    """(request, status, error code, message) of the first request the hub refused, or None;
+    request is "info" (the metadata) or "content" (the byte of a file)."""
     if result["info_status"] is not None and result["info_status"] >= 400:
-        return result["info_status"], result["info_error_code"], result["info_error_message"]
+        return "info", result["info_status"], result["info_error_code"], result["info_error_message"]
     status = result["content_status"]
-    if status is not None and status in (401, 403):
-        return status, result["content_error_code"], result["content_error_message"]
+    # 416: the range is past the end of the file, which only an empty file answers; it exists.
+    if status is not None and 400 <= status < 500 and status != 416:
+        return "content", status, result["content_error_code"], result["content_error_message"]
     return None
+
+
+def _from_host(result):
+    """' from HOST' when the file's answer came from another host than the endpoint's."""
+    host = result.get("download_host")
+    if host and host != urlsplit(result["endpoint"]).netloc:
+        return f" from {host}"
+    return ""
 
 
 def verdict(result):
@@ -160,6 +276,10 @@ def verdict(result):
 def _verdict(result):
     repo, revision, token = result["repo_id"], result["revision"], result["token_given"]
     where = f"{repo}@{revision}"
+    if result.get("endpoint_problem"):
+        problem = result["endpoint_problem"]
+        detail, _, fix = problem.partition(": ")
+        return {"status": "fail", "detail": f"{detail}.", "fix": fix[:1].upper() + fix[1:]}
     if not result["reachable"]:
         return {
             "status": "warn",
@@ -169,9 +289,17 @@ def _verdict(result):
         }
     refused = _refusal(result)
     if refused is None:
+        status = result["content_status"]
+        if status is not None and status >= 500:
+            return {
+                "status": "warn",
+                "detail": f"the hub lists {where} but answered {status} when asked for {result['file']}"
+                          f"{_from_host(result)}.",
+                "fix": "Retry later; the checkpoint stage asks the hub again before it writes anything.",
+            }
         gated = f" (gated: {result['gated']}, the token has access)" if result["gated"] else ""
         return {"status": "pass", "detail": f"{where} is readable on {result['endpoint']}{gated}", "fix": ""}
-    status, code, message = refused
+    request, status, code, message = refused
     said = f"{status}{': ' + message if message else ''}"
     if code == "GatedRepo" or (result["gated"] and status in (401, 403)):
         if not token:
@@ -207,6 +335,19 @@ def _verdict(result):
             "detail": f"spark_checkpoint.revision {revision!r} does not exist in {repo} ({said}).",
             "fix": "Pin an existing commit sha (or branch) of the repo in spark_checkpoint.revision "
                    "(or the profile's checkpoint.revision).",
+        }
+    if request == "content" and status in (401, 403, 404):
+        host = result.get("download_host") or urlsplit(result["endpoint"]).netloc
+        fix = (f"The download would fail the same way. Check that the head's proxy or firewall lets it fetch from "
+               f"{host} (the hub hands large files out from other hosts than its own) and that spark_hf_endpoint "
+               "points at a hub that serves files")
+        fix += (", and that spark_hf_token's account may read the repo's files (a fine-grained token needs read "
+                "access to this repo)." if token else
+                "; if the repo needs a login, set HF_TOKEN on the control node or vault spark_hf_token.")
+        return {
+            "status": "fail",
+            "detail": f"the hub lists {where} but refused to download {result['file']} ({said}){_from_host(result)}.",
+            "fix": fix,
         }
     if code == "RepoNotFound" or status in (401, 403, 404):
         if not token:

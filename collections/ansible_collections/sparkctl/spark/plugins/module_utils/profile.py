@@ -12,12 +12,17 @@ a profile before any change."""
 from __future__ import annotations
 
 import copy
+import difflib
+import glob
+import ipaddress
 import json
 import os
 import re
 import shlex
 
 import yaml
+
+from ansible_collections.sparkctl.spark.plugins.module_utils import firewall
 
 SCHEMA_VERSION = 1
 # Where the collection ships its profiles: <collection>/profiles/.
@@ -31,6 +36,20 @@ DEFAULT_NODE_BUDGET_BYTES = 110 * GIB
 # pip's NCCL 2.28.9 deadlocks cross-node CUDA graph replay; fixed in 2.30.4 (seed 002).
 NCCL_GRAPH_FIX = (2, 30, 4)
 MAX_EXTENDS_DEPTH = 8
+# How each engine's command line takes its list-valued options (nargs: one occurrence
+# with every value; append: the flag once per value): profiles/engine_flags/<engine>.yml.
+ENGINE_FLAGS_DIR = os.path.join(COLLECTION_PROFILES, "engine_flags")
+LIST_ARITIES = ("nargs", "append")
+# Every flag of each pinned engine release (arity, choices), generated from the engine's
+# wheel by tools/engine_manifest.py: engine_flags/manifests/<engine>-<version>.json.
+ENGINE_MANIFEST_DIR = os.path.join(ENGINE_FLAGS_DIR, "manifests")
+# The Ray a venv runtime gets when the topology runs on Ray and the profile pins none:
+# vLLM does not depend on Ray (nor offers an extra that pulls it in), so without this
+# `<venv>/bin/ray start` does not exist. [default] brings the dashboard and the Jobs
+# API the Ray head unit starts on loopback. Bump it together with the firewall's and
+# the Ray units' assumptions about this Ray (ports, drain timeout).
+RAY_REQUIREMENT = "ray[default]==2.60.0"
+RAY_TOPOLOGIES = ("ray_tp", "ray_tp_ep")
 
 ENGINES = ("vllm", "sglang")
 RUNTIMES = ("image", "venv")
@@ -323,8 +342,9 @@ def _check_engine(c):
     engine = c.mapping("engine")
     if engine is None:
         return None
-    c.unknown("engine", engine, ("kind", "command", "args", "env"))
+    c.unknown("engine", engine, ("kind", "version", "command", "args", "env"))
     kind = c.string("engine.kind", choices=ENGINES)
+    _check_version(c, "engine.version", required=False)
     command = c.get("engine.command", required=False)
     if command is not None:
         if not isinstance(command, list) or not command or not all(isinstance(v, str) and v for v in command):
@@ -336,6 +356,7 @@ def _check_engine(c):
                         c.add("engine.command", f"unknown placeholder {{{placeholder}}} in {word!r}; known: "
                               f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}.")
     args = c.mapping("engine.args", required=False) or {}
+    manifest = engine_manifest(c.profile, kind) if kind in ENGINES else None
     for key, value in args.items():
         where = f"engine.args.{key}"
         if not isinstance(key, str) or not _ARG_KEY_RE.match(key):
@@ -345,10 +366,12 @@ def _check_engine(c):
             c.add(where, f"is set by sparkctl from {MANAGED_ARGS[kind][key]}; set it there and remove it from engine.args.")
             continue
         if isinstance(value, list):
-            if not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
-                c.add(where, "a list repeats the flag once per item; items must be strings or numbers.")
-        elif not isinstance(value, (str, int, float, bool, dict)):
+            _check_list_arg(c, kind, key, value)
+        elif not isinstance(value, (str, int, float, bool, dict)) and value is not None:
             c.add(where, f"expected a string, number, boolean, list or mapping, got {_type_name(value)}.")
+            continue
+        if manifest is not None:
+            _check_against_manifest(c, kind, key, value, manifest)
     for key in ("max_model_len", "context_length", "max_num_seqs", "max_num_batched_tokens", "max_running_requests",
                 "chunked_prefill_size", "kv_cache_memory_bytes", "speculative_num_steps", "speculative_eagle_topk",
                 "speculative_num_draft_tokens"):
@@ -368,6 +391,103 @@ def _check_engine(c):
             c.add(f"engine.env.{key}", f"{value!r} is empty or holds whitespace, quotes, '$', '`' or '\\', "
                   "which systemd EnvironmentFile and docker --env-file read differently.")
     return kind
+
+
+def _check_list_arg(c, kind, key, value):
+    """A list renders per the flag's own definition (engine_flags/<engine>.yml), so the flag
+    must be one the table knows; an empty list would leave a bare nargs flag."""
+    where = f"engine.args.{key}"
+    if not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        c.add(where, "items of a list must be strings or numbers.")
+        return
+    if not value:
+        c.add(where, "is an empty list; remove the key to keep the engine's default.")
+        return
+    if kind not in ENGINES:
+        return
+    if key not in engine_list_flags(kind):
+        c.add(where, f"{_flag(key)} is not a list-valued {kind} option sparkctl knows "
+              f"(profiles/engine_flags/{kind}.yml): give one value, or, if the pinned engine defines the flag "
+              "with nargs or action='append', add it to that table with its arity.")
+
+
+def _check_against_manifest(c, kind, key, value, manifest):
+    """The flag exists in the engine release the profile runs, takes the kind of value given,
+    and, where the engine lists its choices, one of them."""
+    label, flags = manifest
+    where = f"engine.args.{key}"
+    entry = flags.get(key)
+    if entry is None:
+        close = difflib.get_close_matches(key, list(flags), n=1, cutoff=0.75)
+        hint = (f"did you mean {close[0]} ({_flag(close[0])})?" if close
+                else f"check the spelling against `{kind} --help` of that release.")
+        c.add(where, f"{_flag(key)} is not an option of {label}: {hint}")
+        return
+    arity = entry.get("kind")
+    if value is None or value is False:
+        return
+    if value is True:
+        if arity not in ("bool", "optional"):
+            c.add(where, f"{_flag(key)} takes a value in {label}, not a bare flag: give the value instead of true.")
+    elif isinstance(value, list):
+        if arity not in LIST_ARITIES and key in engine_list_flags(kind):
+            c.add(where, f"{_flag(key)} takes a single value in {label}; give one value, not a list.")
+    elif arity == "bool":
+        c.add(where, f"{_flag(key)} is a bare flag in {label}: write true (or false to leave it out), not {value!r}.")
+    elif entry.get("choices") and not isinstance(value, dict) and _value(value) not in entry["choices"]:
+        c.add(where, f"{value!r} is not one of the choices of {_flag(key)} in {label}: "
+              f"{', '.join(entry['choices'])}.")
+
+
+def engine_version(profile, kind):
+    """The engine release a profile runs: engine.version, else the venv's pin of the engine
+    (vllm==X, sglang[all]==X); None when neither says (an image that does not tell)."""
+    version = (profile.get("engine") or {}).get("version")
+    if isinstance(version, str) and _VERSION_RE.match(version):
+        return version
+    runtime = profile.get("runtime") if isinstance(profile.get("runtime"), dict) else {}
+    venv = runtime.get("venv") if isinstance(runtime.get("venv"), dict) else {}
+    for spec in venv.get("packages") or []:
+        if isinstance(spec, str) and "==" in spec and _requirement_name(spec) == kind:
+            return spec.split("==", 1)[1].split(";", 1)[0].strip()
+    return None
+
+
+_MANIFESTS = {}
+
+
+def engine_manifests(kind):
+    """{version: {flag: {kind, choices?, negatable?}}} of every committed manifest of the engine."""
+    if kind not in _MANIFESTS:
+        found = {}
+        for path in sorted(glob.glob(os.path.join(ENGINE_MANIFEST_DIR, f"{kind}-*.json"))):
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+            found[data["version"]] = data["flags"]
+        _MANIFESTS[kind] = found
+    return _MANIFESTS[kind]
+
+
+def _version_key(version):
+    return tuple(int(x) for x in _VERSION_RE.match(version).groups()) if _VERSION_RE.match(version) else (0, 0, 0)
+
+
+def engine_manifest(profile, kind):
+    """(label, flags) the profile's engine.args are checked against: the manifest of the release
+    it runs, else (release unknown or without a manifest) every flag some manifested release has."""
+    manifests = engine_manifests(kind)
+    if not manifests:
+        return None
+    version = engine_version(profile, kind)
+    if version in manifests:
+        return f"{kind} {version}", manifests[version]
+    merged = {}
+    for known in sorted(manifests, key=_version_key):
+        merged.update(manifests[known])
+    releases = ", ".join(sorted(manifests, key=_version_key))
+    label = (f"{kind} {version} (no manifest; checked against {releases})" if version
+             else f"any {kind} release with a manifest ({releases}; set engine.version to check one)")
+    return label, merged
 
 
 def _check_runtime(c):
@@ -414,6 +534,10 @@ def _check_runtime(c):
                 if "==" not in spec and " @ " not in spec:
                     c.add(f"runtime.venv.packages[{idx}]", f"{spec!r} is not pinned; write name==version so every node "
                           "installs the same build.")
+                elif _requirement_name(spec) == "ray" and " @ " not in spec and "default" not in _requirement_extras(spec):
+                    c.add(f"runtime.venv.packages[{idx}]", f"{spec!r} lacks the dashboard and Jobs API the Ray head "
+                          f"unit starts; write ray[default]=={spec.split('==', 1)[1].strip()}, or remove it so "
+                          f"sparkctl installs {RAY_REQUIREMENT}.")
             c.strings("runtime.venv.extra_index_urls", required=False)
             c.strings("runtime.venv.find_links", required=False)
             plugin = c.mapping("runtime.venv.plugin", required=False)
@@ -435,6 +559,27 @@ def _check_runtime(c):
                 c.string("runtime.venv.registry.attribute", pattern=_MODULE_RE,
                          hint=": a dotted attribute of the module, e.g. ModelRegistry.get_supported_archs")
     return kind
+
+
+def _requirement_name(spec):
+    """'Ray[default]==2.60.0' -> 'ray' (PEP 503 normalised)."""
+    name = re.split(r"[\[=<>!~;@ ]", spec.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_extras(spec):
+    match = re.match(r"^[^\[=<>!~;@ ]+\s*\[([^\]]*)\]", spec.strip())
+    return {e.strip().lower() for e in match.group(1).split(",")} if match else set()
+
+
+def venv_packages(profile):
+    """What the venv runtime installs: the profile's pins, plus RAY_REQUIREMENT when the
+    topology runs on Ray and the profile pins no ray of its own."""
+    packages = list(((profile.get("runtime") or {}).get("venv") or {}).get("packages") or [])
+    kind = (profile.get("topology") or {}).get("kind")
+    if kind in RAY_TOPOLOGIES and not any(_requirement_name(p) == "ray" for p in packages):
+        packages.append(RAY_REQUIREMENT)
+    return packages
 
 
 def _check_version(c, path, required=True):
@@ -557,7 +702,10 @@ def _check_rest(c):
             port = None
         _check_engine_port(c, port)
         c.string("api.served_model_name")
-        c.string("api.bind", required=False)
+        bind = c.string("api.bind", required=False)
+        if bind is not None and not _is_ip_address(bind):
+            c.add("api.bind", f"{bind!r} is not an IP address; nginx (or the engine) listens on it as given: write "
+                  "0.0.0.0 (every IPv4 address), :: (every IPv6 address) or one address of the head, e.g. 172.30.77.11.")
         c.mapping("api.tool_request_overrides", required=False)
     parsers = c.mapping("parsers", required=False)
     if parsers is not None:
@@ -636,10 +784,43 @@ def _check_engine_port(c, port):
             return
 
 
+def _is_ip_address(text):
+    """An IPv4 or IPv6 address as written in a listen directive: no zone, prefix or port."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return "%" not in text
+
+
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _control_characters(c, node, path):
+    """Every string of the profile (keys included) reaches a systemd unit, an environment file,
+    nginx's configuration or a request: a line break there starts a new directive (an
+    ExecStartPre= line, a listen option), so no control character is taken anywhere."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and _CONTROL_RE.search(key):
+                c.add(where, f"the key {key!r} holds a control character; rename it.")
+                continue
+            _control_characters(c, value, where)
+    elif isinstance(node, list):
+        for idx, value in enumerate(node):
+            _control_characters(c, value, f"{path}[{idx}]")
+    elif isinstance(node, str) and _CONTROL_RE.search(node):
+        char = _CONTROL_RE.search(node).group(0)
+        c.add(path, f"holds a control character ({char!r}) in {node!r}: profile strings are written into systemd units "
+              "and nginx's configuration, where a line break starts a new directive; remove it.")
+
+
 def schema_problems(profile):
     """Problems with the shape of a resolved profile; each names the profile and key path."""
     c = _Checker(profile)
     c.unknown("(top level)", profile, TOP_KEYS)
+    _control_characters(c, {k: v for k, v in profile.items() if k not in ("_sources", "_dir")}, "")
     version = profile.get("schema_version")
     if version != SCHEMA_VERSION:
         c.add("schema_version", f"expected {SCHEMA_VERSION}, got {_type_name(version)}.")
@@ -821,9 +1002,36 @@ def _value(value):
     return str(value)
 
 
-def args_argv(args):
-    """engine.args -> argv: true is a bare flag, false is omitted, a list repeats the flag,
-    a mapping is passed as compact JSON."""
+_LIST_FLAGS = {}
+
+
+def engine_list_flags(engine):
+    """{flag in snake_case: 'nargs' | 'append'} for the engine, from engine_flags/<engine>.yml."""
+    if engine not in _LIST_FLAGS:
+        path = os.path.join(ENGINE_FLAGS_DIR, f"{engine}.yml")
+        with open(path, encoding="utf-8") as handle:
+            table = (yaml.safe_load(handle) or {}).get("list_flags") or {}
+        bad = {k: v for k, v in table.items() if v not in LIST_ARITIES}
+        if bad:
+            raise ProfileError(f"{path}: list_flags {bad} must each be one of {', '.join(LIST_ARITIES)}.")
+        _LIST_FLAGS[engine] = dict(table)
+    return _LIST_FLAGS[engine]
+
+
+def list_argv(key, values, engine):
+    """A list-valued option as the engine's parser takes it: nargs is ONE occurrence followed by
+    every value (a second occurrence would replace the first), append is the flag per value."""
+    values = [_value(v) for v in values]
+    if not values:
+        return []
+    if engine_list_flags(engine).get(key) == "append":
+        return [word for v in values for word in (_flag(key), v)]
+    return [_flag(key)] + values
+
+
+def args_argv(args, engine):
+    """engine.args -> argv: true is a bare flag, false is omitted, a list follows the flag's
+    definition in engine_flags/<engine>.yml, a mapping is passed as compact JSON."""
     argv = []
     for key, value in args.items():
         if value is True:
@@ -831,8 +1039,7 @@ def args_argv(args):
         elif value is False or value is None:
             continue
         elif isinstance(value, list):
-            for item in value:
-                argv += [_flag(key), _value(item)]
+            argv += list_argv(key, value, engine)
         else:
             argv += [_flag(key), _value(value)]
     return argv
@@ -903,15 +1110,14 @@ def engine_argv(profile, cluster, node_rank=0):
         argv += ["--distributed-executor-backend", "ray", "--tensor-parallel-size", str(topo["tensor_parallel"])]
         if topo["kind"] == "ray_tp_ep":
             argv.append("--enable-expert-parallel")
-        argv += args_argv(profile["engine"].get("args") or {})
+        argv += args_argv(profile["engine"].get("args") or {}, engine)
         if parsers.get("auto_tool_choice"):
             argv.append("--enable-auto-tool-choice")
         if parsers.get("tool_call"):
             argv += ["--tool-call-parser", parsers["tool_call"]]
         if parsers.get("reasoning"):
             argv += ["--reasoning-parser", parsers["reasoning"]]
-        for proc in parsers.get("logits_processors") or []:
-            argv += ["--logits-processors", proc]
+        argv += list_argv("logits_processors", parsers.get("logits_processors") or [], engine)
         return argv
     # SGLang: every node runs one rank of the same command; rank 0 serves HTTP on
     # loopback behind the router, and reads its API key from a --config file.
@@ -922,7 +1128,7 @@ def engine_argv(profile, cluster, node_rank=0):
              "--dist-init-addr", f"{head_ip}:{topo.get('dist_init_port', 25000)}"]
     if node_rank == 0:
         argv += ["--host", "127.0.0.1", "--port", str(topo.get("rank0_port", 30000)), "--config", cluster["api_key_file"]]
-    argv += args_argv(profile["engine"].get("args") or {})
+    argv += args_argv(profile["engine"].get("args") or {}, engine)
     if parsers.get("tool_call"):
         argv += ["--tool-call-parser", parsers["tool_call"]]
     if parsers.get("reasoning"):
@@ -1031,15 +1237,18 @@ def link_wait_argv(argv, interface, path_dirs=()):
 
 def _unit(description, user, exec_argv, env_files, after=(), requires=(), cpu_affinity=None, docker_name=None,
           timeout=None, restart="on-failure", restart_sec=10, start_limit_burst=3, environment=None, stop_timeout=None):
+    # Ray and the engines bind on every address: the firewall's table must be loaded
+    # first (the check is a no-op on a node with the firewall turned off).
+    gate = firewall.start_gate_unit_lines()
     deps = " ".join(["network-online.target"] + list(after))
     # A crash loop stops after start_limit_burst starts in 10 minutes instead of
     # re-allocating memory forever.
     lines = ["[Unit]", f"Description={description}", f"After={deps}", "Wants=network-online.target",
-             "StartLimitIntervalSec=600", f"StartLimitBurst={start_limit_burst}"]
+             *gate["unit"], "StartLimitIntervalSec=600", f"StartLimitBurst={start_limit_burst}"]
     if requires:
         lines.append(f"Requires={' '.join(requires)}")
         lines.append(f"PartOf={' '.join(requires)}")
-    lines += ["", "[Service]", "Type=simple"]
+    lines += ["", "[Service]", "Type=simple", *gate["service"]]
     if docker_name:
         # The docker CLI runs as root; the container holds the engine and its environment.
         lines.append(f"ExecStartPre=-/usr/bin/docker rm -f {docker_name}")
@@ -1152,5 +1361,30 @@ def render(profile, cluster):
         "env": environment(profile),
         "units": units,
         "secret_files": secret_files(profile, cluster),
+        "inputs": unit_inputs(profile, cluster),
         "api": api_endpoints(profile, cluster),
     }
+
+
+def unit_inputs(profile, cluster):
+    """Per host and unit, the files a unit reads at its start that systemd does not list as its
+    own (a docker --env-file, SGLang's --config key file), besides the EnvironmentFile= ones, so
+    a restart can be decided from whether any of them changed after the unit started."""
+    fabric_env = cluster.get("fabric_env_file", "/etc/sparkctl/fabric.env")
+    engine_env = cluster.get("engine_env_file", "/etc/sparkctl/engine.env")
+    key_file = cluster["api_key_file"]
+    head = cluster["head"]["name"]
+    workers = [w["name"] for w in cluster["workers"]]
+    image = profile["runtime"]["kind"] == "image"
+    inputs = {host: {} for host in [head] + workers}
+    if profile["topology"]["kind"] in ("ray_tp", "ray_tp_ep"):
+        # The API server of an image runs inside the head's Ray container: its key is that container's.
+        inputs[head]["sparkctl-ray-head.service"] = [fabric_env, engine_env] + ([key_file] if image else [])
+        for worker in workers:
+            inputs[worker]["sparkctl-ray-worker.service"] = [fabric_env, engine_env]
+        inputs[head]["sparkctl-engine.service"] = [] if image else [fabric_env, engine_env, key_file]
+    else:
+        for host in [head] + workers:
+            inputs[host]["sparkctl-sglang-rank.service"] = [fabric_env, engine_env] + ([key_file] if host == head else [])
+        inputs[head]["sparkctl-sglang-router.service"] = []
+    return inputs

@@ -22,16 +22,26 @@ description:
     (C(.sparkctl-verified.json), shared with C(sparkctl.spark.checkpoint_verify)) vouches for its size, times and
     inode, and hashed otherwise. Missing or bad files are fetched with C(hf_hub_download) into O(dest) (real files,
     no symlinked cache) by O(download_workers) threads, or copied from a path source with C(rsync -L), and
-    verified right away; a file is tried twice, then the task fails naming it. With O(delete_extraneous), files in
-    O(dest) that are not in the manifest are removed."
+    verified right away; a file is tried twice (the second time bypassing the user's hub cache, whose copy is not
+    checked), then the task fails naming it."
+  - "Ownership: the module deletes only what it owns: files the manifest of an earlier run of O(dest)
+    (O(manifest_file), read before it is replaced) listed and the new one does not, and unfinished copies of the
+    manifest's files (its name plus C(.incomplete), C(.part), C(.tmp), rsync's temporary name, huggingface_hub's
+    C(.cache/huggingface/download/*.incomplete)). Anything else in O(dest) on any node is someone else's: never
+    deleted, never mirrored, listed in RV(foreign) and named in a warning. A non-empty directory without a manifest
+    is adopted: files of the manifest's names are verified and replaced when wrong, nothing else is touched."
+  - "Lock: one transfer per directory. The module holds an flock on C(<dest>/.sparkctl-transfer.lock) for the whole
+    run (the holder's PID written in it); a second run waits up to O(lock_timeout) seconds (a progress event says
+    for whom), then fails naming the holder's PID. Under the lock, leftovers of a killed run are removed first."
   - "Streaming: each file is offered to every worker as soon as it is verified on the head, so mirroring
     overlaps the download. Each worker gets up to O(streams) concurrent C(rsync -a --whole-file
     --partial-dir=.rsync-partial) processes, one file each (never C(--inplace) on the live path); a dry run at the
     start tells which of the files already on the head the worker lacks. A failed copy is tried once more."
   - "Final pass per worker, once every file is done and only if the head is complete: one itemized
-    C(rsync -a --whole-file --delete) of the tree, excluding C(/.sparkctl-*) and C(/.cache/) so the worker's
-    own stamp stays. Any non-zero rsync exit (23, 24, 30 included) is a failure naming the worker, with the end
-    of rsync's error output."
+    C(rsync -a --whole-file --files-from=-) naming the manifest's files, plus, with O(delete_extraneous), the
+    files an earlier manifest owned that are gone from the head (C(--delete-missing-args) deletes exactly those);
+    no C(--delete), so nothing else on the worker is ever removed. Any non-zero rsync exit (23, 24, 30 included)
+    is a failure naming the worker, with the end of rsync's error output."
   - Progress is rewritten atomically to O(progress_file) at every file event and at least every second, for a
     role that runs this module with C(async) and polls the file.
   - The token is passed to huggingface_hub only; it never appears in the result, the progress file or a
@@ -144,9 +154,19 @@ options:
     description: Manifest JSON path. Defaults to C(<dest>/.sparkctl-manifest.json).
     type: path
   delete_extraneous:
-    description: Remove files not in the manifest from O(dest) on the head and, in the final pass, on the workers.
+    description:
+      - Remove the files an earlier manifest of O(dest) listed and the new one does not, on the head and, in the
+        final pass, on the workers. Files no manifest listed are never removed.
     type: bool
     default: true
+  lock_timeout:
+    description: Seconds a run waits for another transfer into O(dest) to end before it fails naming its PID.
+    type: int
+    default: 60
+  verify_full:
+    description: Hash every file on the head even when the verification stamp vouches for it (bit rot).
+    type: bool
+    default: false
   manifest_only:
     description:
       - Only read the file list (the hub's metadata, or the hashed source directory) and return RV(files) and
@@ -166,7 +186,7 @@ options:
 seealso:
   - module: sparkctl.spark.checkpoint_verify
 notes:
-  - The final pass excludes C(.sparkctl-*), so the manifest file is not copied to the workers; give
+  - The final pass sends the manifest's files only, so the manifest file is not copied to the workers; give
     C(sparkctl.spark.checkpoint_verify) on a worker the manifest another way.
   - huggingface_hub resumes an interrupted transfer only within one call; a file that failed is fetched again
     from byte 0 by the next run, and every complete file is kept.
@@ -243,8 +263,18 @@ deleted:
   type: dict
   returned: always
   sample: {spark2: [old-shard.safetensors]}
+foreign:
+  description:
+    - Paths in O(dest) on the head that are not the checkpoint's and that no earlier manifest listed; left in place
+      (a warning names how many and where). The workers' own are reported by C(sparkctl.spark.checkpoint_verify).
+  type: list
+  elements: str
+  returned: always
+  sample: [other-model/config.json]
 removed_on_head:
-  description: Paths in O(dest) on the head that were removed because the manifest does not list them.
+  description:
+    - Paths in O(dest) on the head that were removed - files an earlier manifest listed that the new one does not,
+      and leftovers of unfinished copies.
   type: list
   elements: str
   returned: always
@@ -324,6 +354,8 @@ def main():
             delete_extraneous=dict(type="bool", default=True),
             manifest_only=dict(type="bool", default=False),
             hub_unreachable=dict(type="str"),
+            lock_timeout=dict(type="int", default=60),
+            verify_full=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -346,6 +378,8 @@ def main():
             rsync_password=password,
             manifest_only=params["manifest_only"],
             hub_unreachable=params["hub_unreachable"],
+            lock_timeout=params["lock_timeout"],
+            verify_full=params["verify_full"],
         )
         result = sync.run()
     except (SyncError, OSError) as exc:

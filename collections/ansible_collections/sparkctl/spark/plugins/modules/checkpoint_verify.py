@@ -59,8 +59,13 @@ options:
   manifest:
     description:
       - The files the checkpoint must hold, as a mapping of path relative to O(path) to C({size, sha256}).
-      - For a hub source, C(sha256) is the LFS sha256 of each LFS file; for small files stored in git the hub
-        only knows the blob size, so C(sha256) may be V(null) and the file is checked by size.
+      - For a hub source, C(sha256) is the LFS sha256 of each LFS file; a small file stored in git has
+        C(sha256) V(null) and its git blob sha1 in C(git_blob_sha1) (sha1 of C(blob <size>\\0) and the content,
+        as C(hf cache verify) checks it), else it is checked by size only.
+      - With a manifest, only the files it lists and their own leftovers (the name plus C(.incomplete),
+        C(.part), C(.tmp), rsync's temporary name, a partial directory beside them) are judged. Anything else
+        in the directory belongs to someone else (kind C(extra), listed in RV(foreign)), never a problem a
+        caller would repair by deleting.
       - A mapping with a C(files) key holding such a mapping (for example a stamp written by this module on
         another node) is accepted too; other keys per file are ignored.
       - Without O(manifest) and O(manifest_file) only the index, leftover, symlink and header checks run, and
@@ -87,6 +92,12 @@ options:
       - Whether to write the stamp after a passing hashed run. An existing stamp is still used to skip hashing.
     type: bool
     default: true
+  full:
+    description:
+      - Hash every file even when the stamp vouches for it, for bit rot that leaves size and times alone.
+        The stamp is written afresh after a passing run.
+    type: bool
+    default: false
   extra_files:
     description:
       - What a file present in the tree but not in the manifest means.
@@ -230,6 +241,12 @@ stamp_file:
   type: str
   returned: always
   sample: /srv/models/solar-open2-250b-nvfp4/.sparkctl-verified.json
+foreign:
+  description: Paths in the directory that the manifest does not list (problems of kind C(extra)); left in place.
+  type: list
+  elements: str
+  returned: always
+  sample: [other-model/config.json]
 manifest_digest:
   description: sha256 of the normalized manifest, V(null) without one.
   type: str
@@ -266,6 +283,7 @@ def main():
             stamp_file=dict(type="path"),
             hash=dict(type="bool", default=True),
             write_stamp=dict(type="bool", default=True),
+            full=dict(type="bool", default=False),
             extra_files=dict(type="str", default="report", choices=["report", "fail"]),
             ignore=dict(type="list", elements="str", default=list(DEFAULT_IGNORE)),
             jobs=dict(type="int", default=2),
@@ -292,20 +310,23 @@ def main():
             ignore=params["ignore"],
             jobs=params["jobs"],
             check_mode=module.check_mode,
+            full=params["full"],
         )
     except CheckpointError as exc:
         module.fail_json(msg=str(exc), changed=False)
 
     changed = result.pop("stamp_would_change")
+    result["foreign"] = [problem["file"] for problem in result["problems"] if problem["kind"] == "extra"]
     # Not returned as "path": AnsibleModule would decorate the result with that path's owner, mode and size.
     checkpoint_path = result.pop("path")
     if not result["ok"] and params["fail_on_problems"]:
         module.fail_json(msg=summarize(checkpoint_path, result["problems"]), changed=changed, **result)
 
-    extras = [problem["file"] for problem in result["problems"] if problem["kind"] == "extra"]
+    extras = result["foreign"]
     if extras and params["extra_files"] == "report":
         shown = ", ".join(extras[:_WARN_NAMES]) + (" and %d more" % (len(extras) - _WARN_NAMES) if len(extras) > _WARN_NAMES else "")
-        module.warn("%d file%s in %s not in the manifest: %s" % (len(extras), "" if len(extras) == 1 else "s", checkpoint_path, shown))
+        plural = "" if len(extras) == 1 else "s"
+        module.warn("%d file%s in %s not in the manifest, left in place: %s" % (len(extras), plural, checkpoint_path, shown))
     module.exit_json(changed=changed, **result)
 
 

@@ -18,6 +18,7 @@ description:
     failing to start. The first line of each kind is returned with a few lines around it."
   - A caller loops over rounds, printing RV(last_log_line) and RV(waited_s) between them, until a total timeout (a first
     boot of a large NVFP4 model takes over ten minutes).
+  - Log lines are returned without the API key (see O(api_key_file)).
   - Reads only; never starts, stops or restarts anything.
 author:
   - sparkctl developers (!UNKNOWN)
@@ -54,6 +55,12 @@ options:
     description: How many of the most recent log lines are searched.
     type: int
     default: 400
+  api_key_file:
+    description:
+      - The engine's API key file (vLLM's C(VLLM_API_KEY=) file or SGLang's C(--config) YAML). The key read from it is
+        removed from every returned log line, as are the key's known spellings and credentials inside URLs (SGLang logs
+        its C(ServerArgs), key included). Without it only the known spellings are removed.
+    type: path
 """
 
 EXAMPLES = r"""
@@ -118,6 +125,7 @@ waited_s:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.api_key import api_key_from_text
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_health import parse_systemctl_show, wait_round
 
 SHOW_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "InvocationID")
@@ -131,6 +139,7 @@ def main():
             since=dict(type="float"),
             round_seconds=dict(type="int", default=30),
             log_lines=dict(type="int", default=400),
+            api_key_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -156,7 +165,16 @@ def main():
         rc, out, err = module.run_command(argv, check_rc=False)
         return out.splitlines() if rc == 0 else []
 
-    result = wait_round(params["url"], read_unit, read_log, params["round_seconds"])
+    secrets = []
+    if params["api_key_file"]:
+        try:
+            with open(params["api_key_file"], encoding="utf-8") as handle:
+                key = api_key_from_text(handle.read())
+        except OSError:
+            key = None
+        if key:
+            secrets.append(key)
+    result = wait_round(params["url"], read_unit, read_log, params["round_seconds"], secrets=secrets)
     module.exit_json(changed=False, **result)
 
 

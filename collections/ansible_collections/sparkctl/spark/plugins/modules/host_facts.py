@@ -215,6 +215,15 @@ ansible_facts:
                       C(systemctl list-sockets).
                   type: str
                   sample: ssh.service
+        sshd_ports:
+          description:
+            - TCP ports sshd listens on (held by an C(sshd) process, or by systemd for C(ssh.socket)/C(sshd.socket)),
+              sorted; V(null) when the owners of the listeners could not be read (not root).
+            - Preflight compares them with the firewall's C(firewall_ssh_ports).
+          returned: always
+          type: list
+          elements: int
+          sample: [22]
         systemd:
           description: Init system facts.
           returned: always

@@ -11,13 +11,19 @@ short_description: Check that the hub lets this node download a repo with the gi
 version_added: 0.1.0
 description:
   - Runs on the node that downloads the checkpoint (the head), before anything is written, so a gated or private
-    repo without a usable token, an unknown repo or an unknown revision is refused with the variable to change
-    (C(spark_hf_token), C(spark_checkpoint.repo_id), C(spark_checkpoint.revision)) instead of failing mid-download.
+    repo without a usable token, an unknown repo or an unknown revision, or a hub that lists the repo but refuses
+    its files, is refused with the variable to change (C(spark_hf_token), C(spark_checkpoint.repo_id),
+    C(spark_checkpoint.revision), C(spark_hf_endpoint)) instead of failing mid-download.
   - "Two read-only requests with the Python standard library (huggingface_hub is not needed): C(GET
-    /api/models/REPO/revision/REV) (the repo and revision exist; the metadata says whether the repo is gated and
-    lists a file), then C(HEAD /REPO/resolve/REV/FILE) without following redirects (the hub answers 401 or 403
-    with C(X-Error-Code: GatedRepo) when the token may not download; the metadata of a gated repo is public)."
-  - The token is sent in the C(Authorization) header only; it is never part of the result or a message.
+    /api/models/REPO/revision/REV?blobs=true) (the repo and revision exist; the metadata says whether the repo is
+    gated and lists the files with their LFS data), then C(GET /REPO/resolve/REV/FILE) with C(Range: bytes=0-0) on
+    one LFS file (a weight shard), following redirects to wherever the hub serves large files from (its CDN or
+    storage bridge), as the download does. The hub answers 401 or 403 with C(X-Error-Code: GatedRepo) when the
+    token may not download (the metadata of a gated repo is public); any other 401, 403 or 404 on the file is a hub
+    that refuses downloads."
+  - The token is sent in the C(Authorization) header to the endpoint's own origin only (a redirect to another host
+    goes without it), never over plain C(http://) to a host other than loopback (then nothing is sent and the
+    result is a failure naming C(spark_hf_endpoint)); it is never part of the result or a message.
   - The verdict (RV(status), RV(detail), RV(fix), RV(message)) comes from the collection's C(hub_access) module
     utility, shared with the preflight report (check C(hub.access)).
 author:
@@ -117,15 +123,29 @@ info_status:
   returned: always
   sample: 200
 content_status:
-  description: HTTP status of the HEAD on a file (null when not asked).
+  description: HTTP status of the one-byte read of a file, after redirects (null when not asked).
   type: int
   returned: always
-  sample: 401
+  sample: 206
 file:
-  description: The file whose download was tried.
+  description: The file whose first byte was read.
   type: str
   returned: always
-  sample: config.json
+  sample: model-00001-of-00051.safetensors
+download_host:
+  description: The host (and port) that answered the read of the file, after redirects (null when not asked).
+  type: str
+  returned: always
+  sample: cas-bridge.xethub.hf.co
+redirects:
+  description: How many redirects the read of the file followed.
+  type: int
+  returned: always
+  sample: 1
+endpoint_problem:
+  description: Why the endpoint was not asked at all (a token over plain http to another machine), else null.
+  type: str
+  returned: always
 """
 
 import os

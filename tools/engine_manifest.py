@@ -1,0 +1,391 @@
+#!/usr/bin/env python3
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Write the flag manifest of one pinned engine release from its wheel, WITHOUT importing
+or installing it (no torch, no CUDA): the argument definitions are read from the source
+with Python's ast module.
+
+    pip download --no-deps vllm==0.25.1 -d /tmp/wheels
+    python3 tools/engine_manifest.py /tmp/wheels/vllm-0.25.1-*.whl
+
+writes collections/ansible_collections/sparkctl/spark/profiles/engine_flags/manifests/
+vllm-0.25.1.json (sglang wheels likewise). Re-run it whenever a profile pins another
+engine release, commit the JSON and never the wheel; the unit tests validate every
+shipped profile against the manifests, and profile validation refuses a flag the
+manifest lacks, naming the closest one.
+
+Each flag records how its parser takes it:
+  value    one value after the flag (with `choices` when the engine lists them)
+  bool     a bare flag; `negatable` when --no-<flag> exists too (BooleanOptionalAction)
+  optional a bare flag or one value (nargs='?')
+  nargs    one occurrence followed by one or more values (a repeat replaces the first)
+  append   the flag once per value
+The reading follows how each engine builds its parser: vLLM derives a flag's kwargs
+from the type of a config dataclass field (vllm/engine/arg_utils.py _compute_kwargs;
+vllm/entrypoints/openai/cli_args.py for the API server), SGLang from Annotated fields
+with Arg(...) metadata (sglang/srt/arg_groups/), plus each engine's explicit
+add_argument calls."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import sys
+import zipfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT_DIR = os.path.join(REPO, "collections", "ansible_collections", "sparkctl", "spark", "profiles",
+                       "engine_flags", "manifests")
+
+
+class Wheel:
+    """The .py files of a wheel, parsed on demand."""
+
+    def __init__(self, path):
+        self.path = path
+        self.zip = zipfile.ZipFile(path)
+        self.names = set(self.zip.namelist())
+        self._trees = {}
+
+    def tree(self, name):
+        if name not in self._trees:
+            self._trees[name] = ast.parse(self.zip.read(name).decode("utf-8"), filename=name)
+        return self._trees[name]
+
+    def glob(self, prefix):
+        return sorted(n for n in self.names if n.startswith(prefix) and n.endswith(".py"))
+
+
+# ------------------------------------------------------------------------------------ types
+
+
+def _type_atoms(node):
+    """The alternatives of an annotation: [(origin name, node)], Optional/Union/| flattened,
+    Annotated unwrapped."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _type_atoms(node.left) + _type_atoms(node.right)
+    if isinstance(node, ast.Subscript):
+        origin = _name(node.value)
+        args = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if origin in ("Optional",):
+            return _type_atoms(args[0]) + [("None", None)]
+        if origin == "Union":
+            return [atom for arg in args for atom in _type_atoms(arg)]
+        if origin in ("Annotated", "A"):
+            return _type_atoms(args[0])
+        return [(origin, node)]
+    if isinstance(node, ast.Constant) and node.value is None:
+        return [("None", None)]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            return _type_atoms(ast.parse(node.value, mode="eval").body)
+        except SyntaxError:
+            return [("str", None)]
+    return [(_name(node), node)]
+
+
+def _name(node):
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ast.unparse(node) if node is not None else ""
+
+
+def _literal_values(node):
+    args = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    return [a.value for a in args if isinstance(a, ast.Constant)]
+
+
+def _kind_from_type(annotation, literal_aliases=None):
+    """vLLM's mapping of a config field type to argparse kwargs, as a manifest entry."""
+    atoms = _type_atoms(annotation)
+    names = {n.lower() for n, _ in atoms}
+    literal_aliases = literal_aliases or {}
+    choices = []
+    for origin, node in atoms:
+        if origin == "Literal":
+            choices += _literal_values(node)
+        elif origin in literal_aliases:
+            choices += literal_aliases[origin]
+    if names >= {"bool", "str"} and "none" in names:
+        return {"kind": "optional"}
+    if "bool" in names:
+        return {"kind": "bool", "negatable": True}
+    if choices and "str" not in names:
+        return {"kind": "value", "choices": sorted({str(c) for c in choices})}
+    if names & {"list", "tuple", "set"}:
+        return {"kind": "nargs"}
+    return {"kind": "value"}
+
+
+# ------------------------------------------------------------------------------------ vLLM
+
+
+def _class_fields(wheel, files):
+    """{class name: ({field: annotation node}, [base names])} over the given modules."""
+    classes = {}
+    for name in files:
+        for node in wheel.tree(name).body:
+            if isinstance(node, ast.ClassDef):
+                fields = {st.target.id: st.annotation for st in node.body
+                          if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                          and not st.target.id.startswith("_")}
+                classes.setdefault(node.name, (fields, [_name(b) for b in node.bases]))
+    return classes
+
+
+def _literal_aliases(wheel, files):
+    """Module-level `Name = Literal[...]` (vLLM's ModelDType, DistributedExecutorBackend, ...)."""
+    aliases = {}
+    for name in files:
+        for node in wheel.tree(name).body:
+            value = target = None
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                target, value = node.targets[0].id, node.value
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                target, value = node.target.id, node.value
+            if isinstance(value, ast.Subscript) and _name(value.value) == "Literal":
+                aliases[target] = _literal_values(value)
+    return aliases
+
+
+def _all_fields(classes, cls):
+    fields, bases = classes.get(cls, ({}, []))
+    merged = {}
+    for base in bases:
+        merged.update(_all_fields(classes, base))
+    merged.update(fields)
+    return merged
+
+
+def _explicit_kind(keywords, base):
+    """Explicit add_argument keywords override what the field type gave."""
+    entry = dict(base or {"kind": "value"})
+    action = keywords.get("action")
+    action_name = _name(action) if action is not None and not isinstance(action, ast.Constant) else (
+        action.value if isinstance(action, ast.Constant) else None)
+    if action_name in ("store_true", "store_false", "store_const", "DeprecatedStoreTrueAction"):
+        entry = {"kind": "bool"}
+    elif action_name == "BooleanOptionalAction":
+        entry = {"kind": "bool", "negatable": True}
+    elif action_name == "append":
+        entry = {"kind": "append"}
+    nargs = keywords.get("nargs")
+    if isinstance(nargs, ast.Constant) and nargs.value is not None:
+        entry = {"kind": "optional"} if nargs.value == "?" else {"kind": "nargs"}
+    choices = keywords.get("choices")
+    if isinstance(choices, (ast.List, ast.Tuple)) and all(isinstance(e, ast.Constant) for e in choices.elts):
+        entry["choices"] = sorted(str(e.value) for e in choices.elts)
+    elif choices is not None and "choices" in entry and entry["kind"] == "value":
+        entry.pop("choices")  # computed at run time: not knowable from the source
+    return entry
+
+
+def _add_argument_calls(func):
+    for node in ast.walk(func):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            yield node
+
+
+def _flag_names(call):
+    return [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+            and a.value.startswith("--")]
+
+
+def _vllm(wheel):
+    config_files = wheel.glob("vllm/config/") + ["vllm/entrypoints/openai/cli_args.py"]
+    config_files += [f for f in wheel.glob("vllm/entrypoints/") if f.endswith("cli_args.py")]
+    config_files = sorted(set(config_files))
+    classes = _class_fields(wheel, config_files + ["vllm/engine/arg_utils.py"])
+    literals = _literal_aliases(wheel, config_files + ["vllm/engine/arg_utils.py"])
+    flags = {}
+
+    def record(names, entry):
+        for flag in names:
+            flags[flag[2:].replace("-", "_")] = entry
+            if entry.get("negatable"):
+                flags["no_" + flag[2:].replace("-", "_")] = {"kind": "bool"}
+
+    # EngineArgs: `x_kwargs = get_kwargs(Config)`, then add_argument("--f", **x_kwargs["f"]).
+    arg_utils = wheel.tree("vllm/engine/arg_utils.py")
+    for cls in [n for n in arg_utils.body if isinstance(n, ast.ClassDef) and n.name in ("EngineArgs", "AsyncEngineArgs")]:
+        for func in [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "add_cli_args"]:
+            sources = {}
+            for node in ast.walk(func):
+                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                    value = node.value
+                    if isinstance(value, ast.Call) and _name(value.func) == "get_kwargs" and value.args:
+                        sources[node.targets[0].id] = (_name(value.args[0]), None)
+                    elif (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name)
+                          and value.value.id in sources and isinstance(value.slice, ast.Constant)):
+                        sources[node.targets[0].id] = (sources[value.value.id][0], value.slice.value)
+            for call in _add_argument_calls(func):
+                base = None
+                keywords = {kw.arg: kw.value for kw in call.keywords if kw.arg}
+                refs = []
+                for kw in call.keywords:
+                    if kw.arg is None and isinstance(kw.value, ast.Dict):
+                        # **{**x_kwargs["f"], "default": None}: the field's kwargs, amended.
+                        for key, value in zip(kw.value.keys, kw.value.values):
+                            if key is None:
+                                refs.append(value)
+                            elif isinstance(key, ast.Constant):
+                                keywords[key.value] = value
+                    elif kw.arg is None:
+                        refs.append(kw.value)
+                for ref in refs:
+                    if isinstance(ref, ast.Subscript) and isinstance(ref.value, ast.Name) and ref.value.id in sources:
+                        field_cls = sources[ref.value.id][0]
+                        field = ref.slice.value if isinstance(ref.slice, ast.Constant) else None
+                    elif isinstance(ref, ast.Name) and ref.id in sources:
+                        field_cls, field = sources[ref.id]
+                    else:
+                        continue
+                    annotation = _all_fields(classes, field_cls).get(field)
+                    if annotation is not None:
+                        base = _kind_from_type(annotation, literals)
+                record(_flag_names(call), _explicit_kind(keywords, base))
+
+    # The API server: explicit arguments of make_arg_parser, then every FrontendArgs field.
+    cli_args = wheel.tree("vllm/entrypoints/openai/cli_args.py")
+    customised = {}
+    for node in ast.walk(cli_args):
+        # frontend_kwargs["x"]["action"] = "append" / del frontend_kwargs["x"]["nargs"]
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript):
+            target = node.targets[0]
+            if (isinstance(target.value, ast.Subscript) and isinstance(target.value.slice, ast.Constant)
+                    and isinstance(target.slice, ast.Constant) and target.slice.value == "action"
+                    and isinstance(node.value, ast.Constant)):
+                customised[target.value.slice.value] = node.value.value
+        if isinstance(node, ast.Delete):
+            for target in node.targets:
+                if (isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant)
+                        and target.slice.value == "nargs" and isinstance(target.value, ast.Subscript)
+                        and isinstance(target.value.slice, ast.Constant)):
+                    customised.setdefault(target.value.slice.value, "single")
+    for func in [n for n in cli_args.body if isinstance(n, ast.FunctionDef) and n.name == "make_arg_parser"]:
+        for call in _add_argument_calls(func):
+            keywords = {kw.arg: kw.value for kw in call.keywords if kw.arg}
+            record(_flag_names(call), _explicit_kind(keywords, None))
+    for field, annotation in _all_fields(classes, "FrontendArgs").items():
+        entry = _kind_from_type(annotation, literals)
+        how = customised.get(field)
+        if how == "append":
+            entry = {"kind": "append"}
+        elif how == "single" and entry["kind"] == "nargs":
+            entry = {"kind": "value"}
+        record(["--" + field.replace("_", "-")], entry)
+    return flags
+
+
+# ------------------------------------------------------------------------------------ SGLang
+
+
+def _sglang_arg(meta):
+    """Arg(...) keywords as {name: node}; a bare string is the help."""
+    if isinstance(meta, ast.Call) and _name(meta.func) == "Arg":
+        return {kw.arg: kw.value for kw in meta.keywords if kw.arg}
+    if isinstance(meta, ast.Constant) and isinstance(meta.value, str):
+        return {}
+    return None
+
+
+def _sglang(wheel):
+    files = wheel.glob("sglang/srt/arg_groups/")
+    literals = _literal_aliases(wheel, files + ["sglang/srt/server_args.py"])
+    flags = {}
+    for name in files:
+        for cls in [n for n in ast.walk(wheel.tree(name)) if isinstance(n, ast.ClassDef)]:
+            for st in cls.body:
+                if not (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)):
+                    continue
+                ann = st.annotation
+                if not (isinstance(ann, ast.Subscript) and _name(ann.value) in ("A", "Annotated")
+                        and isinstance(ann.slice, ast.Tuple) and len(ann.slice.elts) >= 2):
+                    continue
+                meta = _sglang_arg(ann.slice.elts[1])
+                if meta is None:
+                    continue
+                if isinstance(meta.get("no_cli"), ast.Constant) and meta["no_cli"].value:
+                    continue
+                typ = ann.slice.elts[0]
+                atoms = _type_atoms(typ)
+                names_ = {n.lower() for n, _ in atoms}
+                if "action" in meta:
+                    entry = _explicit_kind(meta, {"kind": "value"})
+                elif "bool" in names_ and not names_ & {"str", "int", "float", "list"}:
+                    entry = {"kind": "bool"}
+                elif "list" in names_ and "type_parser" not in meta:
+                    entry = {"kind": "nargs"}
+                else:
+                    entry = _kind_from_type(typ, literals)
+                    if entry["kind"] in ("bool", "optional", "nargs"):
+                        entry = {"kind": "value"}
+                    entry = _explicit_kind({k: v for k, v in meta.items() if k in ("nargs", "choices")}, entry)
+                    if "choices" in meta and "choices" not in entry:
+                        entry.pop("choices", None)
+                cli = meta.get("cli_name")
+                names = [cli.value if isinstance(cli, ast.Constant) else "--" + st.target.id.replace("_", "-")]
+                aliases = meta.get("aliases")
+                if isinstance(aliases, (ast.List, ast.Tuple)):
+                    names += [e.value for e in aliases.elts if isinstance(e, ast.Constant) and e.value.startswith("--")]
+                for flag in names:
+                    flags[flag[2:].replace("-", "_")] = entry
+                    if entry.get("negatable"):
+                        flags["no_" + flag[2:].replace("-", "_")] = {"kind": "bool"}
+    for func in [n for n in ast.walk(wheel.tree("sglang/srt/server_args.py"))
+                 if isinstance(n, ast.FunctionDef) and n.name == "add_cli_args"]:
+        for call in _add_argument_calls(func):
+            keywords = {kw.arg: kw.value for kw in call.keywords if kw.arg}
+            for flag in _flag_names(call):
+                flags[flag[2:].replace("-", "_")] = _explicit_kind(keywords, None)
+    return flags
+
+
+# ------------------------------------------------------------------------------------ main
+
+
+def manifest(path):
+    match = re.match(r"^(vllm|sglang)-([0-9][^-]*)-", os.path.basename(path))
+    if not match:
+        raise SystemExit(f"{path}: expected a vllm-<version>-*.whl or sglang-<version>-*.whl")
+    engine, version = match.groups()
+    wheel = Wheel(path)
+    flags = _vllm(wheel) if engine == "vllm" else _sglang(wheel)
+    return {
+        "engine": engine,
+        "version": version,
+        "source": os.path.basename(path),
+        "generator": "tools/engine_manifest.py",
+        "flags": {k: flags[k] for k in sorted(flags)},
+    }
+
+
+def dumps(data):
+    """JSON with one line per flag, so a regenerated manifest diffs flag by flag."""
+    head = {k: v for k, v in data.items() if k != "flags"}
+    lines = ["{"] + [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()] + ['  "flags": {']
+    flags = [f"    {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in data["flags"].items()]
+    return "\n".join(lines + [",\n".join(flags), "  }", "}", ""])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("wheels", nargs="+", help="vllm-<version>-*.whl or sglang-<version>-*.whl")
+    parser.add_argument("--out-dir", default=OUT_DIR)
+    args = parser.parse_args(argv)
+    os.makedirs(args.out_dir, exist_ok=True)
+    for path in args.wheels:
+        data = manifest(path)
+        out = os.path.join(args.out_dir, f"{data['engine']}-{data['version']}.json")
+        with open(out, "w", encoding="utf-8") as handle:
+            handle.write(dumps(data))
+        print(f"{out}: {len(data['flags'])} flags")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
