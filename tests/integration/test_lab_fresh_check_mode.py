@@ -24,7 +24,6 @@ WOULD_CHANGE_ON_EVERY_NODE = {
     "linger": "Enable lingering for the service user",
     "direct_link": "Write the netplan file of the direct cable",
     "fabric_env": "Write the fabric environment file",
-    "ssh_mesh": "Generate the service user's mesh key once",
     "firewall": "Write the rule set",
     "checkpoint": "Create the checkpoint directory, owned by the service user",
     "engine_venv": "Install the pinned packages",
@@ -33,6 +32,8 @@ WOULD_CHANGE_ON_EVERY_NODE = {
     "engine_service": "Create the configuration directory",
 }
 WOULD_CHANGE_ON_THE_HEAD = {
+    # Only the head logs in to the others: the workers get no mesh key of their own.
+    "ssh_mesh": "Generate the service user's mesh key once",
     "checkpoint": "Say what check mode cannot show before the tools exist",
     "api_proxy": "Install nginx from the distribution",
     # The lab's profile is a Ray topology: the engine's own unit runs on the head only.
