@@ -14,11 +14,15 @@ stage() {
   "$@"
   STAGE_NAMES+=("$name"); STAGE_SECONDS+=($((SECONDS - start)))
 }
+# Each pytest stage leaves a JUnit file here: the end report counts what ran, so a lost test shows.
+COUNTS_DIR=$REPO/.lab/suite-counts
+rm -rf "$COUNTS_DIR"; mkdir -p "$COUNTS_DIR"
 report_times() {
   printf '\n===== stage wall times =====\n'
   local i
   for i in "${!STAGE_NAMES[@]}"; do printf '%-14s %5ss\n' "${STAGE_NAMES[$i]}" "${STAGE_SECONDS[$i]}"; done
   printf '%-14s %5ss\n' total "$SECONDS"
+  python3 tests/suite_counts.py "$COUNTS_DIR" tests/catalogue || true
 }
 trap report_times EXIT
 
@@ -29,18 +33,18 @@ export ANSIBLE_CONFIG=$REPO/ansible.cfg ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 # The real nginx the bootstrap unpacked, for the API proxy's unit tests.
 if [[ -x $REPO/.venv/nginx/usr/sbin/nginx ]]; then export SPARKCTL_NGINX=$REPO/.venv/nginx/usr/sbin/nginx; fi
 
-stage unit python -m pytest tests/unit -q -p no:cacheprovider
+stage unit python -m pytest tests/unit -q -p no:cacheprovider --junitxml="$COUNTS_DIR/unit.xml"
 stage lint ansible-lint --nocolor -q
 # `--check --diff` on a lab nothing has touched yet: lists a first run's changes and
 # changes nothing (molecule's destroy then starts its own lab from scratch).
 fresh_check() {
   python tests/lab/sparklab down
   python tests/lab/sparklab up
-  python -m pytest tests/integration -q -p no:cacheprovider -m fresh
+  python -m pytest tests/integration -q -p no:cacheprovider -m fresh --junitxml="$COUNTS_DIR/fresh-check.xml"
 }
 stage fresh-check fresh_check
 stage molecule molecule test --scenario-name default
-stage integration python -m pytest tests/integration -q -p no:cacheprovider -m lab
+stage integration python -m pytest tests/integration -q -p no:cacheprovider -m lab --durations=30 --junitxml="$COUNTS_DIR/integration.xml"
 if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then
   stage lab-down molecule destroy --scenario-name default
 fi

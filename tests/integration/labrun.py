@@ -322,3 +322,74 @@ def format_table(headers: list[str], rows: list[dict]) -> str:
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731
     return "\n".join([line(headers), "-+-".join("-" * w for w in widths)] + [line(r) for r in cells])
+
+
+# -- fault batches ------------------------------------------------------------------------------
+# Faults that share a `batch` in tests/catalogue/faults.yml are broken together and repaired by
+# ONE re-run (the union of their tags), then one quiet run; each keeps its own verdict. A change
+# the repair run made is explained when some fault of the batch allows it: its owner role (any
+# role when it names none) on its own nodes (any node when it is not drifted_only). The rule
+# batch_problems enforces keeps that as strict as repairing each fault alone: in a batch of
+# several, every fault names its owner, and two faults may share an owner only when both are
+# drifted_only and broke different nodes.
+
+
+def fault_nodes(fault: dict) -> set[str]:
+    return {step["node"] for step in fault.get("break") or [] if "node" in step}
+
+
+def fault_batches(faults: list[dict]) -> list[tuple[str, list[dict]]]:
+    """(batch name, its faults) in the order each batch first appears; a fault without
+    `batch` is a batch of its own, named by its id."""
+    batches: dict[str, list[dict]] = {}
+    for fault in faults:
+        batches.setdefault(fault.get("batch") or fault["id"], []).append(fault)
+    return list(batches.items())
+
+
+def batch_problems(faults: list[dict]) -> list[str]:
+    """Why some batch of the catalogue would weaken a fault's own checks (empty when sound)."""
+    problems = []
+    for name, members in fault_batches(faults):
+        if len(members) < 2:
+            continue
+        ids = ", ".join(f["id"] for f in members)
+        if len({f.get("requires") for f in members}) > 1:
+            problems.append(f"batch {name} ({ids}): its faults need different lab preconditions (requires)")
+        if len({json.dumps(f.get("extra_vars") or {}, sort_keys=True) for f in members}) > 1:
+            problems.append(f"batch {name} ({ids}): its faults re-run with different extra_vars")
+        for fault in members:
+            if not fault.get("owner"):
+                problems.append(f"batch {name}: {fault['id']} names no owner role, so it would explain any change; "
+                                "give it a batch of its own")
+        for index, first in enumerate(members):
+            for second in members[index + 1:]:
+                if not first.get("owner") or first.get("owner") != second.get("owner"):
+                    continue
+                if not (first.get("drifted_only") and second.get("drifted_only")) \
+                        or fault_nodes(first) & fault_nodes(second):
+                    problems.append(f"batch {name}: {first['id']} and {second['id']} share the owner {first['owner']} "
+                                    "without being drifted_only on different nodes")
+    return problems
+
+
+def batch_tags(members: list[dict]) -> str:
+    """The union of the batch's tags, in first-seen order, as --tags takes it."""
+    tags: list[str] = []
+    for fault in members:
+        for tag in str(fault["tags"]).split(","):
+            if tag.strip() and tag.strip() not in tags:
+                tags.append(tag.strip())
+    return ",".join(tags)
+
+
+def unexplained_changes(changed: dict[str, list[str]], members: list[dict]) -> dict[str, list[str]]:
+    """host -> the changed task names ("role : task") no fault of the batch explains."""
+    unexplained = {}
+    for host, tasks in changed.items():
+        allowed = [f for f in members if not f.get("drifted_only") or host in fault_nodes(f)]
+        wrong = [task for task in tasks
+                 if not any(not f.get("owner") or task.startswith(f"{f['owner']} : ") for f in allowed)]
+        if wrong:
+            unexplained[host] = wrong
+    return unexplained

@@ -1,11 +1,23 @@
-"""The integration tests' output readers: recap counters and changed task names."""
+"""The integration tests' output readers (recap counters, changed task names) and the fault
+catalogue's batches (which faults may share a repair run, which changes a batch explains)."""
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-from labrun import changed_tasks, parse_recap  # noqa: E402
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+from labrun import (  # noqa: E402
+    batch_problems,
+    batch_tags,
+    changed_tasks,
+    fault_batches,
+    parse_recap,
+    unexplained_changes,
+)
+
+CATALOGUE = Path(__file__).resolve().parents[1] / "catalogue" / "faults.yml"
 
 OUTPUT = """
 TASK [direct_link : Write the netplan file] ***********************************
@@ -45,3 +57,77 @@ def test_changed_task_names_per_host():
         ],
         "spark2": ["direct_link : Write the netplan file"],
     }
+
+
+def fault(fault_id, node, owner=None, drifted_only=False, tags="provision", **extra):
+    entry = {"id": fault_id, "tags": tags, "break": [{"node": node, "run": ["true"]}], "repaired": []}
+    if owner:
+        entry["owner"] = owner
+    if drifted_only:
+        entry["drifted_only"] = True
+    return {**entry, **extra}
+
+
+def test_a_fault_without_batch_is_a_batch_of_its_own_and_order_follows_first_appearance():
+    faults = [fault("a", "spark1", batch="x"), fault("b", "spark2"), fault("c", "spark2", batch="x")]
+    assert [(name, [f["id"] for f in members]) for name, members in fault_batches(faults)] == [
+        ("x", ["a", "c"]), ("b", ["b"])]
+
+
+def test_batch_tags_join_without_repeats():
+    assert batch_tags([fault("a", "spark1", tags="provision"), fault("b", "spark2", tags="checkpoint"),
+                       fault("c", "spark2", tags="provision")]) == "provision,checkpoint"
+
+
+@pytest.mark.parametrize("members, reason", [
+    ([fault("a", "spark1", owner="linger"), fault("b", "spark2")], "b names no owner"),
+    ([fault("a", "spark1", owner="checkpoint"), fault("b", "spark2", owner="checkpoint", drifted_only=True)],
+     "share the owner checkpoint"),
+    ([fault("a", "spark2", owner="direct_link", drifted_only=True),
+      fault("b", "spark2", owner="direct_link", drifted_only=True)], "share the owner direct_link"),
+    ([fault("a", "spark1", owner="linger", requires="image_runtime"), fault("b", "spark2", owner="firewall")],
+     "different lab preconditions"),
+    ([fault("a", "spark1", owner="linger", extra_vars={"x": 1}), fault("b", "spark2", owner="firewall")],
+     "different extra_vars"),
+])
+def test_a_batch_that_would_weaken_a_faults_checks_is_refused(members, reason):
+    for member in members:
+        member["batch"] = "x"
+    problems = batch_problems(members)
+    assert any(reason.split()[-1] in p for p in problems), problems
+
+
+def test_sound_batches_pass_and_a_lone_fault_may_name_no_owner():
+    faults = [fault("a", "spark1", owner="direct_link", drifted_only=True, batch="x"),
+              fault("b", "spark2", owner="direct_link", drifted_only=True, batch="x"),
+              fault("c", "spark2", owner="linger", batch="x"),
+              fault("d", "spark1")]
+    assert batch_problems(faults) == []
+
+
+def test_the_catalogues_batches_are_sound():
+    assert batch_problems(yaml.safe_load(CATALOGUE.read_text())) == []
+
+
+def test_a_lone_fault_is_judged_as_before_owner_and_drifted_node():
+    lone = [fault("a", "spark2", owner="linger", drifted_only=True)]
+    changed = {"spark1": ["linger : Enable lingering"], "spark2": ["linger : Enable lingering", "ray_cluster : Restart"]}
+    assert unexplained_changes(changed, lone) == {"spark1": ["linger : Enable lingering"],
+                                                 "spark2": ["ray_cluster : Restart"]}
+
+
+def test_a_change_is_explained_by_any_fault_of_the_batch_on_its_own_node():
+    batch = [fault("a", "spark1", owner="direct_link", drifted_only=True),
+             fault("b", "spark2", owner="ssh_mesh", drifted_only=True),
+             fault("c", "spark2", owner="checkpoint")]
+    changed = {"spark1": ["direct_link : Apply netplan", "checkpoint : Mirror to the workers",
+                          "ssh_mesh : Authorize the mesh key"],
+               "spark2": ["ssh_mesh : Authorize the mesh key", "direct_link : Apply netplan"]}
+    assert unexplained_changes(changed, batch) == {"spark1": ["ssh_mesh : Authorize the mesh key"],
+                                                  "spark2": ["direct_link : Apply netplan"]}
+
+
+def test_a_fault_without_owner_explains_any_change_on_its_nodes_only_when_drifted_only():
+    assert unexplained_changes({"spark1": ["x : y"], "spark2": ["x : y"]},
+                               [fault("a", "spark1", drifted_only=True)]) == {"spark2": ["x : y"]}
+    assert unexplained_changes({"spark1": ["x : y"], "spark2": ["x : y"]}, [fault("a", "spark1")]) == {}

@@ -162,10 +162,15 @@ def available_profiles(dirs):
     return names
 
 
+# libyaml's parser where PyYAML was built with it: the profile is read for every task that
+# templates a profile-derived variable, and the pure-Python parser was most of that cost.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _read_yaml(path, name):
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            data = yaml.load(handle, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader, C or Python
     except yaml.YAMLError as exc:
         raise ProfileError(f"profile {name}: {path} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
@@ -1010,7 +1015,7 @@ def engine_list_flags(engine):
     if engine not in _LIST_FLAGS:
         path = os.path.join(ENGINE_FLAGS_DIR, f"{engine}.yml")
         with open(path, encoding="utf-8") as handle:
-            table = (yaml.safe_load(handle) or {}).get("list_flags") or {}
+            table = (yaml.load(handle, Loader=_YAML_LOADER) or {}).get("list_flags") or {}  # noqa: S506
         bad = {k: v for k, v in table.items() if v not in LIST_ARITIES}
         if bad:
             raise ProfileError(f"{path}: list_flags {bad} must each be one of {', '.join(LIST_ARITIES)}.")

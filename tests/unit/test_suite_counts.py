@@ -1,0 +1,35 @@
+"""The suite's end report: tests per stage from pytest's JUnit files, catalogue entries."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from suite_counts import catalogue_entries, main, stage_counts  # noqa: E402
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="1" failures="2"
+ skipped="3" tests="20" time="1.0"></testsuite></testsuites>"""
+
+
+def test_stage_counts_fold_errors_into_failures(tmp_path):
+    (tmp_path / "unit.xml").write_text(JUNIT)
+    assert stage_counts(tmp_path / "unit.xml") == {"tests": 20, "failures": 3, "skipped": 3, "passed": 14}
+
+
+def test_catalogue_entries_count_top_level_items(tmp_path):
+    (tmp_path / "faults.yml").write_text("---\n# - id: not this\n- id: a\n  what: x\n- id: b\n")
+    (tmp_path / "bad_inputs.yml").write_text("entries:\n  - id: a\n    produce: {}\n")
+    assert catalogue_entries(tmp_path) == {"bad_inputs": 1, "faults": 2}
+
+
+def test_report_names_a_stage_that_was_not_reached(tmp_path, capsys):
+    (tmp_path / "unit.xml").write_text(JUNIT)
+    main(["x", str(tmp_path), str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "unit              20 tests: 14 passed, 3 failed, 3 skipped" in out
+    assert "integration    (stage not reached)" in out
+
+
+def test_the_real_catalogues_are_counted():
+    counts = catalogue_entries(Path(__file__).resolve().parents[1] / "catalogue")
+    assert counts["faults"] >= 21 and counts["bad_inputs"] >= 27
