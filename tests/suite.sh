@@ -35,15 +35,22 @@ if [[ -x $REPO/.venv/nginx/usr/sbin/nginx ]]; then export SPARKCTL_NGINX=$REPO/.
 
 stage unit python -m pytest tests/unit -q -p no:cacheprovider --junitxml="$COUNTS_DIR/unit.xml"
 stage lint ansible-lint --nocolor -q
-# `--check --diff` on a lab nothing has touched yet: lists a first run's changes and
-# changes nothing (molecule's destroy then starts its own lab from scratch).
-fresh_check() {
-  python tests/lab/sparklab down
-  python tests/lab/sparklab up
-  python -m pytest tests/integration -q -p no:cacheprovider -m fresh --junitxml="$COUNTS_DIR/fresh-check.xml"
+# molecule's test sequence (destroy, syntax, create | converge, idempotence, verify), split
+# so that `--check --diff` runs in between on the lab molecule has just created and nothing
+# has touched yet: it lists a first run's changes and changes nothing. One lab start, not two.
+molecule_create() {
+  molecule destroy --scenario-name default
+  molecule syntax --scenario-name default
+  molecule create --scenario-name default
 }
-stage fresh-check fresh_check
-stage molecule molecule test --scenario-name default
+molecule_converge() {
+  molecule converge --scenario-name default
+  molecule idempotence --scenario-name default
+  molecule verify --scenario-name default
+}
+stage lab-create molecule_create
+stage fresh-check python -m pytest tests/integration -q -p no:cacheprovider -m fresh --junitxml="$COUNTS_DIR/fresh-check.xml"
+stage molecule molecule_converge
 stage integration python -m pytest tests/integration -q -p no:cacheprovider -m lab --durations=30 --junitxml="$COUNTS_DIR/integration.xml"
 if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then
   stage lab-down molecule destroy --scenario-name default

@@ -1,7 +1,9 @@
 """python -m sparkctl.bench run|selftest: argument checks (all before any request), the run,
 the report. Exit status: 0 all measured requests succeeded, 1 a measured request (or the
 warm-up / prompt sizing) failed - the report is still written, failures marked - or nothing
-could be measured, 2 usage error. The API key is read from a file only its owner can read
+could be measured, 2 usage error (a --model the server does not list included), 130/143
+interrupted by SIGINT/SIGTERM - the partial report of the points measured so far is written
+first. The API key is read from a file only its owner can read
 (--api-key-file) or from the environment variable named by --api-key-env; it never appears
 in argv, output or the report."""
 
@@ -11,15 +13,17 @@ import argparse
 import asyncio
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from . import reference as reference_mod
 from . import report
-from .runner import Runner
+from .runner import ModelChoiceError, Runner
 from .selftest import DEFAULT_SECONDS, run_selftest
-from .settings import DEFAULT_API_KEY_ENV, DEFAULT_CONCURRENCY, DEFAULT_PROMPT_TOKENS, Settings
+from .settings import (DEFAULT_API_KEY_ENV, DEFAULT_CONCURRENCY, DEFAULT_PROMPT_TOKENS, DEFAULT_STALL_TIMEOUT_S,
+                       Settings)
 
 PROG = "python -m sparkctl.bench"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -47,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", allow_abbrev=False, help="measure TTFT, decode and aggregate throughput; write the report",
                          description="Measure an OpenAI-compatible endpoint; see sparkctl/bench/README.md.")
     run.add_argument("--url", required=True, help="server base URL, e.g. http://172.30.77.11:8000 (/v1 is added)")
-    run.add_argument("--model", required=True, help="served model name")
+    run.add_argument("--model", default=None,
+                     help="served model name, as GET /v1/models lists it; default: the one model the server lists")
     run.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     run.add_argument("--prompt-tokens", default=",".join(map(str, DEFAULT_PROMPT_TOKENS)),
                      help="comma-separated prompt lengths in tokens (K = 1024), default %(default)s")
@@ -57,7 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--requests-per-stream", default="2", help="back-to-back requests per stream, default %(default)s")
     run.add_argument("--warmup", default="1", help="warm-up requests before measuring (not counted), default %(default)s")
     run.add_argument("--max-model-len", default=None, help="skip lengths where prompt + max-tokens exceeds this")
-    run.add_argument("--timeout", default="600", help="seconds per request, default %(default)s")
+    run.add_argument("--timeout", default="600", help="seconds per request, whole stream included, default %(default)s")
+    run.add_argument("--stall-timeout", default=f"{DEFAULT_STALL_TIMEOUT_S:g}",
+                     help="seconds without a new token, once the first has come, before a request fails as stalled, "
+                          "default %(default)s")
     run.add_argument("--reference", default=None, help="JSON file: the profile's `reference` mapping")
     run.add_argument("--label", default="", help="title of the report")
     run.add_argument("--out", required=True, help="output directory")
@@ -69,7 +77,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--selftest-seconds", default=str(DEFAULT_SECONDS),
                      help="duration of the client self-test after the run, default %(default)s")
     run.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
-                     help="do not send ignore_eos (for servers that reject it); answers may then stop early")
+                     help="do not send ignore_eos; answers may then stop early (a server that refuses the field "
+                          "with a 400/422 is detected and the field dropped without this flag)")
+    run.add_argument("--strict", action="store_true",
+                     help="fail requests whose stream arrives buffered (many tokens in one network read) instead of "
+                          "warning: their TTFT and decode rate are not the server's")
 
     test = sub.add_parser("selftest", allow_abbrev=False, help="print the client's own parse capacity (loopback only)")
     test.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
@@ -150,8 +162,9 @@ def read_key_file(text: str) -> str:
 def validate(args: argparse.Namespace) -> tuple[Settings, dict]:
     """The run's Settings plus {out, progress_file, reference, api_key}; UsageError on the first bad
     flag. api_key is the key read from --api-key-file, else None (then --api-key-env is read)."""
-    if not args.model.strip():
-        raise UsageError("--model", "empty", "give the served model name, e.g. --model solar-open2")
+    if args.model is not None and not args.model.strip():
+        raise UsageError("--model", "empty", "give the served model name, e.g. --model solar-open2, or leave --model out "
+                                             "to take the one model the server lists")
     if not _ENV_NAME.match(args.api_key_env):
         raise UsageError("--api-key-env", "not an environment variable name",
                          f"give the NAME of the variable holding the key, e.g. --api-key-env {DEFAULT_API_KEY_ENV}")
@@ -166,6 +179,8 @@ def validate(args: argparse.Namespace) -> tuple[Settings, dict]:
         warmup=_int("--warmup", args.warmup, minimum=0, example="1"),
         max_model_len=None if args.max_model_len is None else _int("--max-model-len", args.max_model_len, example="262144"),
         timeout_s=_seconds("--timeout", args.timeout),
+        stall_timeout_s=_seconds("--stall-timeout", args.stall_timeout, f"{DEFAULT_STALL_TIMEOUT_S:g}"),
+        strict=args.strict,
         label=args.label,
         api_key_env=args.api_key_env,
         ignore_eos=args.ignore_eos,
@@ -241,15 +256,53 @@ def main(argv: list[str] | None = None, *, transport=None) -> int:
     if api_key is None:
         print(f"note: ${settings.api_key_env} is not set; requests carry no API key", file=sys.stderr)
     runner = Runner(settings, api_key, transport=transport, progress_file=extra["progress_file"], reference=extra["reference"])
+    interrupted: list[str] = []
     try:
-        doc = asyncio.run(runner.run())
-    except KeyboardInterrupt:
-        print("interrupted: no report written", file=sys.stderr)
-        return 130
+        doc = asyncio.run(_run_until_signal(runner, interrupted))
+    except ModelChoiceError as exc:
+        print(f"{PROG} run: {exc}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        name = interrupted[0] if interrupted else "SIGINT"
+        doc = runner.partial_document(name)
+        code = 128 + int(getattr(signal, name))
+        print(f"interrupted by {name}: writing the partial report of the {sum(1 for p in doc['points'] if p['summary'])} "
+              "point(s) measured so far", file=sys.stderr)
+        _report(doc, extra["out"])
+        return code
+    return _report(doc, extra["out"])
+
+
+async def _run_until_signal(runner: Runner, interrupted: list[str]) -> dict:
+    """runner.run(), cancelled by SIGTERM as Ctrl-C cancels it (asyncio.run turns SIGINT into
+    KeyboardInterrupt), so either way the caller can write the partial report."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+
+    def terminate():
+        interrupted.append("SIGTERM")
+        task.cancel()
+
+    previous = signal.getsignal(signal.SIGTERM)
     try:
-        written = report.write(doc, extra["out"])
+        loop.add_signal_handler(signal.SIGTERM, terminate)
+    except (NotImplementedError, RuntimeError, ValueError):
+        previous = None  # not the main thread, or no signals here: Ctrl-C still works
+    try:
+        return await runner.run()
+    finally:
+        if previous is not None:
+            # remove_signal_handler would leave SIG_DFL: give back what the caller had.
+            loop.remove_signal_handler(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _report(doc: dict, out: Path) -> int:
+    """Write and print the report -> the exit status (0 ok, 1 failed or not written)."""
+    try:
+        written = report.write(doc, out)
     except OSError as exc:
-        print(f"cannot write the report into {extra['out']}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"cannot write the report into {out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     sys.stdout.write(report.render_markdown(doc))
     sys.stdout.flush()

@@ -22,6 +22,14 @@ _LENGTH_REJECTION = re.compile(r"context length|maximum model length|max_model_l
                                r"exceeds the maximum|too long|longer than", re.I)
 
 
+# A stream is "buffered" when its tokens did not arrive one (or a few) per network read: behind
+# a buffering proxy the whole answer lands in one read, so the first token's arrival is the
+# last one's and TTFT, decode and aggregate figures describe the proxy, not the server. Real
+# servers send one chunk per token; a loaded client can find a few chunks in one read.
+BUFFERED_MIN_CHUNKS = 4
+BUFFERED_CHUNKS_PER_READ = 4.0
+
+
 @dataclass
 class StreamOutcome:
     """What one streaming request produced (times are perf_counter seconds)."""
@@ -35,13 +43,29 @@ class StreamOutcome:
     usage_completion_tokens: int | None = None
     usage_prompt_tokens: int | None = None
     finish_reason: str | None = None
-    done: bool = False
+    done: bool = False  # the stream ended cleanly: data: [DONE], or finish_reason/usage then EOF
+    done_marker: bool = False  # data: [DONE] itself was sent
     error: str | None = None
     length_rejected: bool = False
+    empty_text: bool = False  # usage counts tokens the chunks carried as empty text
+    token_reads: int = 0  # network reads that completed at least one token-bearing chunk
+    max_chunks_per_read: int = 0
+    # Chunks with a choice but empty text: the timing of last resort when every token decoded to "".
+    t_first_choice: float | None = None
+    t_last_choice: float | None = None
+    choice_chunks: int = 0
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.done and self.t_first is not None
+
+    @property
+    def buffered(self) -> bool:
+        """Did the tokens arrive many to a read (see BUFFERED_CHUNKS_PER_READ)?"""
+        chunks = self.content_chunks + self.choice_chunks
+        if chunks < BUFFERED_MIN_CHUNKS or not self.token_reads:
+            return False
+        return self.token_reads == 1 or chunks / self.token_reads >= BUFFERED_CHUNKS_PER_READ
 
     @property
     def completion_tokens(self) -> tuple[int | None, str | None]:
@@ -85,6 +109,19 @@ def _chunk_has_token(event: dict, chat: bool) -> bool:
     return False
 
 
+def _chunk_has_empty_token(event: dict, chat: bool) -> bool:
+    """A choice whose text (or delta content) is present but empty: a token that decoded to
+    nothing printable. A chat delta with only the role announces the answer; it is no token."""
+    for choice in event.get("choices") or ():
+        if chat:
+            delta = choice.get("delta") or {}
+            if delta.get("content") == "" and "role" not in delta:
+                return True
+        elif choice.get("text") == "":
+            return True
+    return False
+
+
 def _finish_reason(event: dict) -> str | None:
     for choice in event.get("choices") or ():
         if choice.get("finish_reason"):
@@ -93,10 +130,16 @@ def _finish_reason(event: dict) -> str | None:
 
 
 async def stream_request(client: httpx.AsyncClient, url: str, payload: bytes, headers: dict, *, chat: bool,
-                         timeout_s: float, clock=time.perf_counter) -> StreamOutcome:
+                         timeout_s: float, stall_timeout_s: float | None = None,
+                         clock=time.perf_counter) -> StreamOutcome:
     """POST a streaming request (payload: the JSON body, already encoded so encoding a long
-    prompt is not timed as TTFT) and read it to [DONE] within timeout_s."""
+    prompt is not timed as TTFT) and read it to its end within timeout_s; once the first token
+    has come, each next one must come within stall_timeout_s (None: no such limit).
+
+    The end is data: [DONE], or (as the OpenAI client accepts) the body ending after a chunk
+    with finish_reason or usage; a body that ends without either was cut off."""
     outcome = StreamOutcome(t_send=clock())
+    loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(timeout_s):
             async with client.stream("POST", url, content=payload, headers=headers) as response:
@@ -106,23 +149,44 @@ async def stream_request(client: httpx.AsyncClient, url: str, payload: bytes, he
                     outcome.length_rejected = is_length_rejection(response.status_code, outcome.error)
                     return outcome
                 pending = b""
-                async for data in response.aiter_bytes():
-                    now = clock()
-                    pending += data
-                    if b"\n" not in data:
-                        continue
-                    lines = pending.split(b"\n")
-                    pending = lines.pop()
-                    for line in lines:
-                        _read_line(line, now, outcome, chat)
-                    if outcome.error:
-                        return outcome
+                reads = response.aiter_bytes().__aiter__()
+                # One timer for the whole stream, pushed forward at every token: no task or timer
+                # per read, so the reader's own cost stays as low as before.
+                stall = asyncio.timeout(None)
+                try:
+                    async with stall:
+                        while True:
+                            try:
+                                data = await anext(reads)
+                            except StopAsyncIteration:
+                                break
+                            now = clock()
+                            pending += data
+                            if b"\n" not in data:
+                                continue
+                            lines = pending.split(b"\n")
+                            pending = lines.pop()
+                            before = outcome.content_chunks + outcome.choice_chunks
+                            for line in lines:
+                                _read_line(line, now, outcome, chat)
+                            if outcome.error:
+                                return outcome
+                            completed = outcome.content_chunks + outcome.choice_chunks - before
+                            if completed > 0:
+                                outcome.token_reads += 1
+                                outcome.max_chunks_per_read = max(outcome.max_chunks_per_read, completed)
+                                if stall_timeout_s is not None:
+                                    stall.reschedule(loop.time() + stall_timeout_s)
+                except TimeoutError:
+                    if stall.expired():
+                        raise _Stalled() from None
+                    raise
                 if pending.strip():
                     _read_line(pending, clock(), outcome, chat)
-                if not outcome.done and outcome.error is None:
-                    outcome.error = "the stream ended before data: [DONE]"
-                elif outcome.t_first is None and outcome.error is None:
-                    outcome.error = "the stream carried no token"
+                _finish(outcome)
+    except _Stalled:
+        outcome.error = (f"the stream stalled: no token for {stall_timeout_s:g} s after token "
+                         f"{outcome.content_chunks or outcome.choice_chunks} (--stall-timeout)")
     except TimeoutError:
         outcome.error = f"no complete answer within {timeout_s:g} s (--timeout)"
     except httpx.HTTPError as exc:
@@ -132,13 +196,37 @@ async def stream_request(client: httpx.AsyncClient, url: str, payload: bytes, he
     return outcome
 
 
+class _Stalled(Exception):
+    pass
+
+
+def _finish(outcome: StreamOutcome) -> None:
+    """Decide, at the end of the body, whether the stream ended cleanly and carried tokens."""
+    if outcome.error is not None:
+        return
+    if not outcome.done_marker:
+        if outcome.finish_reason is None and outcome.usage_completion_tokens is None:
+            outcome.error = ("the stream ended before data: [DONE] and without a finish_reason or usage chunk "
+                             f"(cut off after {outcome.content_chunks} token chunk(s))")
+            return
+    outcome.done = True
+    if outcome.t_first is None:
+        if outcome.usage_completion_tokens and outcome.t_first_choice is not None:
+            # The tokens decoded to empty text (special tokens, or a model emitting nothing
+            # printable): usage still counts them and their chunks still time them.
+            outcome.empty_text = True
+            outcome.t_first, outcome.t_last = outcome.t_first_choice, outcome.t_last_choice
+        else:
+            outcome.error = "the stream carried no token"
+
+
 def _read_line(line: bytes, now: float, outcome: StreamOutcome, chat: bool) -> None:
     line = line.strip()
     if not line.startswith(b"data:"):
         return  # blank separators, comments (": ping"), event:/id: fields
     data = line[5:].strip()
     if data == b"[DONE]":
-        outcome.done = True
+        outcome.done_marker = True
         return
     try:
         event = json.loads(data)
@@ -156,6 +244,11 @@ def _read_line(line: bytes, now: float, outcome: StreamOutcome, chat: bool) -> N
             outcome.t_first = now
         outcome.t_last = now
         outcome.content_chunks += 1
+    elif _chunk_has_empty_token(event, chat):
+        if outcome.t_first_choice is None:
+            outcome.t_first_choice = now
+        outcome.t_last_choice = now
+        outcome.choice_chunks += 1
     reason = _finish_reason(event)
     if reason:
         outcome.finish_reason = reason
@@ -167,12 +260,26 @@ def _read_line(line: bytes, now: float, outcome: StreamOutcome, chat: bool) -> N
             outcome.usage_prompt_tokens = int(usage["prompt_tokens"])
 
 
+# Fields beyond the OpenAI schema, or beyond what every server accepts, that a run can do
+# without: ignore_eos (vLLM, SGLang) keeps answers at max_tokens, stream_options asks for the
+# usage chunk. A server that validates strictly (FastAPI/pydantic) refuses them with 400/422.
+OPTIONAL_FIELDS = ("ignore_eos", "stream_options")
+
+
+def refused_field(status: int | None, message: str | None, sent: dict) -> str | None:
+    """The optional field a 400/422 refusal names, when the request carried it; else None."""
+    if status not in (400, 422) or not message:
+        return None
+    return next((name for name in OPTIONAL_FIELDS if name in sent and name in message), None)
+
+
 @dataclass
 class ProbeOutcome:
     prompt_tokens: int | None = None
     status: int | None = None
     error: str | None = None
     length_rejected: bool = False
+    missing_usage: bool = False  # answered 200 without usage.prompt_tokens
 
 
 async def probe_prompt_tokens(client: httpx.AsyncClient, url: str, payload: bytes, headers: dict, *,
@@ -198,4 +305,54 @@ async def probe_prompt_tokens(client: httpx.AsyncClient, url: str, payload: byte
         outcome.prompt_tokens = int(usage["prompt_tokens"])
     except (ValueError, KeyError, TypeError, AttributeError):
         outcome.error = "the answer has no usage.prompt_tokens, so prompts cannot be sized to a token count"
+        outcome.missing_usage = True
     return outcome
+
+
+async def get_json(client: httpx.AsyncClient, method: str, url: str, headers: dict, *, timeout_s: float,
+                   body: dict | None = None) -> tuple[int | None, object, str | None]:
+    """(status, parsed JSON or None, error) of one small request; never raises for the network."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            if body is None:
+                response = await client.request(method, url, headers=headers)
+            else:
+                response = await client.request(method, url, headers=headers, content=json.dumps(body).encode())
+    except TimeoutError:
+        return None, None, f"no answer within {timeout_s:g} s"
+    except httpx.HTTPError as exc:
+        return None, None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if response.status_code != 200:
+        return response.status_code, None, error_message(response.status_code, response.content)
+    try:
+        return 200, response.json(), None
+    except ValueError:
+        return 200, None, "answered 200 with a body that is not JSON"
+
+
+async def list_models(client: httpx.AsyncClient, api_base: str, headers: dict, *,
+                      timeout_s: float) -> tuple[list[str] | None, str | None]:
+    """The model ids GET /v1/models lists, or (None, why not)."""
+    status, body, error = await get_json(client, "GET", api_base + "/models", headers, timeout_s=timeout_s)
+    if error:
+        return None, ("answered " + error) if status else error
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return None, "answered without a data list"
+    return [str(m["id"]) for m in data if isinstance(m, dict) and m.get("id") is not None], None
+
+
+async def count_tokens(client: httpx.AsyncClient, url: str, body: dict, headers: dict, *,
+                       timeout_s: float) -> tuple[int | None, str | None]:
+    """A tokenizer endpoint's count: vLLM's POST /tokenize and SGLang's POST /v1/tokenize both
+    answer {"count": N, "tokens": [...], "max_model_len": M}."""
+    status, answer, error = await get_json(client, "POST", url, headers, timeout_s=timeout_s, body=body)
+    if error:
+        return None, error
+    count = answer.get("count") if isinstance(answer, dict) else None
+    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+        return count, None
+    tokens = answer.get("tokens") if isinstance(answer, dict) else None
+    if isinstance(tokens, list) and tokens:
+        return len(tokens), None
+    return None, "answered 200 without a token count"

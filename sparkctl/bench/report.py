@@ -74,6 +74,13 @@ def render_markdown(doc: dict) -> str:
                  f"{s['requests_per_stream']} request(s) per stream, {s['warmup']} warm-up, started {doc['started_at']}, "
                  f"{doc['duration_s']:.0f} s.")
     lines.append("")
+    calibration = doc.get("calibration") or {}
+    estimated = bool(calibration.get("estimated"))
+    if estimated:
+        lines.append(f"**Prompt lengths are ESTIMATED** at {calibration.get('chars_per_token')} characters per token "
+                     f"({calibration.get('chars_per_token_source')}): the server counted none of them. Values marked ~ "
+                     "are estimates.")
+        lines.append("")
     for error in doc.get("errors", []):
         lines.append(f"- **error:** {error}")
     for warning in doc.get("warnings", []):
@@ -90,8 +97,12 @@ def render_markdown(doc: dict) -> str:
         summary = p.get("summary") or {}
         decode, ttft = summary.get("decode_tok_s") or {}, summary.get("ttft_s") or {}
         ref_decode, ref_ttft = _comparison(doc, "decode_tok_s", p), _comparison(doc, "ttft_s", p)
+        sent = _num((summary.get("prompt_tokens") or {}).get("median"), 0)
+        if estimated and sent != "n/a" and any(r.get("prompt_tokens_source") == "estimate" for r in doc["requests"]
+                                               if r.get("point") == p["point"]):
+            sent = "~" + sent
         rows.append([
-            p["prompt_tokens_target"], _num((summary.get("prompt_tokens") or {}).get("median"), 0),
+            p["prompt_tokens_target"], sent,
             _seconds(ttft.get("median")), _seconds(ttft.get("p90")),
             _num(decode.get("median")), _num(decode.get("p90")),
             _num(ref_decode["reference"]) if ref_decode else "", _ratio(ref_decode["ratio"]) if ref_decode else "",
@@ -121,6 +132,22 @@ def render_markdown(doc: dict) -> str:
     lines += _table(["prompt (target)", "streams", "aggregate tok/s", "decode/stream median (min-max)",
                      "TTFT median (max) s", "ref aggregate tok/s", "ratio", "failed", "status"], rows)
     lines.append("")
+
+    noted = [p for p in points if p.get("early_stops") or p.get("buffered_requests")]
+    if noted:
+        lines.append("## Answers that stopped early or arrived buffered")
+        lines.append("")
+        for p in noted:
+            requests = (p.get("summary") or {}).get("requests", 0)
+            where = f"- prompt {p['prompt_tokens_target']} x {p['streams']} stream(s):"
+            if p.get("early_stops"):
+                where += (f" {p['early_stops']} of {requests} answers stopped early (finish_reason before max_tokens "
+                          f"{s['max_tokens']});")
+            if p.get("buffered_requests"):
+                where += (f" {p['buffered_requests']} of {requests} answers arrived buffered (many tokens in one network "
+                          "read): TTFT and decode figures are not the server's;")
+            lines.append(where.rstrip(";"))
+        lines.append("")
 
     not_measured = [p for p in points if p["status"] == "skipped" or (p["status"] == "failed" and not p.get("summary"))]
     if not_measured:

@@ -1,11 +1,19 @@
 """One benchmark run: warm-up, prompt sizing, the measurement points, client overhead.
 
-Order: warm-up requests (not counted) -> two short probes fit tokens-per-word -> for each
+Order: the model (GET /v1/models: checks --model, or picks the only one served) -> warm-up
+requests (not counted) -> two short probes fit tokens-per-word -> for each
 prompt length (ascending) size the filler to the target with max_tokens=1 probes, then
 measure it at every concurrency level -> the loopback self-test. A point is skipped (not
 failed) when prompt + max_tokens exceeds --max-model-len or the server refuses the length
 with a 400; any other failed measured request makes the run fail (exit 1) but the report is
-still written, the failures marked."""
+still written, the failures marked.
+
+Servers other than vLLM and SGLang differ in small ways the run adapts to, each said once in
+the report's warnings: an optional field refused with a 400/422 (ignore_eos, stream_options)
+is dropped and the request sent again; no usage.prompt_tokens in non-streamed answers switches
+prompt sizing to the server's tokenizer endpoint, else to a characters-per-token estimate
+(the lengths are then marked estimated); streams ending without data: [DONE], tokens that
+decode to empty text, and streams that arrive buffered are accepted but noted."""
 
 from __future__ import annotations
 
@@ -20,7 +28,8 @@ from pathlib import Path
 import httpx
 
 from . import SCHEMA_VERSION, prompts, reference as reference_mod, stats
-from .client import StreamOutcome, probe_prompt_tokens, stream_request
+from .client import (OPTIONAL_FIELDS, ProbeOutcome, StreamOutcome, count_tokens, list_models, probe_prompt_tokens,
+                     refused_field, stream_request)
 from .selftest import measure_capacity
 from .settings import Settings
 
@@ -30,6 +39,16 @@ CALIBRATION_TOLERANCE = 0.02
 CALIBRATION_ATTEMPTS = 4
 OVERHEAD_WARN_FRACTION = 0.10
 CORE_WARN_FRACTION = 0.5
+# English text in common BPE vocabularies runs at about 4 characters per token; used only when
+# the server reports no prompt token count anywhere and has no tokenizer endpoint.
+DEFAULT_CHARS_PER_TOKEN = 4.0
+# vLLM serves /tokenize beside /v1; SGLang serves /v1/tokenize (prompt strings only).
+TOKENIZER_ROUTES = ("/tokenize", "/v1/tokenize")
+MODELS_TIMEOUT_S = 30.0
+
+
+class ModelChoiceError(Exception):
+    """--model cannot be settled from what the server lists; str() is the message (flag, fix)."""
 
 
 def _now_iso() -> str:
@@ -61,6 +80,19 @@ class Runner:
         self.warnings: list[str] = []
         self.t0 = 0.0
         self._fillers: dict[int, str] = {}
+        self.dropped: dict[str, str] = {}  # optional field -> the refusal that dropped it
+        self.sizing = {"method": "usage.prompt_tokens", "estimated": False, "chars_per_token": None,
+                       "chars_per_token_source": None, "route": None}
+        self._sized_tokens: dict[int, int] = {}  # filler words -> prompt tokens as sized
+        self._last_text_chars = 0
+        self._cpu0 = 0.0
+        self.started_at = ""
+        self.warmup: list[dict] = []
+        self.points: list[dict] = []
+        self.requests: list[dict] = []
+        self.calibration: dict = {"fit": None, "probes": [], "lengths": []}
+        self.plan: list[tuple[int, int]] = []
+        self._warmup_chars: list[tuple[dict, int]] = []
 
     # ---- helpers ------------------------------------------------------------------------
 
@@ -74,11 +106,35 @@ class Runner:
             self._fillers[words] = prompts.filler(words)
         return self._fillers[words]
 
-    def _payload(self, words: int, max_tokens: int, *, stream: bool) -> bytes:
+    def _body(self, words: int, max_tokens: int, *, stream: bool) -> dict:
         text = prompts.prompt_text(self.nonces.next(), self._filler(words))
+        self._last_text_chars = len(text)
         body = prompts.request_body(self.settings.endpoint, self.settings.model, text, max_tokens, stream=stream,
                                     ignore_eos=self.settings.ignore_eos)
-        return json.dumps(body).encode()
+        for name in self.dropped:
+            body.pop(name, None)
+        return body
+
+    def _payload(self, words: int, max_tokens: int, *, stream: bool) -> bytes:
+        return json.dumps(self._body(words, max_tokens, stream=stream)).encode()
+
+    def _drop_refused(self, status: int | None, error: str | None, payload: bytes) -> bool:
+        """Drop an optional field the server refused (once per run, said once); True to resend."""
+        name = refused_field(status, error, json.loads(payload))
+        if name is None or name in self.dropped:
+            return False
+        self.dropped[name] = self._redact(error)
+        consequence = {
+            "ignore_eos": "measuring with the server's own stopping instead: answers may stop before --max-tokens, "
+                          "and each point counts those that stopped early",
+            "stream_options": "streams then carry no usage chunk: completion tokens are counted from the chunks",
+        }[name]
+        if name == "ignore_eos":
+            self.settings.ignore_eos = False
+        message = f"the server refuses {name} ({self.dropped[name][:200]}): {consequence}"
+        self.warnings.append(message)
+        self.progress(f"note: {message}")
+        return True
 
     def _rel(self, t):
         return None if t is None else _round(t - self.t0)
@@ -86,11 +142,19 @@ class Runner:
     def _record(self, outcome: StreamOutcome, *, phase: str, point: int | None, stream: int, index: int,
                 target: int | None, words: int) -> dict:
         tokens, source = outcome.completion_tokens
-        ok = outcome.ok
+        ok, error = outcome.ok, outcome.error
+        buffered = outcome.buffered
+        if ok and buffered and self.settings.strict:
+            ok, error = False, (f"the stream arrived buffered ({outcome.max_chunks_per_read} token chunks in one network "
+                                f"read): its TTFT and decode rate are not the server's (--strict)")
+        prompt_tokens, prompt_source = outcome.usage_prompt_tokens, "usage"
+        if prompt_tokens is None:
+            prompt_tokens = self._sized_tokens.get(words)
+            prompt_source = None if prompt_tokens is None else ("estimate" if self.sizing["estimated"] else "tokenizer")
         return {
             "phase": phase, "point": point, "stream": stream, "index": index,
             "prompt_tokens_target": target, "prompt_words": words,
-            "prompt_tokens": outcome.usage_prompt_tokens,
+            "prompt_tokens": prompt_tokens, "prompt_tokens_source": prompt_source,
             "max_tokens": self.settings.max_tokens,
             "completion_tokens": tokens, "token_count_source": source, "content_chunks": outcome.content_chunks,
             "t_send": self._rel(outcome.t_send), "t_first": self._rel(outcome.t_first), "t_last": self._rel(outcome.t_last),
@@ -98,21 +162,89 @@ class Runner:
             "ttft_s": _round(stats.time_to_first_token(outcome.t_send, outcome.t_first)),
             "decode_tok_s": _round(stats.decode_rate(tokens, outcome.t_first, outcome.t_last)) if ok else None,
             "finish_reason": outcome.finish_reason,
-            "ok": ok, "status": outcome.status, "error": self._redact(outcome.error),
+            "stopped_early": bool(outcome.ok and tokens is not None and tokens < self.settings.max_tokens
+                                  and outcome.finish_reason != "length"),
+            "done_marker": outcome.done_marker, "empty_text": outcome.empty_text,
+            "buffered": buffered, "token_reads": outcome.token_reads, "max_chunks_per_read": outcome.max_chunks_per_read,
+            "ok": ok, "status": outcome.status, "error": self._redact(error),
             "length_rejected": outcome.length_rejected,
         }
 
     async def _stream(self, client, words, payload: bytes | None = None, **where) -> dict:
-        payload = payload or self._payload(words, self.settings.max_tokens, stream=True)
-        outcome = await stream_request(client, self.url, payload, self.headers, chat=self.chat,
-                                       timeout_s=self.settings.timeout_s, clock=self.clock)
+        for _ in range(len(OPTIONAL_FIELDS) + 1):
+            payload = payload or self._payload(words, self.settings.max_tokens, stream=True)
+            outcome = await stream_request(client, self.url, payload, self.headers, chat=self.chat,
+                                           timeout_s=self.settings.timeout_s, stall_timeout_s=self.settings.stall_timeout_s,
+                                           clock=self.clock)
+            if outcome.ok or not self._drop_refused(outcome.status, outcome.error, payload):
+                break
+            payload = None
         return self._record(outcome, words=words, **where)
 
-    async def _probe(self, client, words):
-        payload = self._payload(words, 1, stream=False)
-        probe = await probe_prompt_tokens(client, self.url, payload, self.headers, timeout_s=self.settings.timeout_s)
+    async def _probe(self, client, words) -> ProbeOutcome:
+        for _ in range(len(OPTIONAL_FIELDS) + 1):
+            payload = self._payload(words, 1, stream=False)
+            probe = await probe_prompt_tokens(client, self.url, payload, self.headers, timeout_s=self.settings.timeout_s)
+            if not probe.error or not self._drop_refused(probe.status, probe.error, payload):
+                break
         probe.error = self._redact(probe.error)
         return probe
+
+    async def _count(self, client, words) -> ProbeOutcome:
+        """The prompt tokens of a prompt of `words` filler words, by the sizing method in use:
+        the server's usage, its tokenizer endpoint, or the characters-per-token estimate."""
+        if self.sizing["method"] == "usage.prompt_tokens":
+            probe = await self._probe(client, words)
+            if not probe.missing_usage:
+                return self._remember(words, probe)
+            await self._choose_sizing(client, probe.error)
+        if self.sizing["route"]:
+            body = self._body(words, 1, stream=False)
+            request = {"model": body["model"]}
+            if self.chat and self.sizing["route"].endswith("/v1/tokenize"):
+                request["prompt"] = body["messages"][0]["content"]  # SGLang counts strings only
+            else:
+                request.update({k: body[k] for k in ("prompt", "messages") if k in body})
+            tokens, error = await count_tokens(client, self.sizing["route"], request, self.headers,
+                                               timeout_s=self.settings.timeout_s)
+            return self._remember(words, ProbeOutcome(prompt_tokens=tokens, error=self._redact(
+                None if error is None else f"{self.sizing['method']} {error}")))
+        self._body(words, 1, stream=False)
+        tokens = max(1, round(self._last_text_chars / self.sizing["chars_per_token"]))
+        return self._remember(words, ProbeOutcome(prompt_tokens=tokens))
+
+    def _remember(self, words: int, probe: ProbeOutcome) -> ProbeOutcome:
+        if probe.prompt_tokens is not None:
+            self._sized_tokens[words] = probe.prompt_tokens
+        return probe
+
+    async def _choose_sizing(self, client, why: str) -> None:
+        """No usage.prompt_tokens: a tokenizer endpoint if the server has one, else an estimate
+        calibrated on the warm-up's streamed usage, else DEFAULT_CHARS_PER_TOKEN."""
+        for path in TOKENIZER_ROUTES:
+            url = self.settings.server_root + path
+            text = prompts.prompt_text(self.nonces.next(), self._filler(FIT_WORDS[0]))
+            request = {"model": self.settings.model, "prompt": text}
+            if self.chat and path == "/tokenize":
+                request = {"model": self.settings.model, "messages": [{"role": "user", "content": text}]}
+            tokens, _ = await count_tokens(client, url, request, self.headers, timeout_s=min(self.settings.timeout_s, 30.0))
+            if tokens:
+                note = " (the chat template is not counted)" if self.chat and path == "/v1/tokenize" else ""
+                self.sizing.update(method=f"tokenizer POST {path}", route=url)
+                self.warnings.append(f"the server reports no usage.prompt_tokens; prompts are sized with its tokenizer "
+                                     f"(POST {path}){note}")
+                return
+        calibration = next(((r["prompt_tokens"], chars) for r, chars in self._warmup_chars
+                            if r["ok"] and r["prompt_tokens"] and r["prompt_tokens_source"] == "usage"), None)
+        if calibration:
+            cpt, source = calibration[1] / calibration[0], (f"calibrated on the warm-up: {calibration[1]} characters = "
+                                                            f"{calibration[0]} prompt tokens in its streamed usage")
+        else:
+            cpt, source = DEFAULT_CHARS_PER_TOKEN, ("default: the server reports no prompt token count and has no "
+                                                    "tokenizer endpoint")
+        self.sizing.update(method="estimate", estimated=True, chars_per_token=round(cpt, 4), chars_per_token_source=source)
+        self.warnings.append(f"prompt lengths are estimated at {cpt:.2f} characters per token ({source}); "
+                             f"{why.split(', so ')[0]} and neither POST /tokenize nor POST /v1/tokenize answers")
 
     def _write_progress(self, entry: dict) -> None:
         if self.progress_file is None:
@@ -129,7 +261,7 @@ class Runner:
     async def _fit(self, client) -> tuple[prompts.LinearFit | None, list[dict]]:
         probes = []
         for words in FIT_WORDS:
-            probe = await self._probe(client, words)
+            probe = await self._count(client, words)
             probes.append({"words": words, "prompt_tokens": probe.prompt_tokens, "error": probe.error})
             if probe.error:
                 self.errors.append(f"prompt sizing probe ({words} words) failed: {probe.error}")
@@ -150,7 +282,7 @@ class Runner:
         words = max(1, fit.words_for(target))
         best = None
         for _ in range(CALIBRATION_ATTEMPTS):
-            probe = await self._probe(client, words)
+            probe = await self._count(client, words)
             result["attempts"].append({"words": words, "prompt_tokens": probe.prompt_tokens, "error": probe.error})
             if probe.length_rejected:
                 result.update(status="skipped", reason=f"the server refused a {target}-token prompt: {probe.error}")
@@ -208,6 +340,15 @@ class Runner:
         point["prompt_words"] = size["words"]
         records = await self._measure(client, point["point"], point["prompt_tokens_target"], point["streams"], size["words"])
         point["summary"] = stats.summarize_point(records, point["streams"])
+        point["early_stops"] = sum(1 for r in records if r["stopped_early"])
+        point["buffered_requests"] = sum(1 for r in records if r["buffered"])
+        if point["buffered_requests"]:
+            most = max(r["max_chunks_per_read"] for r in records)
+            self.warnings.append(
+                f"point {point['point']} (prompt {point['prompt_tokens_target']} x {point['streams']} stream(s)): "
+                f"{point['buffered_requests']} of {len(records)} answers arrived buffered (up to {most} token chunks in "
+                f"one network read): its TTFT, decode and aggregate figures are the buffer's, not the server's; is a "
+                f"proxy between client and server buffering the stream? (--strict fails such points)")
         rejected = next((r for r in records if r["length_rejected"]), None)
         if rejected:
             point.update(status="skipped", reason=f"the server refused the length: {rejected['error']}")
@@ -220,26 +361,51 @@ class Runner:
 
     # ---- the run ------------------------------------------------------------------------
 
+    async def resolve_model(self, client) -> None:
+        """Settle the model from GET /v1/models: --model must be listed (when the server lists
+        any); without --model the only listed model is taken. ModelChoiceError otherwise."""
+        s = self.settings
+        ids, error = await list_models(client, s.api_base, self.headers, timeout_s=min(s.timeout_s, MODELS_TIMEOUT_S))
+        error = self._redact(error)
+        listed = ", ".join(repr(i) for i in ids or [])
+        if s.model is None:
+            if ids is None:
+                raise ModelChoiceError(f"--model: not given, and GET {s.api_base}/models {error}; give the served model "
+                                       "name, e.g. --model NAME")
+            if not ids:
+                raise ModelChoiceError(f"--model: not given, and GET {s.api_base}/models lists no model; give the served "
+                                       "model name, e.g. --model NAME")
+            if len(ids) > 1:
+                raise ModelChoiceError(f"--model: not given, and the server serves several models ({listed}); choose one, "
+                                       f"e.g. --model {ids[0]}")
+            s.model, s.model_source = ids[0], "GET /v1/models"
+            self.progress(f"model: {s.model} (the one model GET /v1/models lists)")
+        elif ids is None:
+            self.warnings.append(f"GET {s.api_base}/models {error}: the model name {s.model!r} could not be checked")
+        elif s.model not in ids:
+            raise ModelChoiceError(f"--model: {s.model!r} is not served here; GET {s.api_base}/models lists {listed or 'nothing'}"
+                                   f"; give one of them, e.g. --model {ids[0] if ids else 'NAME'}, or leave --model out when "
+                                   "the server serves one model")
+
     async def run(self) -> dict:
         s = self.settings
-        started_at = _now_iso()
+        self.started_at = _now_iso()
         self.t0 = self.clock()
-        cpu0 = time.process_time()
+        self._cpu0 = time.process_time()
         limits = httpx.Limits(max_connections=max(s.concurrency) + 2, max_keepalive_connections=max(s.concurrency) + 2)
         timeout = httpx.Timeout(s.timeout_s, connect=min(s.timeout_s, 30.0))
-        warmup: list[dict] = []
-        points: list[dict] = []
-        requests: list[dict] = []
-        calibration = {"fit": None, "probes": [], "lengths": []}
-        plan = [(target, streams) for target in s.prompt_tokens for streams in s.concurrency]
+        warmup, points, requests, calibration = self.warmup, self.points, self.requests, self.calibration
+        self.plan = plan = [(target, streams) for target in s.prompt_tokens for streams in s.concurrency]
         total = len(plan)
 
         # trust_env=False: a proxy from the environment would sit in the timed path.
         async with httpx.AsyncClient(transport=self.transport, limits=limits, timeout=timeout, trust_env=False) as client:
+            await self.resolve_model(client)
             for i in range(s.warmup):
                 self.progress(f"warm-up {i + 1}/{s.warmup}: {WARMUP_WORDS}-word prompt, {s.max_tokens} tokens")
                 record = await self._stream(client, WARMUP_WORDS, phase="warmup", point=None, stream=0, index=i, target=None)
                 warmup.append(record)
+                self._warmup_chars.append((record, self._last_text_chars))
                 if not record["ok"]:
                     self.errors.append(f"warm-up request failed: {record['error']}")
                     break
@@ -252,7 +418,8 @@ class Runner:
             for number, (target, streams) in enumerate(plan, start=1):
                 began = self.clock()
                 point = {"point": number, "prompt_tokens_target": target, "streams": streams, "status": "ok", "reason": None,
-                         "prompt_words": None, "summary": None, "started_s": self._rel(began), "elapsed_s": None}
+                         "prompt_words": None, "summary": None, "early_stops": 0, "buffered_requests": 0,
+                         "started_s": self._rel(began), "elapsed_s": None}
                 if s.max_model_len and target + s.max_tokens > s.max_model_len:
                     point.update(status="skipped", reason=f"{target} prompt + {s.max_tokens} max_tokens exceeds "
                                                           f"--max-model-len {s.max_model_len}")
@@ -276,39 +443,85 @@ class Runner:
                 self._write_progress({"point": number, "points": total, "prompt_tokens": target, "streams": streams,
                                       "elapsed_s": _round(self.clock() - self.t0, 3), "message": message})
         wall = self.clock() - self.t0
-        cpu = time.process_time() - cpu0
+        cpu = time.process_time() - self._cpu0
 
         self.progress(f"client self-test ({s.selftest_s:g} s on loopback)")
         capacity = await measure_capacity(s.endpoint, s.selftest_s)
-        overhead = self._overhead(cpu, wall, warmup + requests, points, capacity)
+        return self.document(cpu, wall, capacity)
 
+    def partial_document(self, signal_name: str) -> dict:
+        """The report of what was measured before an interrupt: the finished points as they
+        are, the rest marked not measured, no self-test."""
+        s = self.settings
+        if not self.plan:
+            self.plan = [(target, streams) for target in s.prompt_tokens for streams in s.concurrency]
+        done = len(self.points)
+        for number, (target, streams) in enumerate(self.plan[done:], start=done + 1):
+            self.points.append({"point": number, "prompt_tokens_target": target, "streams": streams, "status": "failed",
+                                "reason": f"not measured: the run was interrupted ({signal_name})", "prompt_words": None,
+                                "summary": None, "early_stops": 0, "buffered_requests": 0, "started_s": None,
+                                "elapsed_s": None})
+        self.errors.insert(0, f"interrupted by {signal_name} after {done} of {len(self.plan)} point(s): this is a partial "
+                              "report")
+        wall = self.clock() - self.t0 if self.t0 else 0.0
+        cpu = time.process_time() - self._cpu0 if self._cpu0 else 0.0
+        doc = self.document(cpu, wall, {"tokens_per_s": None, "error": None, "skipped": "the run was interrupted"},
+                            count_unmeasured=False)
+        doc["interrupted"] = signal_name
+        return doc
+
+    def document(self, cpu: float, wall: float, capacity: dict, *, count_unmeasured: bool = True) -> dict:
+        s = self.settings
+        requests, points = self.requests, self.points
+        overhead = self._overhead(cpu, wall, self.warmup + requests, points, capacity)
         failed_requests = sum(1 for r in requests if not r["ok"] and not r["length_rejected"])
         if failed_requests:
             self.errors.append(f"{failed_requests} measured request(s) failed")
         unmeasured = [p for p in points if p["status"] == "failed" and not p["summary"]]
-        if unmeasured:
+        if unmeasured and count_unmeasured:
             self.errors.append(f"{len(unmeasured)} point(s) could not be measured; first: {unmeasured[0]['reason']}")
         if points and all(p["status"] == "skipped" for p in points):
             self.errors.append("nothing was measured: every point was skipped")
+        self._note_stream_shapes()
+        self.calibration.update({k: self.sizing[k] for k in ("method", "estimated", "chars_per_token",
+                                                             "chars_per_token_source")})
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "sparkctl.bench", "version": _tool_version()},
             "label": s.label,
-            "started_at": started_at,
+            "started_at": self.started_at or _now_iso(),
             "finished_at": _now_iso(),
-            "duration_s": _round(self.clock() - self.t0, 3),
+            "duration_s": _round(self.clock() - self.t0, 3) if self.t0 else 0.0,
             "ok": not self.errors,
+            "interrupted": None,
             "settings": s.as_dict() | {"api_key_set": bool(self._api_key)},
-            "calibration": calibration,
+            "calibration": self.calibration,
             "points": points,
             "requests": requests,
-            "warmup": warmup,
+            "warmup": self.warmup,
             "overhead": overhead,
             "reference": self.reference,
             "comparisons": reference_mod.compare(points, self.reference),
             "errors": self.errors,
             "warnings": self.warnings,
         }
+
+    def _note_stream_shapes(self) -> None:
+        """One warning per stream quirk seen in the run (each request record says which had it)."""
+        streamed = [r for r in self.warmup + self.requests if r["ok"]]
+        no_marker = sum(1 for r in streamed if not r["done_marker"])
+        if no_marker:
+            self.warnings.append(f"{no_marker} of {len(streamed)} stream(s) ended without data: [DONE] (accepted: each "
+                                 "ended cleanly after its finish_reason or usage chunk, as the OpenAI client accepts)")
+        empty = sum(1 for r in streamed if r["empty_text"])
+        if empty:
+            self.warnings.append(f"{empty} answer(s) decoded to empty text although usage counts their tokens: counted "
+                                 "by usage.completion_tokens and timed by the chunks that carried them (the model emits "
+                                 "tokens that decode to nothing printable, e.g. special tokens)")
+        early = sum(p.get("early_stops") or 0 for p in self.points)
+        if early:
+            self.warnings.append(f"{early} measured answer(s) stopped early (finish_reason before --max-tokens "
+                                 f"{self.settings.max_tokens}); each point's early_stops counts them")
 
     @staticmethod
     def _point_message(point: dict) -> str:
@@ -321,6 +534,10 @@ class Runner:
         decode, ttft, agg = summary["decode_tok_s"]["median"], summary["ttft_s"]["median"], summary["aggregate"]["tok_s"]
         text = (f"{where}: decode {_fmt(decode, '.1f')} tok/s median, TTFT {_fmt(ttft, '.3f')} s median, "
                 f"aggregate {_fmt(agg, '.1f')} tok/s")
+        if point.get("early_stops"):
+            text += f"; {point['early_stops']} of {summary['requests']} answers stopped early"
+        if point.get("buffered_requests"):
+            text += f"; {point['buffered_requests']} of {summary['requests']} answers arrived BUFFERED"
         return text + (f"; FAILED: {point['reason']}" if point["status"] == "failed" else "")
 
     def _overhead(self, cpu: float, wall: float, streamed: list[dict], points: list[dict], capacity: dict) -> dict:

@@ -11,14 +11,15 @@ spark1 to a fresh directory on spark2 over the direct cable, as the service user
   project-ssh  the same module with checkpoint_transport: ssh (rsync through the
                SSH mesh's client config: aes128-gcm, no compression)
   seed004      rsync -a --partial --inplace -e 'ssh -c aes128-gcm@openssh.com -o Compression=no'
+               (the published recipe's mirror: docs/field-notes.md, "Checkpoint mirroring")
   raw          tar -c | ssh peer tar -x   (the ceiling for an ssh transport)
 
 The bench's daemons are configured from the role's own file on spark2
 (/etc/sparkctl/checkpoint-rsyncd.conf, same secret, same options) with the
 module path moved to the bench directory, and run as transient units for the
 length of the run. Each method runs --rounds times, interleaved, into a new
-directory; the median is reported. Targets (issue 4): project >= 0.90 x raw and
->= 3 x seed004. Both lab nodes share this machine's cores, so the CPU (ssh
+directory; the median is reported. Targets: project >= 0.90 x raw and >= 3 x
+seed004. Both lab nodes share this machine's cores, so the CPU (ssh
 encryption, rsync), not the link, sets these numbers: read the ratios.
 
 Needs: the lab up and converged through the checkpoint stage (site.yml).

@@ -12,8 +12,8 @@ it) against the hub stand-in inside spark1, throttled for the length of the run:
                    spark2 (rsync daemon on both cable halves) as it lands
 
 Each method runs --rounds times, interleaved; the median total time is reported
-(for download+mirror that includes the final pass on the worker). Target
-(issue 4): download+mirror <= 1.1 x download alone.
+(for download+mirror that includes the final pass on the worker). Target:
+download+mirror <= 1.1 x download alone.
 
 Needs: the lab up, the hub stand-in started (`sparklab hub start`) and the
 checkpoint stage converged (site.yml), for the tools venv and the daemon config.

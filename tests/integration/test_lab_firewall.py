@@ -14,7 +14,7 @@ daemon's socket refuses to start while the firewall is on but its table is not
 loaded; a rule set that drops sshd (firewall_ssh_ports without its port) reverts by
 itself and the run fails naming firewall_ssh_ports.
 
-Ray 2.60 cannot bind those ports to the cable address (LAB-NOTES), which is why
+Ray 2.60 cannot bind those ports to the cable address (docs/field-notes.md), which is why
 the firewall exists."""
 
 from __future__ import annotations

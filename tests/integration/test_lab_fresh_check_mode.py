@@ -3,9 +3,9 @@ must list the changes a first run would make, stage by stage and on every node, 
 nothing: files, addresses, MTUs, units, the firewall table and the installed packages are
 probed on both nodes before and after.
 
-Marker `fresh`: tests/suite.sh runs it in a stage of its own on a lab it has just created
-(`sparklab down && sparklab up && pytest tests/integration -m fresh`); on a lab that was
-already provisioned it skips."""
+Marker `fresh`: tests/suite.sh runs it in a stage of its own between molecule's create and
+converge, on the lab molecule has just created (by hand: `sparklab down && sparklab up &&
+pytest tests/integration -m fresh`); on a lab that was already provisioned it skips."""
 
 from __future__ import annotations
 

@@ -30,9 +30,11 @@ def _serve(run_site, *extra):
 
 
 @pytest.fixture(scope="module")
-def served(lab_up, run_site):
-    # Every stage up to serve, end to end, as a user runs it.
-    run = run_site()
+def served(site_converged, run_site):
+    # Every stage, end to end, as a user runs it, ran once for the session (conftest.py); the
+    # serve stage again brings back what a module before this one stopped (the Ray tests stop
+    # the engine).
+    run = _serve(run_site)
     assert run.rc == 0, run.output[-6000:]
     return run
 

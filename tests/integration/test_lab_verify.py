@@ -22,9 +22,10 @@ GPU_JSON = "/etc/sparklab/gpu.json"
 
 
 @pytest.fixture(scope="module")
-def served(lab_up, run_site):
-    # Every stage, end to end, as a user runs it (site.yml ends with verify).
-    run = run_site()
+def served(site_converged, run_site):
+    # Every stage, end to end, ran once for the session (conftest.py: site.yml ends with
+    # verify); the serve stage again brings back whatever a module before this one stopped.
+    run = run_site(playbook="playbooks/serve.yml")
     assert run.rc == 0, run.output[-6000:]
     return run
 

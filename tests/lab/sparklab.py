@@ -46,7 +46,7 @@ NETWORK = "sparklab-mgmt"
 LABEL = "org.sparkctl.lab"
 HASH_LABEL = "org.sparkctl.lab.image-hash"
 SUITE = "bookworm"
-# LAB-NOTES: a systemd node, plus netplan (+udev on bookworm), venv, firewall tools.
+# A systemd node, plus netplan (+udev on bookworm), venv, firewall tools (docs/field-notes.md, "The lab").
 PACKAGES = sorted("""
     dbus libpam-systemd systemd systemd-sysv openssh-server openssh-client python3
     python3-apt sudo rsync iproute2 iputils-ping procps ca-certificates

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
+import yaml
 from ansible.module_utils.testing import patch_module_args
 
 
@@ -45,8 +47,42 @@ def documented_like_spec(doc_options, spec):
     for name in set(doc_options) & set(spec):
         doc, arg = doc_options[name], spec[name]
         for key, fallback in (("type", "str"), ("required", False), ("default", None), ("choices", None), ("elements", None)):
-            if doc.get(key, fallback) != arg.get(key, fallback):
+            documented, taken = doc.get(key, fallback), arg.get(key, fallback)
+            if key == "choices" and documented and taken:
+                # validate-modules compares choices as sets: the order is the documentation's to choose.
+                documented, taken = sorted(map(str, documented)), sorted(map(str, taken))
+            if documented != taken:
                 problems.append(f"{name}.{key}: documented {doc.get(key, fallback)!r}, spec {arg.get(key, fallback)!r}")
         if "suboptions" in doc or "options" in arg:
             problems += [f"{name}.{p}" for p in documented_like_spec(doc.get("suboptions", {}), arg.get("options", {}))]
     return problems
+
+
+class _FragmentLoader:
+    """The part of Ansible's doc-fragment loader that add_fragments uses, for ansible.builtin's fragments and this
+    collection's (importable as ansible_collections.sparkctl.spark, as conftest arranges)."""
+
+    PACKAGES = {
+        "ansible.builtin.": "ansible.plugins.doc_fragments.",
+        "sparkctl.spark.": "ansible_collections.sparkctl.spark.plugins.doc_fragments.",
+    }
+
+    def get(self, name):
+        for prefix, package in self.PACKAGES.items():
+            if name.startswith(prefix) and "." not in name[len(prefix):]:
+                try:
+                    fragment = importlib.import_module(package + name[len(prefix):]).ModuleDocFragment
+                except ModuleNotFoundError:
+                    return None
+                fragment.ansible_name = name
+                return fragment
+        return None
+
+
+def documentation(module):
+    """A module's DOCUMENTATION with its extends_documentation_fragment merged in, as ansible-doc renders it."""
+    from ansible.utils.plugin_docs import add_fragments
+
+    doc = yaml.safe_load(module.DOCUMENTATION)
+    add_fragments(doc, module.__file__, _FragmentLoader(), is_module=True)
+    return doc

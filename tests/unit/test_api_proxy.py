@@ -59,7 +59,7 @@ CASES = {
     "solar-open2-nvfp4-vllm-venv-256k": {},
     "solar-open2-nvfp4-ngc-ep": {},
     "qwen38-flash-next-nvfp4-sglang": {},
-    # Seed 001 as shipped is refused by the memory budget; render its FP8 fix (as test_profile does).
+    # Solar-Open-100B (BF16) as shipped is refused by the memory budget; render its FP8 fix (as test_profile does).
     "solar-open-100b-vllm-fork": {"checkpoint": {"repo_id": "mike-ravkine/Solar-Open-100B-FP8-Dynamic",
                                                  "size_bytes": 103000000000, "precision": "fp8",
                                                  "dir_name": "solar-open-100b-fp8", "shards": None}},

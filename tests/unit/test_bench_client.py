@@ -153,6 +153,8 @@ class FakeServer:
         self.seen = []  # (prompt words, max_tokens, stream, authorization)
 
     def __call__(self, request):
+        if request.method == "GET" and request.url.path == "/v1/models":
+            return httpx.Response(200, json={"object": "list", "data": [{"id": "m", "object": "model"}]})
         body = json.loads(request.content)
         words = len(body["prompt"].split())
         self.seen.append((words, body["max_tokens"], body["stream"], request.headers.get("authorization")))

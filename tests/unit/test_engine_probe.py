@@ -346,6 +346,14 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
+    def _send_json(self, status, payload):
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def log_message(self, *args):
         pass
 
@@ -357,13 +365,14 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         mode = self.server.mode
+        if mode == "empty_chat":
+            # Tokens that decode to empty text: usage counts them, the message shows nothing.
+            self._send_json(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": ""},
+                                               "finish_reason": "length"}],
+                                  "usage": {"prompt_tokens": 12, "completion_tokens": 16, "total_tokens": 28}})
+            return
         if mode == "echo":
-            data = json.dumps({"error": {"message": "bad header %s" % self.headers.get("Authorization")}}).encode()
-            self.send_response(400)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self._send_json(400, {"error": {"message": "bad header %s" % self.headers.get("Authorization")}})
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -371,6 +380,18 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
         try:
+            if mode in ("no_done", "cut"):
+                # no_done: three tokens, the last with its finish_reason, a usage chunk, then the end of
+                # the body without data: [DONE] (accepted, as the OpenAI client accepts it); cut: the
+                # body ends after two tokens with no finish_reason at all.
+                for i, text in enumerate([" Tok", "yo", "."][: 2 if mode == "cut" else 3]):
+                    finish = "length" if mode == "no_done" and i == 2 else None
+                    self.wfile.write(b"data: %s\n\n" % json.dumps({"choices": [{"index": 0, "text": text,
+                                                                                    "finish_reason": finish}]}).encode())
+                if mode == "no_done":
+                    self.wfile.write(b'data: {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4}}\n\n')
+                self.wfile.flush()
+                return
             if mode == "one_token":
                 self.wfile.write(b'data: {"choices": [{"text": " Tokyo"}]}\n\n')
                 self.wfile.flush()
@@ -411,6 +432,32 @@ def test_a_stream_that_stalls_after_its_first_token_is_a_wedge(misbehaving):
     generation = by_name(probe(url, ["generation"], generation_deadline=0.7))["generation"]
     assert not generation["ok"] and generation["detail"]["tokens"] == 1 and generation["detail"]["ttft_s"] < 0.5
     assert "then the stream stalled for 0.7 s: the engine is wedged" in generation["message"]
+
+
+def test_a_stream_that_ends_after_its_finish_reason_without_done_passes_generation(misbehaving):
+    server, url = misbehaving
+    server.mode = "no_done"
+    generation = by_name(probe(url, ["generation"], generation_deadline=5))["generation"]
+    assert generation["ok"], generation["message"]
+    # usage counts 4 tokens where 3 chunks came (a chunk may carry several tokens).
+    assert generation["detail"]["tokens"] == 4 and generation["detail"]["text"] == " Tokyo."
+    assert ", 4 tokens in " in generation["message"]
+
+
+def test_a_stream_cut_off_before_its_finish_reason_fails_generation(misbehaving):
+    server, url = misbehaving
+    server.mode = "cut"
+    generation = by_name(probe(url, ["generation"], generation_deadline=5))["generation"]
+    assert not generation["ok"] and not generation["detail"]["wedged"]
+    assert "ended after 2 token chunk(s) without a finish_reason or data: [DONE]" in generation["message"]
+
+
+def test_an_answer_whose_tokens_decode_to_empty_text_says_so(misbehaving):
+    server, url = misbehaving
+    server.mode = "empty_chat"
+    chat = by_name(probe(url, ["chat"]))["chat"]
+    assert not chat["ok"] and chat["detail"]["completion_tokens"] == 16
+    assert "usage counts 16 completion tokens that decode to empty text" in chat["message"]
 
 
 def test_the_key_is_redacted_even_when_a_server_echoes_it(misbehaving):

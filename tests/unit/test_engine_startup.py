@@ -439,7 +439,7 @@ def test_module_evaluates_given_lines_without_touching_the_unit(fake_host, capsy
 
 def test_documentation_matches_the_argument_spec(monkeypatch):
     spec = module_runner.captured_argument_spec(engine_startup_facts.main, monkeypatch)
-    doc = yaml.safe_load(engine_startup_facts.DOCUMENTATION)
+    doc = module_runner.documentation(engine_startup_facts)
     yaml.safe_load(engine_startup_facts.EXAMPLES)
     returns = yaml.safe_load(engine_startup_facts.RETURN)
 

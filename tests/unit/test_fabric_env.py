@@ -28,7 +28,7 @@ CASES = {
     "worker-index5": (_roce(11, 5, 5), {}),
     # Halves at different indexes: NCCL must pick the IPv4 RoCE v2 GID itself.
     "halves-differ": (_roce(11, 3, 5), {}),
-    # Seed 002's host NCCL preload and a profile override removing one variable.
+    # The Qwen3.8 profile's host NCCL preload and a profile override removing one variable.
     "preload-and-profile": (_roce(10, 3, 3), {"nccl_preload": "/opt/nccl-2.30.7/lib/libnccl.so.2",
                                               "extra": {"NCCL_DEBUG": "WARN", "TP_SOCKET_IFNAME": None, "MAX_JOBS": 2}}),
 }

@@ -1,4 +1,4 @@
-"""earlyoom's arguments: the seed's 8 GiB line in KiB (-M only, so earlyoom does not take
+"""earlyoom's arguments: the 8 GiB line (docs/field-notes.md) in KiB (-M only, so earlyoom does not take
 the lower of it and its 10 % default), swap ignored, regexes checked before the file is
 written (no whitespace or quotes: earlyoom.service splits $EARLYOOM_ARGS and keeps quotes)."""
 

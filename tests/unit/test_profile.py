@@ -1,5 +1,5 @@
-"""Model profiles: schema errors name the key, every seed trap is refused (and accepted
-once fixed), overrides merge, user directories win, the memory budget refuses BF16
+"""Model profiles: schema errors name the key, every known engine trap (docs/field-notes.md) is
+refused (and accepted once fixed), overrides merge, user directories win, the memory budget refuses BF16
 Solar-Open-100B, and the rendered argv / environment / units of every shipped profile
 are compared with reviewed golden files under tests/unit/golden/profiles/.
 Regenerate with SPARKCTL_UPDATE_GOLDEN=1 and review the diff."""
@@ -25,7 +25,7 @@ SHIPPED = [
     "qwen38-flash-next-nvfp4-sglang",
     "solar-open-100b-vllm-fork",
 ]
-# Seed 001 as shipped is refused by the memory budget; its golden renders the FP8 fix.
+# Solar-Open-100B (BF16) as shipped is refused by the memory budget; its golden renders the FP8 fix.
 SOLAR100_FP8 = {
     "checkpoint": {"repo_id": "mike-ravkine/Solar-Open-100B-FP8-Dynamic", "size_bytes": 103000000000,
                    "precision": "fp8", "dir_name": "solar-open-100b-fp8", "shards": None},
@@ -262,7 +262,7 @@ def test_speculative_decode_on_a_kda_model_is_refused(spec):
 
 
 def test_speculative_decode_is_fine_without_kda():
-    # Seed 002's NEXTN runs on gated-delta state; the same drafting on a KDA model is refused.
+    # The Qwen3.8 profile's NEXTN runs on gated-delta state; the same drafting on a KDA model is refused.
     assert problems("qwen38-flash-next-nvfp4-sglang") == []
     (msg,) = problems("qwen38-flash-next-nvfp4-sglang", {"model": {"linear_attention": "kda"}})
     assert "speculative decoding (NEXTN) is refused" in msg
@@ -275,7 +275,7 @@ def test_cross_node_cuda_graphs_need_eager_or_a_fixed_nccl():
     assert problems("solar-open2-nvfp4-vllm-venv", fixed) == []
     broken = {"engine": {"args": {"enforce_eager": None}}, "nccl": {"preload": {"version": "2.28.9", "path": "/opt/nccl/libnccl.so.2"}}}
     assert len(problems("solar-open2-nvfp4-vllm-venv", broken)) == 1
-    # SGLang: graphs on with the seed's host NCCL 2.30.7 is the shipped profile; without the preload it is refused.
+    # SGLang: graphs on with the recipe's host NCCL 2.30.7 is the shipped profile; without the preload it is refused.
     (msg,) = problems("qwen38-flash-next-nvfp4-sglang", {"nccl": None})
     assert "disable_cuda_graph: true" in msg
 

@@ -426,7 +426,7 @@ def test_module_refuses_incomplete_arguments(fake_host, capsys, args, message):
 
 def test_documentation_matches_the_argument_spec(monkeypatch):
     spec = module_runner.captured_argument_spec(runtime_versions_module.main, monkeypatch)
-    doc = yaml.safe_load(runtime_versions_module.DOCUMENTATION)
+    doc = module_runner.documentation(runtime_versions_module)
     yaml.safe_load(runtime_versions_module.EXAMPLES)
     returns = yaml.safe_load(runtime_versions_module.RETURN)
 

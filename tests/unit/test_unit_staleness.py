@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 
-import yaml
-from module_runner import captured_argument_spec, documented_like_spec, run_module
+from module_runner import captured_argument_spec, documentation, documented_like_spec, run_module
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import unit_staleness as us
 from ansible_collections.sparkctl.spark.plugins.modules import unit_staleness as module
@@ -114,4 +113,4 @@ def test_module_reports_stale_units(monkeypatch, capsys, tmp_path):
 
 def test_module_documentation_matches_its_spec(monkeypatch):
     spec = captured_argument_spec(module.main, monkeypatch)["argument_spec"]
-    assert documented_like_spec(yaml.safe_load(module.DOCUMENTATION)["options"], spec) == []
+    assert documented_like_spec(documentation(module)["options"], spec) == []

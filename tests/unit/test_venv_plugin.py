@@ -109,7 +109,7 @@ def test_drifted_file_is_put_back_and_the_backup_kept(venv, capsys, drift):
 
 
 def test_an_existing_orig_is_never_overwritten(venv, capsys):
-    """A hand install (the seed's install.sh) left an .orig: it is the original, keep it."""
+    """A hand install (the plugin's own install.sh) left an .orig: it is the original, keep it."""
     root, site, src = venv
     (site / (REGISTRY + ".orig")).write_text("MODELS = ['Original']\n")
     rc, out = run(present(root, src), capsys)
@@ -338,7 +338,7 @@ def test_missing_plugin_file_in_the_source_is_named(tmp_path):
 
 
 def test_vllm_registry_probe_is_golden():
-    """The exact argv the role runs on a real Spark for the seed 004 profile (verified in the lab
+    """The exact argv the role runs on a real Spark for the solar-open2-nvfp4-vllm-venv profile (verified in the lab
     only against the stand-in engine; vLLM cannot run here)."""
     profile = P.load_profile("solar-open2-nvfp4-vllm-venv")
     plugin = profile["runtime"]["venv"]["plugin"]

@@ -24,7 +24,7 @@ description:
   - Link addresses are parsed with netaddr.
   - The model profile (C(spark_model_profile), searched in C(spark_profile_paths) relative to the inventory directory,
     then in the collection) is loaded with C(spark_profile_overrides) and refused when it is unknown, malformed or
-    walks into one of the seeds' traps (see the collection's profiles/README.md).
+    walks into one of the known engine traps (see the collection's profiles/README.md).
   - A chosen API key (C(spark_api_key)) shorter than 32 characters (or C(engine_service_api_key_min_length)), or
     holding characters a Bearer token cannot carry, is refused here, before provision, rather than in the serve
     stage; the key never appears in a message.
@@ -259,7 +259,7 @@ def _api_key_problems(vars_):
 
 
 def _profile_problems(vars_, cluster_size):
-    """The model profile the inventory picked: found, well-formed, clear of the seeds' traps, and
+    """The model profile the inventory picked: found, well-formed, clear of the known engine traps, and
     needing no more nodes than the inventory has."""
     name = vars_.get("spark_model_profile", profiles.DEFAULT_PROFILE)
     paths = vars_.get("spark_profile_paths", [])

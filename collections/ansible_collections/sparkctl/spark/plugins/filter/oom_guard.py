@@ -18,7 +18,7 @@ description:
   - Converts O(_input) (bytes of MemAvailable under which earlyoom sends SIGTERM) to earlyoom's C(-M) in KiB, rounded
     up; earlyoom sends SIGKILL below half of it (its default).
   - Only C(-M) is given, so earlyoom uses it alone instead of the lower of it and the default 10 percent of
-    C(-m); C(-s 100) makes swap irrelevant, as in seed 004's guard (a node without swap counts as empty swap anyway).
+    C(-m); C(-s 100) makes swap irrelevant, as in the recipes' own guard (a node without swap counts as empty swap anyway).
   - O(prefer) and O(avoid) are extended regular expressions earlyoom matches against the process name (the 15-byte
     C(comm)); each is checked to compile and to hold no whitespace or quote (C(earlyoom.service) splits C($EARLYOOM_ARGS) at
     whitespace and passes quotes through).
@@ -48,7 +48,7 @@ options:
 """
 
 EXAMPLES = r"""
-- name: The seed's 8 GiB line
+- name: An 8 GiB line
   ansible.builtin.set_fact:
     args: "{{ 8589934592 | sparkctl.spark.earlyoom_args('^(vllm|python3?)$', '^(sshd|systemd)$') }}"
 """

@@ -269,11 +269,16 @@ class Api:
         `stall_timeout` (default `deadline`) of the one before. Both limits are enforced by the
         socket timeout, re-armed with the time left before every read, and by a wall-clock
         check between reads, so a server that sends headers and then nothing, or sends
-        keep-alive comments but no token, is caught. Returns a dict: status, error, kind
-        (timeout|refused|error|http|None), ttft_s, tokens, text, done, seconds."""
+        keep-alive comments but no token, is caught. The stream may end with data: [DONE] or,
+        as the OpenAI client allows, with the end of the body after a finish_reason or usage
+        chunk; a body that ends before either was cut off (kind "error"). Returns a dict:
+        status, error, kind (timeout|refused|error|http|None), ttft_s, tokens (usage's
+        completion_tokens when the server sends it, else the chunks with a choice), text, done,
+        finish_reason, usage_tokens, seconds."""
         stall_timeout = deadline if stall_timeout is None else stall_timeout
         outcome = {"status": None, "error": None, "kind": None, "ttft_s": None, "tokens": 0, "text": "", "done": False,
-                   "seconds": None}
+                   "finish_reason": None, "usage_tokens": None, "seconds": None}
+        chunks = 0
         data = json.dumps(dict(body, stream=True)).encode("utf-8")
         headers = dict(self._headers(body, True), Accept="text/event-stream")
         connection = self._connection(deadline)
@@ -295,6 +300,11 @@ class Api:
                 sock.settimeout(_time_left(wall_limit, self.clock))
                 line = response.readline()
                 if not line:
+                    # The body ended without data: [DONE]. After a finish_reason or a usage chunk that
+                    # is a clean end (the OpenAI client accepts it); before either, the stream was cut.
+                    if outcome["finish_reason"] is None and outcome["usage_tokens"] is None and chunks:
+                        outcome.update(kind="error", error="the stream ended after %d token chunk(s) without a "
+                                                            "finish_reason or data: [DONE] (cut off)" % chunks)
                     break
                 line = line.strip()
                 if not line.startswith(b"data:"):
@@ -317,14 +327,23 @@ class Api:
                 if isinstance(event, dict) and event.get("error"):
                     outcome.update(kind="error", error="sent an error event: %s" % Answer(raw=payload).server_error())
                     break
+                usage = event.get("usage") if isinstance(event, dict) else None
+                if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                    outcome["usage_tokens"] = usage["completion_tokens"]
                 choices = event.get("choices") if isinstance(event, dict) else None
                 if not choices:
                     continue  # a usage-only chunk
+                choice = choices[0] if isinstance(choices[0], dict) else {}
+                if choice.get("finish_reason"):
+                    outcome["finish_reason"] = choice["finish_reason"]
+                # Any chunk with a choice proves the engine generates, even a token that decodes to
+                # empty text; what it carries is counted below from usage when the server sends one.
                 now = self.clock()
                 if outcome["ttft_s"] is None:
                     outcome["ttft_s"] = round(now - sent, 3)
-                outcome["tokens"] += 1
-                outcome["text"] += str((choices[0] or {}).get("text") or "")
+                chunks += 1
+                outcome["tokens"] = chunks
+                outcome["text"] += str(choice.get("text") or "")
                 wall_limit = now + stall_timeout
         except socket.timeout:
             outcome.update(kind="timeout", error="no token within %s" % seconds_text(
@@ -335,6 +354,8 @@ class Api:
         finally:
             outcome["seconds"] = round(self.clock() - sent, 3)
             connection.close()
+        if outcome["usage_tokens"] is not None:
+            outcome["tokens"] = outcome["usage_tokens"]  # a chunk may carry several tokens
         return outcome
 
 
@@ -476,6 +497,9 @@ class Probe:
         if expect.lower() in text.lower():
             return True, "smoke: %s -> %s contains %r" % (quote(prompt), quote(text), expect), detail
         message = "smoke: expected %r in the answer to %s, got %s" % (expect, quote(prompt), quote(text))
+        detail["completion_tokens"] = _completion_tokens(answer.json)
+        if not text.strip() and not reasoning:
+            message += _empty_text_note(detail["completion_tokens"])
         if not text.strip() and reasoning:
             message += (" (the model only reasoned within smoke.max_tokens=%d: raise it, or turn thinking off in "
                         "smoke.chat_template_kwargs)" % max_tokens)
@@ -495,12 +519,13 @@ class Probe:
             return False, "chat: POST %s answered 200 without choices[0].message" % CHAT, detail
         content = message.get("content") if isinstance(message.get("content"), str) else ""
         reasoning = _reasoning_of(message)[1]
-        detail.update(content=content[:200], reasoning=reasoning[:200])
+        detail.update(content=content[:200], reasoning=reasoning[:200], completion_tokens=_completion_tokens(answer.json))
         if content.strip():
             return True, "chat: answered %s" % quote(content), detail
         if reasoning.strip():
             return True, "chat: answered with reasoning only within %d tokens: %s" % (CHAT_MAX_TOKENS, quote(reasoning)), detail
-        return False, "chat: POST %s answered 200 with an empty message (no content, no reasoning)" % CHAT, detail
+        return False, "chat: POST %s answered 200 with an empty message (no content, no reasoning)%s" % (
+            CHAT, _empty_text_note(detail["completion_tokens"])), detail
 
     def check_reasoning(self):
         body = {"model": self.model, "messages": [{"role": "user", "content": REASONING_QUESTION}],
@@ -575,6 +600,21 @@ def _first_choice(body):
     choices = body.get("choices") if isinstance(body, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else None
     return first if isinstance(first, dict) else {}
+
+
+def _completion_tokens(body):
+    usage = body.get("usage") if isinstance(body, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+
+
+def _empty_text_note(completion_tokens):
+    """For an empty answer: what usage says the engine generated (an engine that generated
+    nothing and one whose tokens decode to nothing printable need different fixes)."""
+    if not completion_tokens:
+        return ""
+    return (" although usage counts %d completion tokens that decode to empty text (special tokens only: check the "
+            "model's tokenizer and chat template)" % completion_tokens)
 
 
 def _reasoning_of(message):

@@ -4,7 +4,7 @@
 the comparison of the live table with the rendered one.
 
 Ray 2.60 binds GCS, raylet, workers and the dashboard agent on every address and
-cannot be told otherwise (LAB-NOTES), so the cable is trusted and every other
+cannot be told otherwise (docs/field-notes.md, "The lab"), so the cable is trusted and every other
 interface is filtered: established traffic, ping/ICMP errors, IPv6 neighbour
 discovery, DHCPv6 replies, ssh, and on the head the API port from configured CIDRs;
 the rest is dropped. Only the table ``inet sparkctl`` is ever written or deleted: the

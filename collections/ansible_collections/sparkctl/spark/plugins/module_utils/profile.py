@@ -3,7 +3,7 @@
 """Model profiles: one YAML file per served system (engine, runtime, checkpoint,
 topology, engine arguments, memory budget, expectations), loaded from the user's
 profile directories first and the collection's profiles/ second, merged with the
-inventory's overrides, validated, checked against the seeds' traps, and rendered
+inventory's overrides, validated, checked against the known engine traps (docs/field-notes.md), and rendered
 into the engine's argv, environment and systemd units.
 
 Everything here is pure: no host is contacted, so the validation play can refuse
@@ -31,9 +31,9 @@ DEFAULT_PROFILE = "solar-open2-nvfp4-vllm-venv"
 
 GIB = 1024**3
 # Usable for one engine rank on a 128 GB GB10 node after DGX OS, Docker and the
-# OOM guard: seed 000 puts it at "up to ~110 GiB"; DOMAIN.md at 110-121 GiB.
+# OOM guard: 110-121 GiB in the published recipes; the low end (docs/field-notes.md, "Memory on a GB10 node").
 DEFAULT_NODE_BUDGET_BYTES = 110 * GIB
-# pip's NCCL 2.28.9 deadlocks cross-node CUDA graph replay; fixed in 2.30.4 (seed 002).
+# pip's NCCL 2.28.9 deadlocks cross-node CUDA graph replay; fixed in 2.30.4 (docs/field-notes.md).
 NCCL_GRAPH_FIX = (2, 30, 4)
 MAX_EXTENDS_DEPTH = 8
 # How each engine's command line takes its list-valued options (nargs: one occurrence
@@ -839,7 +839,7 @@ def schema_problems(profile):
 
 
 # --------------------------------------------------------------------------------------------
-# Trap rules (the seeds' ways to wedge or crash a node), judged before any change
+# Trap rules (engine settings that wedge or crash a node; docs/field-notes.md), judged before any change
 # --------------------------------------------------------------------------------------------
 
 
@@ -905,7 +905,7 @@ def _nccl_fixed(profile):
 
 
 def trap_problems(profile):
-    """The seeds' traps, each refused with the reason and the fix."""
+    """The known engine traps (docs/field-notes.md, "Engine traps"), each refused with the reason and the fix."""
     name = profile.get("name", "?")
     engine = (profile.get("engine") or {}).get("kind")
     args = _args(profile)

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """An engine's out-of-tree plugin installed into a venv's site-packages, the way the
-seed 004 recipe's install.sh does it (copy the plugin's files in-tree, keep an
+Solar-Open2 plugin's install.sh does it (copy the plugin's files in-tree, keep an
 `.orig` of every engine file it replaces), but idempotent and reversible:
 
 - every file the plugin owns is listed (paths relative to site-packages) and read from
@@ -188,7 +188,7 @@ def plan(src, site_packages, files, manifest, state="present", name=""):
                 action = "install"
             else:
                 # First install over an engine file: keep the original. An .orig already there
-                # (a hand install with the seed's install.sh) is the older original: keep it.
+                # (a hand install with the plugin's own install.sh) is the older original: keep it.
                 backup = backup_rel
                 action = "replace" if have != want else "adopt"
             new_files[rel] = {"sha256": want, "backup": backup}

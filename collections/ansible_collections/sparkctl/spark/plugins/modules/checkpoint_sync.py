@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: checkpoint_sync
 short_description: Download a checkpoint once on the head, verify it, and stream it to every worker
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.posix
 description:
   - Runs on the head node as the service user. Every tensor-parallel rank reads all shards, so every node needs
     the complete checkpoint at the same path; this module puts it there.
@@ -46,20 +49,13 @@ description:
     role that runs this module with C(async) and polls the file.
   - The token is passed to huggingface_hub only; it never appears in the result, the progress file or a
     message.
-author:
-  - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details:
       - Reads the hub's file list and hashes untrusted head files; asks each worker with C(rsync --dry-run
         --itemize-changes); writes nothing, not even the manifest or the progress file.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+author:
+  - sparkctl developers (!UNKNOWN)
 requirements:
   - rsync >= 3.2.3 on the head and the workers (C(--mkpath)).
   - huggingface_hub in the Python that runs the module, for hub sources only.

@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: checkpoint_verify
 short_description: Verify that a model checkpoint directory is complete and intact
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.posix
 description:
   - Every tensor-parallel rank reads all shards, so every node needs the complete checkpoint at the same path.
     A partial tree only fails deep into a long model load; this module finds it first, on the head after the
@@ -35,19 +38,12 @@ description:
     check mode, would write) the stamp.
   - The remote node needs nothing but Python 3.9 or later; the safetensors format is checked without the
     C(safetensors) or C(torch) packages.
-author:
-  - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details:
       - All checks run, including hashing; the stamp is not written and RV(ignore:changed) says whether it would be.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+author:
+  - sparkctl developers (!UNKNOWN)
 options:
   path:
     description:

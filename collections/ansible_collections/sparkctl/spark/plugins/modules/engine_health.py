@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: engine_health
 short_description: Wait one round for the engine to become healthy, or find out that its boot failed
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_posix
 description:
   - Polls the engine's health URL, its systemd unit and its log for up to O(round_seconds), and returns as soon as
     the engine is healthy (HTTP 200 from O(url) while the unit runs) or its boot has failed.
@@ -20,19 +23,12 @@ description:
     boot of a large NVFP4 model takes over ten minutes).
   - Log lines are returned without the API key (see O(api_key_file)).
   - Reads only; never starts, stops or restarts anything.
-author:
-  - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details:
       - Polls exactly as in a normal run (it only reads).
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+author:
+  - sparkctl developers (!UNKNOWN)
 options:
   url:
     description: The health URL, e.g. C(http://127.0.0.1:8000/health). It needs no API key.

@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: engine_leftovers
 short_description: Find, and optionally end by PID, engine processes that outlived the engine service
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.linux
 description:
   - Reads C(/proc) and lists the processes that are the engine, by exact comparison only, never a pattern; a
     process matches when its name (C(comm)) or its title (the first word of C(argv[0]), set by C(setproctitle)) is one
@@ -17,19 +20,12 @@ description:
     hand) hold GPU memory and keep a new engine from starting or from placing its Ray actors.
   - With O(state=absent) sends SIGTERM to each by PID, and SIGKILL to what is still there after O(term_timeout)
     seconds; a PID that another process has taken over in between (different start time) is left alone.
-author:
-  - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details:
       - Lists the processes and reports a change when O(state=absent) would end some, without signalling.
-  diff_mode:
-    support: none
-  platform:
-    platforms: linux
+author:
+  - sparkctl developers (!UNKNOWN)
 options:
   names:
     description: Exact process names or titles (C(comm) compares the first 15 bytes, as the kernel keeps it).

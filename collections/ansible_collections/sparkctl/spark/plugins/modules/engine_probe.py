@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: engine_probe
 short_description: Prove that the engine's OpenAI-compatible endpoint really serves
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_posix
 description:
   - The verify stage's endpoint probe, run on the head node against the API on loopback. It sends real requests
     and returns one result per check; it does not fail on a failed check (the caller decides), only on bad
@@ -35,19 +38,12 @@ description:
     text.
   - The API key is read from O(api_key_file) on the host; it is sent only in the C(Authorization) header and never
     appears in the result.
-author:
-  - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details:
       - Probes exactly as in a normal run; it only reads (a generation changes nothing).
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+author:
+  - sparkctl developers (!UNKNOWN)
 options:
   url:
     description: The API's base URL, e.g. C(http://127.0.0.1:8000).

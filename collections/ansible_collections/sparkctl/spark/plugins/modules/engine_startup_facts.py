@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: engine_startup_facts
 short_description: Read the engine's startup facts from its log and compare them with the profile
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_posix
 description:
   - Reads the log of the engine unit's current start (its systemd invocation, so lines of an earlier boot are never
     mistaken for this one) and evaluates the profile's C(startup_log) rules against it, e.g. the KV cache size in tokens,
@@ -24,17 +27,6 @@ description:
   - Reads only; the log is read with C(journalctl _SYSTEMD_INVOCATION_ID=<id>) from the invocation's first line on.
 author:
   - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details:
-      - Reads exactly as in a normal run.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   unit:
     description:

@@ -9,6 +9,10 @@ DOCUMENTATION = r"""
 module: firewall_load
 short_description: Load sparkctl's firewall table with an automatic revert, and confirm it
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.linux
+  - sparkctl.spark.nft_table
 description:
   - O(state=loaded) saves the live table O(family) O(table) (C(nft -s list table)) as an nft file that restores it
     (or deletes the table when there was none), arms a transient systemd timer (C(systemd-run --on-active)) that loads
@@ -20,20 +24,13 @@ description:
     reachable again.
   - The rule set file under C(/etc/sparkctl) is written by the role only after the confirmation, so a node that
     reverts keeps booting with the previous rule set.
-author:
-  - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details:
       - O(state=loaded) changes nothing and reports a change; O(state=confirmed) reports whether a revert is pending
         without cancelling it.
-  diff_mode:
-    support: none
-  platform:
-    platforms: linux
+author:
+  - sparkctl developers (!UNKNOWN)
 options:
   state:
     description: V(loaded) arms the revert and loads O(content); V(confirmed) cancels a pending revert.
@@ -52,18 +49,6 @@ options:
     description: Directory for the candidate and the revert file (root only, cleared at boot).
     type: path
     default: /run/sparkctl
-  family:
-    description: The table's family.
-    type: str
-    default: inet
-  table:
-    description: The table's name.
-    type: str
-    default: sparkctl
-  nft:
-    description: Path of the C(nft) binary.
-    type: path
-    default: /usr/sbin/nft
 requirements:
   - nftables, systemd (C(systemd-run), C(systemctl)) and root on the target.
 """

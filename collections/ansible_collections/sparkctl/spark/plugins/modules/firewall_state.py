@@ -9,6 +9,10 @@ DOCUMENTATION = r"""
 module: firewall_state
 short_description: Compare sparkctl's live nftables table with the rule set it should hold
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_linux
+  - sparkctl.spark.nft_table
 description:
   - Reads whether the table O(family) O(table) is loaded (C(nft -j list tables)) and, given O(content), whether it holds
     exactly the rule set O(content) defines.
@@ -21,37 +25,18 @@ description:
     another version of the rule set or a changed chain policy are still found; a rule edited in place keeping its
     comment is not.
   - Changes nothing; the role reloads the file when RV(in_sync) is false.
-author:
-  - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details:
       - The module only reads (the scratch namespace vanishes with its process); it runs the same commands in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: linux
+author:
+  - sparkctl developers (!UNKNOWN)
 options:
   content:
     description:
       - The rule set the table should hold, as the text of the nft file (C(sparkctl.spark.firewall_ruleset)).
       - Without it only RV(present) is reported.
     type: str
-  family:
-    description: The table's family.
-    type: str
-    default: inet
-  table:
-    description: The table's name.
-    type: str
-    default: sparkctl
-  nft:
-    description: Path of the C(nft) binary.
-    type: path
-    default: /usr/sbin/nft
 requirements:
   - nftables (C(nft) with JSON output) and root on the target; C(unshare) from util-linux for the exact comparison.
 """

@@ -9,6 +9,10 @@ DOCUMENTATION = r"""
 module: gpu_facts
 short_description: Gather NVIDIA GPU, driver and CUDA facts from a DGX Spark or any NVIDIA host
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+  - sparkctl.spark.attributes.facts_posix
 description:
   - Runs C(nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,compute_cap,driver_version,memory.total
     --format=csv,noheader,nounits) and returns one entry per GPU.
@@ -23,20 +27,6 @@ description:
     The memory budget of such a host is C(MemAvailable), see M(sparkctl.spark.host_facts).
 author:
   - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.facts
-attributes:
-  check_mode:
-    support: full
-    details:
-      - The module only reads; it runs the same commands in check mode.
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    platforms: posix
 options:
   nvidia_smi:
     description:

@@ -9,6 +9,10 @@ DOCUMENTATION = r"""
 module: host_facts
 short_description: Gather memory, free space, listening port and systemd facts for serving preflight checks
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+  - sparkctl.spark.attributes.facts_linux
 description:
   - Reads C(MemTotal), C(MemFree), C(MemAvailable), C(SwapTotal) and C(SwapFree) from C(/proc/meminfo).
     On a DGX Spark CPU and GPU share the memory, so C(MemAvailable) is the budget a model has to fit into.
@@ -19,20 +23,6 @@ description:
   - Reports the init process and the systemd version.
 author:
   - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.facts
-attributes:
-  check_mode:
-    support: full
-    details:
-      - The module only reads; it runs the same commands in check mode.
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    platforms: linux
 options:
   paths:
     description:

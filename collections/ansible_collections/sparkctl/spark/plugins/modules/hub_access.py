@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: hub_access
 short_description: Check that the hub lets this node download a repo with the given token
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_posix
 description:
   - Runs on the node that downloads the checkpoint (the head), before anything is written, so a gated or private
     repo without a usable token, an unknown repo or an unknown revision, or a hub that lists the repo but refuses
@@ -26,19 +29,12 @@ description:
     result is a failure naming C(spark_hf_endpoint)); it is never part of the result or a message.
   - The verdict (RV(status), RV(detail), RV(fix), RV(message)) comes from the collection's C(hub_access) module
     utility, shared with the preflight report (check C(hub.access)).
-author:
-  - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details:
       - The module only reads; it asks the hub in check mode too.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+author:
+  - sparkctl developers (!UNKNOWN)
 options:
   repo_id:
     description: The repo, C(org/name).

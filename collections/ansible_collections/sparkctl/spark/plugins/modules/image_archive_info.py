@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: image_archive_info
 short_description: List the images a docker-save archive holds, without loading it
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_posix
 description:
   - Reads only the C(manifest.json) member of a C(docker save) archive (plain or compressed tar) and returns each
     image's ID and tags.
@@ -18,15 +21,6 @@ description:
   - Read-only; never reports a change.
 author:
   - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   path:
     description: The archive on the node.

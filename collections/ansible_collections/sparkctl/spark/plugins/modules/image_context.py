@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: image_context
 short_description: Hash an image build context staged on a node
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_posix
 description:
   - Computes the same hash as the C(sparkctl.spark.image_context) filter does on the control node, over a build context
     staged on the node, namely the base image reference and each entry's relative path, type, permission bits and sha256, in a
@@ -19,15 +22,6 @@ description:
   - Read-only; never reports a change.
 author:
   - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   path:
     description: The staged build context (a directory holding the C(Dockerfile)).

@@ -9,6 +9,11 @@ DOCUMENTATION = r"""
 module: link_facts
 short_description: Gather netdev, RDMA device and RoCE GID table facts for the direct ConnectX-7 link
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+  - sparkctl.spark.attributes.facts_linux
+  - sparkctl.spark.sysfs
 description:
   - For each interface in O(interfaces) reads C(operstate), C(carrier), C(mtu) and C(address) from
     C(class/net/<if>) under O(sysfs_root), and its addresses from C(ip -j addr show dev <if>).
@@ -22,21 +27,6 @@ description:
     the play decides whether that is fatal.
 author:
   - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - sparkctl.spark.sysfs
-  - ansible.builtin.action_common_attributes.facts
-attributes:
-  check_mode:
-    support: full
-    details:
-      - The module only reads; it runs the same commands in check mode.
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    platforms: linux
 options:
   interfaces:
     description:

@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: ray_cluster_facts
 short_description: Read which expected nodes and GPUs a Ray cluster has registered, optionally waiting for them
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_linux
 description:
   - Asks Ray's state API (C(ray.util.state.list_nodes)) through the GCS at O(address) for every node it knows and
     compares the ALIVE ones with O(expected) (one entry per node, by link address, with the GPUs it must declare).
@@ -22,17 +25,6 @@ description:
     (C(ansible_python_interpreter=/opt/sparkctl/venvs/<profile>/bin/python)).
 author:
   - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details:
-      - The module only reads; it does the same in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: linux
 options:
   address:
     description: The GCS address, C(<head link address>:6379).

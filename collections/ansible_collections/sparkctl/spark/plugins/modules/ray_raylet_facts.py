@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: ray_raylet_facts
 short_description: Read the node id of the Ray raylet running on this node
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_linux
 description:
   - Reads C(/proc) for processes named C(raylet) and returns the C(--node_id) each was started with.
   - C(sparkctl.spark.ray_cluster_facts) compares it with the GCS's records, so a record left ALIVE by a raylet
@@ -16,17 +19,6 @@ description:
   - Needs no Ray; never changes anything.
 author:
   - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details:
-      - The module only reads C(/proc).
-  diff_mode:
-    support: none
-  platform:
-    platforms: linux
 options:
   proc_root:
     description: Where procfs is mounted.

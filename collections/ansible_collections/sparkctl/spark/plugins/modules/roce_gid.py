@@ -9,6 +9,10 @@ DOCUMENTATION = r"""
 module: roce_gid
 short_description: Resolve the RoCE v2 GID index of each direct-link address (NCCL_IB_GID_INDEX)
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_linux
+  - sparkctl.spark.sysfs
 description:
   - For each item of O(links) finds the RDMA device behind the netdev (C(class/net/<if>/device/infiniband/<dev>)),
     its port, and the entry of the port's GID table whose type is C(RoCE v2), whose C(ndev) is the netdev and
@@ -20,18 +24,6 @@ description:
   - Fails with one line per interface that cannot be resolved, each with the likely fix. Never changes anything.
 author:
   - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - sparkctl.spark.sysfs
-attributes:
-  check_mode:
-    support: full
-    details:
-      - The module only reads sysfs; it does the same in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: linux
 options:
   links:
     description:

@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: runtime_versions
 short_description: Report the versions that must be identical on every node of an engine cluster
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_posix
 description:
   - Reports the driver and the CUDA version it supports (C(nvidia-smi)), the NCCL library the engine loads, torch,
     the Python of the venv, the versions of the named packages, and the identity of the runtime itself (a hash of
@@ -24,17 +27,6 @@ description:
   - Reads only.
 author:
   - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details:
-      - Runs the same read-only commands in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   runtime_kind:
     description: The profile's C(runtime.kind).

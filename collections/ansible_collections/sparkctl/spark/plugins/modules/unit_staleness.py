@@ -9,6 +9,9 @@ DOCUMENTATION = r"""
 module: unit_staleness
 short_description: Find running systemd units whose inputs changed after they started
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_linux
 description:
   - For each unit, compares the modification time of every file it reads at start with the start of its current main
     process (C(ExecMainStartTimestampMonotonic)); a file written afterwards is not in effect until a restart.
@@ -19,17 +22,6 @@ description:
   - A unit that does not run is never stale (its next start reads the files anyway). Never changes anything.
 author:
   - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details:
-      - The module only reads systemd's properties and file metadata.
-  diff_mode:
-    support: none
-  platform:
-    platforms: linux
 options:
   units:
     description: The units to judge.

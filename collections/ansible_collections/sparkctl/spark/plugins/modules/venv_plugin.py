@@ -9,15 +9,18 @@ DOCUMENTATION = r"""
 module: venv_plugin
 short_description: Install an engine's out-of-tree plugin into a venv's site-packages, with backups, idempotently
 version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.posix
 description:
-  - Some model ports ship as files dropped into the engine's own package (seed 004's C(solar_open2) plugin for
+  - Some model ports ship as files dropped into the engine's own package (the C(solar_open2) plugin for
     vLLM replaces C(vllm/model_executor/models/registry.py) and adds the model and config modules). This module
-    does what the seed's C(install.sh) does, so that re-running it is safe and it can be undone.
+    does what the plugin's own C(install.sh) does, so that re-running it is safe and it can be undone.
   - Installs each file of O(files) (paths relative to site-packages) from O(src), a directory on the node whose
     tree mirrors site-packages, into the venv's site-packages. Other files in O(src) are ignored.
   - The first time a file that the engine already has is replaced, a byte-exact copy is kept as C(<file>.orig).
     A backup is never overwritten by a later run (also not after the engine was reinstalled), and an C(.orig)
-    already present (for example left by the seed's C(install.sh)) is kept as the original.
+    already present (for example left by the plugin's own C(install.sh)) is kept as the original.
   - Records the install in a manifest (JSON, C(<venv>/.sparkctl-plugin.json) by default) holding each file's
     sha256 and its backup. A converged re-run hashes and reports RV(ignore:changed=false); a file that drifted (edited by
     hand, or put back by C(pip install --force-reinstall) of the engine) is written again.
@@ -27,21 +30,16 @@ description:
     entries are removed, so the engine never imports half a file or stale bytecode.
   - Checking that the engine now registers the architecture is a separate step (the C(engine_venv) role runs a
     probe with the venv's Python); this module only runs the node's own Python and imports nothing from the venv.
-author:
-  - sparkctl developers (!UNKNOWN)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details:
       - Hashes and reports what would be installed, repaired, restored or removed; writes nothing.
   diff_mode:
     support: full
     details:
       - One line per file before and after (sha256 prefix, whether it is the engine's or the plugin's, its backup).
-  platform:
-    platforms: posix
+author:
+  - sparkctl developers (!UNKNOWN)
 options:
   venv:
     description: The virtual environment holding the engine.
