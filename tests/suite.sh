@@ -43,10 +43,15 @@ molecule_create() {
   molecule syntax --scenario-name default
   molecule create --scenario-name default
 }
+# The idempotence step is a whole-site re-run of the converged lab: its log stands in for the
+# integration session's own (tests/integration/conftest.py, site_converged).
+RERUN_LOG=$REPO/.lab/molecule-idempotence.log
+rm -f "$RERUN_LOG"
 molecule_converge() {
   molecule converge --scenario-name default
-  molecule idempotence --scenario-name default
+  molecule idempotence --scenario-name default 2>&1 | tee "$RERUN_LOG"
   molecule verify --scenario-name default
+  export SPARKCTL_CONVERGED_RERUN_LOG=$RERUN_LOG
 }
 stage lab-create molecule_create
 stage fresh-check python -m pytest tests/integration -q -p no:cacheprovider -m fresh --junitxml="$COUNTS_DIR/fresh-check.xml"

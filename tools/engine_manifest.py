@@ -19,6 +19,10 @@ Each flag records how its parser takes it:
   optional a bare flag or one value (nargs='?')
   nargs    one occurrence followed by one or more values (a repeat replaces the first)
   append   the flag once per value
+Beside the flags, `tool_call_parsers` and `reasoning_parsers` list the names the release
+registers for --tool-call-parser / --reasoning-parser (vLLM's ToolParserManager and
+ReasoningParserManager registrations, SGLang's FunctionCallParser.ToolCallParserEnum and
+ReasoningParser.DetectorMap).
 The reading follows how each engine builds its parser: vLLM derives a flag's kwargs
 from the type of a config dataclass field (vllm/engine/arg_utils.py _compute_kwargs;
 vllm/entrypoints/openai/cli_args.py for the API server), SGLang from Annotated fields
@@ -36,6 +40,8 @@ import sys
 import zipfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "collections"))
+from ansible_collections.sparkctl.spark.plugins.module_utils import python_source  # noqa: E402
 OUT_DIR = os.path.join(REPO, "collections", "ansible_collections", "sparkctl", "spark", "profiles",
                        "engine_flags", "manifests")
 
@@ -53,6 +59,9 @@ class Wheel:
         if name not in self._trees:
             self._trees[name] = ast.parse(self.zip.read(name).decode("utf-8"), filename=name)
         return self._trees[name]
+
+    def text(self, name):
+        return self.zip.read(name).decode("utf-8", "replace")
 
     def glob(self, prefix):
         return sorted(n for n in self.names if n.startswith(prefix) and n.endswith(".py"))
@@ -345,6 +354,22 @@ def _sglang(wheel):
     return flags
 
 
+# ------------------------------------------------------------------------------------ parsers
+
+
+def _registered(wheel, prefix):
+    trees = (wheel.tree(path) for path in wheel.glob(prefix)
+             if python_source.mentions_a_registry(wheel.text(path)))
+    return python_source.registered_parsers(trees)
+
+
+def _parsers(wheel, engine):
+    """(tool-call parser names, reasoning parser names) the release registers: the same reading
+    profile validation applies to a profile's own plugin (module_utils/python_source.py)."""
+    found = _registered(wheel, "vllm/" if engine == "vllm" else "sglang/")
+    return sorted(found["tool_call"]), sorted(found["reasoning"])
+
+
 # ------------------------------------------------------------------------------------ main
 
 
@@ -355,11 +380,14 @@ def manifest(path):
     engine, version = match.groups()
     wheel = Wheel(path)
     flags = _vllm(wheel) if engine == "vllm" else _sglang(wheel)
+    tool_call, reasoning = _parsers(wheel, engine)
     return {
         "engine": engine,
         "version": version,
         "source": os.path.basename(path),
         "generator": "tools/engine_manifest.py",
+        "tool_call_parsers": tool_call,
+        "reasoning_parsers": reasoning,
         "flags": {k: flags[k] for k in sorted(flags)},
     }
 
@@ -383,7 +411,8 @@ def main(argv=None):
         out = os.path.join(args.out_dir, f"{data['engine']}-{data['version']}.json")
         with open(out, "w", encoding="utf-8") as handle:
             handle.write(dumps(data))
-        print(f"{out}: {len(data['flags'])} flags")
+        print(f"{out}: {len(data['flags'])} flags, {len(data['tool_call_parsers'])} tool-call and "
+              f"{len(data['reasoning_parsers'])} reasoning parsers")
     return 0
 
 

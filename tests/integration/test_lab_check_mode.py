@@ -1,6 +1,7 @@
-"""Check mode on the converged two-node lab: `site.yml --check --diff` reports changed=0
-on every node and leaves every node's state (files, addresses, MTUs, units, firewall
-table; labrun.probe_nodes) exactly as it was."""
+"""The converged two-node lab: a re-run of site.yml reports changed=0 on every node, and
+`site.yml --check --diff` reports changed=0 too and leaves every node's state (files,
+addresses, MTUs, units, firewall table; labrun.probe_nodes) exactly as it was. These two
+whole-site runs stand for every stage's converged re-run and check mode."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ HOSTS = ("spark1", "spark2")
 def converged(site_converged):
     # site.yml once for the session (conftest.py); this module leaves the cluster as it found it.
     return site_converged
+
+
+def test_a_converged_rerun_changes_nothing(converged):
+    assert all(converged.changed(h) == 0 for h in HOSTS), {h: converged.changed_tasks(h) for h in HOSTS}
 
 
 def test_check_diff_on_the_converged_lab_changes_nothing(converged, run_site):

@@ -1,5 +1,5 @@
 """The checkpoint stage on the two-node lab, against the hub stand-in inside the
-head: a converged re-run changes nothing; a damaged worker copy (truncated
+head (its converged re-run is the whole-site one of test_lab_check_mode.py): a damaged worker copy (truncated
 shard, flipped byte with its mtime put back, leftover .incomplete, extra file)
 is repaired by one re-run; a download cut mid-file fails the run and the next
 run completes it, fetching only what was missing; a mirror cut mid-transfer
@@ -32,10 +32,9 @@ HUB = "http://127.0.0.1:8765"
 
 
 @pytest.fixture(scope="module")
-def converged(lab_up, run_site):
-    run = run_site("--tags", "checkpoint")
-    assert run.rc == 0, run.output
-    return run
+def converged(site_converged):
+    # site.yml once for the session (conftest.py); each test puts back what it breaks.
+    return site_converged
 
 
 def _sums(node: str) -> dict[str, str]:
@@ -52,12 +51,6 @@ def _hub(path: str, payload: dict | None = None) -> dict:
         "print(urllib.request.urlopen(req, timeout=10).read().decode())\n"
     )
     return json.loads(node_exec("spark1", "python3", "-c", code).stdout)
-
-
-def test_converged_rerun_changes_nothing(converged, run_site):
-    run = run_site("--tags", "checkpoint")
-    assert run.rc == 0, run.output
-    assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
 
 
 def test_worker_holds_the_heads_files_byte_for_byte(converged):

@@ -1,6 +1,6 @@
-"""Provision on the two-node lab: a converged cluster re-runs with changed=0 (also in
---check), the fabric environment carries each node's GID index and reaches Ray's and the
-engine's units only.
+"""Provision on the two-node lab: the fabric environment carries each node's GID index and
+reaches Ray's and the engine's units only (the converged re-run and check mode are the
+whole-site ones of test_lab_check_mode.py).
 Drift (linger, link address, MTU, GID index, fabric env file, netplan file) is the
 fault catalogue's (tests/catalogue/faults.yml, test_lab_faults.py)."""
 
@@ -17,29 +17,14 @@ FIXTURE_INDEX = {"spark1": 3, "spark2": 5}
 
 
 @pytest.fixture(scope="module")
-def provisioned(lab_up, run_site):
-    run = run_site("--tags", "provision")
-    assert run.rc == 0, run.output
-    return run
+def provisioned(site_converged):
+    # site.yml once for the session (conftest.py); these tests only read.
+    return site_converged
 
 
 def _env_file(node: str) -> dict[str, str]:
     text = node_exec(node, "cat", "/etc/sparkctl/fabric.env").stdout
     return dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
-
-
-
-
-def test_converged_rerun_changes_nothing(provisioned, run_site):
-    run = run_site("--tags", "provision")
-    assert run.rc == 0, run.output
-    assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
-
-
-def test_check_mode_on_converged_changes_nothing(provisioned, run_site):
-    run = run_site("--tags", "provision", "--check")
-    assert run.rc == 0, run.output
-    assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
 
 
 def test_env_file_carries_each_nodes_fixture_gid_index(provisioned):
@@ -49,11 +34,6 @@ def test_env_file_carries_each_nodes_fixture_gid_index(provisioned):
         assert env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
         assert env["MASTER_ADDR"] == "192.168.100.10"
         assert env["VLLM_HOST_IP"] == f"192.168.100.{NODE_SUFFIX[node]}"
-
-
-
-
-
 
 
 def _environment_files(node: str, unit: str) -> str:

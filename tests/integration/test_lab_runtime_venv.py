@@ -2,8 +2,8 @@
 profile tests/lab/profiles/lab-standin.yml): Ray from PyPI and the stand-in engine from
 the profile's wheel directory in a root-owned venv on every node, the lab plugin
 installed with a .orig backup of the engine's registry.py and its architecture checked
-through the engine's registry. A converged re-run (also --check) changes nothing; a
-plugin file edited by hand, or put back by a reinstall of the engine, on one worker is
+through the engine's registry (its converged re-run and check mode are the whole-site
+ones of test_lab_check_mode.py); a plugin file edited by hand, or put back by a reinstall of the engine, on one worker is
 repaired by one run that changes only that node; uninstalling restores the backups."""
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ PLUGIN_TASK = "engine_venv : Install the plugin into the venv's site-packages"
 
 
 @pytest.fixture(scope="module")
-def converged(lab_up, run_site):
-    run = run_site(playbook=PLAYBOOK)
-    assert run.rc == 0, run.output
-    return run
+def converged(site_converged):
+    # site.yml once for the session (conftest.py); every test here leaves the venv as it found it.
+    return site_converged
 
 
 @pytest.fixture(scope="module")
@@ -87,13 +86,6 @@ def test_every_node_has_the_venv_the_engine_and_the_plugin(converged, site_packa
 def test_registration_is_checked_by_the_role(converged):
     assert f"{ARCH} is registered (2 architectures)" in converged.output
 
-
-def test_converged_rerun_changes_nothing(converged, run_site):
-    _quiet(run_site)
-
-
-def test_check_mode_on_converged_changes_nothing(converged, run_site):
-    _quiet(run_site, "--check")
 
 
 def test_hand_edited_plugin_file_on_a_worker_is_repaired(converged, run_site, site_packages):

@@ -2,7 +2,7 @@
 profile's stand-in engine behind the head's API through the same units and
 health wait as a real engine.
 
-A converged re-run changes nothing; the API answers the smoke prompt with the key
+The API answers the smoke prompt with the key
 and refuses without it (a SIGKILLed engine is the fault catalogue's); a profile
 whose budget exceeds the node's memory is refused before anything starts; both
 nodes restarted (a reboot) serve again by themselves and a re-run reports
@@ -85,13 +85,6 @@ def test_the_api_requires_the_key(served):
     assert _api("/v1/models")["status"] == 200
     mode = node_exec("spark1", "stat", "-c", "%a %U", KEY_FILE).stdout.split()
     assert mode == ["600", "spark"]
-
-
-def test_converged_rerun_changes_nothing(served, run_site):
-    run = _serve(run_site)
-    assert run.rc == 0, run.output[-4000:]
-    assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
-
 
 
 def test_profile_over_the_nodes_memory_is_refused_before_anything_starts(served, run_site):

@@ -812,3 +812,159 @@ def test_sglang_and_ngc_renders_carry_the_key_file_never_a_key(name):
         # The image's Ray head container takes it with --env-file; the API server runs inside it.
         assert readers == [("spark1", "sparkctl-ray-head.service")]
         assert f"--env-file {c['api_key_file']}" in out["units"]["spark1"]["sparkctl-ray-head.service"]
+
+
+# ----------------------------------------------------------------------------- parser names and classes
+
+
+def _generator():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("engine_manifest", REPO / "tools" / "engine_manifest.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    return gen
+
+
+def test_manifests_record_the_parsers_each_release_registers():
+    vllm = P.engine_parser_names("vllm")
+    assert "hermes" in vllm["0.12.0"]["tool_call"] and "qwen3" in vllm["0.25.1"]["reasoning"]
+    # Upstage's solar_open parsers live in its fork, not in the release it is based on.
+    assert "solar_open" not in vllm["0.12.0"]["tool_call"] | vllm["0.12.0"]["reasoning"]
+    for version, names in P.engine_parser_names("sglang").items():
+        assert {"qwen3_coder"} <= names["tool_call"] and {"qwen3"} <= names["reasoning"], version
+
+
+@pytest.mark.parametrize("name, section, value, expected", [
+    ("solar-open2-nvfp4-vllm-venv", "tool_call", "hermez",
+     "parsers.tool_call: 'hermez' is not a tool-call parser vllm 0.25.1 registers: did you mean hermes?"),
+    ("solar-open2-nvfp4-vllm-venv", "reasoning", "qwen_3",
+     "parsers.reasoning: 'qwen_3' is not a reasoning parser vllm 0.25.1 registers: did you mean qwen3?"),
+    ("qwen38-flash-next-nvfp4-sglang", "tool_call", "qwen3-coder",
+     "parsers.tool_call: 'qwen3-coder' is not a tool-call parser any sglang release with a manifest"),
+])
+def test_a_parser_name_the_pinned_release_lacks_is_refused(name, section, value, expected):
+    found = problems(name, {"parsers": {section: value}})
+    assert any(expected in m for m in found), found
+
+
+def test_a_parser_registered_by_the_profiles_own_plugin_is_accepted(tmp_path):
+    plugin = tmp_path / "plugins" / "my_parsers" / "vllm" / "tool_parsers"
+    plugin.mkdir(parents=True)
+    (plugin / "mine.py").write_text(
+        "from vllm.tool_parsers import ToolParser, ToolParserManager\n"
+        "@ToolParserManager.register_module(['mine', 'mine_v2'])\n"
+        "class MineToolParser(ToolParser):\n    pass\n"
+        "ReasoningParserManager.register_lazy_module(name='mine_think', module_path='x', class_name='Y')\n")
+    (tmp_path / "mine.yml").write_text(yaml.safe_dump({
+        "extends": "solar-open2-nvfp4-vllm-venv",
+        "runtime": {"venv": {"plugin": {"source": "plugins/my_parsers"}}},
+        "parsers": {"tool_call": "mine_v2", "reasoning": "mine_think"},
+    }))
+    assert problems("mine", paths=(str(tmp_path),)) == []
+    found = problems("mine", {"parsers": {"tool_call": "mien"}}, paths=(str(tmp_path),))
+    assert any("'mien' is not a tool-call parser vllm 0.25.1 registers" in m and "mine" in m for m in found), found
+
+
+def test_a_fork_declares_the_parsers_it_adds_over_its_base_release():
+    fork = load("solar-open-100b-vllm-fork", SOLAR100_FP8)
+    assert {"solar_open"} <= set(fork["engine"]["provides"]["tool_call_parsers"])
+    undeclared = {**SOLAR100_FP8, "engine": {"provides": {"tool_call_parsers": None}}}
+    found = problems("solar-open-100b-vllm-fork", undeclared)
+    assert any("parsers.tool_call: 'solar_open' is not a tool-call parser vllm 0.12.0 registers" in m
+               and "engine.provides.tool_call_parsers" in m for m in found), found
+
+
+@pytest.mark.parametrize("provides, expected", [
+    ({"classes": ["nocolon"]}, "engine.provides.classes[0]: 'nocolon' is not a full dotted path 'package.module:ClassName'."),
+    ({"tool_call_parsers": "solar_open"}, "engine.provides.tool_call_parsers: expected a list of non-empty strings"),
+    ({"parsers": ["x"]}, "engine.provides"),
+])
+def test_engine_provides_is_checked(provides, expected):
+    found = problems("solar-open2-nvfp4-vllm-venv", {"engine": {"provides": provides}})
+    assert len(found) == 1 and expected in found[0], found
+
+
+@pytest.mark.parametrize("case", list(SHIPPED_RENDERS))
+def test_every_rendered_parser_is_registered_by_the_pinned_engine(case):
+    name, overrides = SHIPPED_RENDERS[case]
+    profile = load(name, overrides)
+    argv = P.render(profile, cluster(profile))["argv"]
+    registered = P.registered_parsers(profile)
+    for flag, section in (("--tool-call-parser", "tool_call"), ("--reasoning-parser", "reasoning")):
+        if flag in argv:
+            assert argv[argv.index(flag) + 1] in registered[section][1], (case, flag)
+
+
+def test_manifest_generator_reads_the_parser_registries(tmp_path):
+    import zipfile
+
+    gen = _generator()
+    vllm = tmp_path / "vllm-9.9.9-cp38-abi3-manylinux_2_28_aarch64.whl"
+    with zipfile.ZipFile(vllm, "w") as zf:
+        zf.writestr("vllm/engine/arg_utils.py", "class EngineArgs:\n    pass\n")
+        zf.writestr("vllm/entrypoints/openai/cli_args.py", "")
+        zf.writestr("vllm/tool_parsers/__init__.py", (
+            "_TOOL_PARSERS_TO_REGISTER = {'hermes': ('hermes_tool_parser', 'Hermes2ProToolParser')}\n"
+            "def register():\n"
+            "    for name, (f, c) in _TOOL_PARSERS_TO_REGISTER.items():\n"
+            "        ToolParserManager.register_lazy_module(name, f, c)\n"
+            "'''ToolParserManager.register_lazy_module(name=\"in_a_docstring\", module_path=\"x\", class_name=\"Y\")'''\n"))
+        zf.writestr("vllm/tool_parsers/extra.py", (
+            "@ToolParserManager.register_module('deco')\nclass A: pass\n"
+            "@ToolParserManager.register_module(name=['deco2', 'deco3'])\nclass B: pass\n"))
+        zf.writestr("vllm/reasoning/__init__.py", (
+            "_REASONING_PARSERS_TO_REGISTER = {'qwen3': ('q', 'Q'), 'deepseek_r1': ('d', 'D')}\n"
+            "ReasoningParserManager.register_lazy_module(name='granite', module_path='g', class_name='G')\n"))
+    data = gen.manifest(str(vllm))
+    assert data["tool_call_parsers"] == ["deco", "deco2", "deco3", "hermes"]
+    assert data["reasoning_parsers"] == ["deepseek_r1", "granite", "qwen3"]
+    sglang = tmp_path / "sglang-9.9.9-cp313-cp313-manylinux_2_34_x86_64.whl"
+    with zipfile.ZipFile(sglang, "w") as zf:
+        zf.writestr("sglang/srt/server_args.py", "")
+        zf.writestr("sglang/srt/function_call/function_call_parser.py", (
+            "class FunctionCallParser:\n"
+            "    ToolCallParserEnum: Dict[str, Type[BaseFormatDetector]] = {'qwen3_coder': Q, 'gpt-oss': G}\n"))
+        zf.writestr("sglang/srt/parser/reasoning_parser.py", (
+            "class ReasoningParser:\n    DetectorMap = {'qwen3': Q3, 'deepseek-r1': D}\n"))
+    data = gen.manifest(str(sglang))
+    assert data["tool_call_parsers"] == ["gpt-oss", "qwen3_coder"]
+    assert data["reasoning_parsers"] == ["deepseek-r1", "qwen3"]
+
+
+def _plugin_profile(tmp_path, processors):
+    module = tmp_path / "plugins" / "procs" / "my_pkg"
+    module.mkdir(parents=True)
+    (module / "__init__.py").write_text("from .more import Reexported\n")
+    (module / "logits.py").write_text("import torch  # never imported by validation\nclass GoodProcessor:\n    pass\n")
+    (tmp_path / "procs.yml").write_text(yaml.safe_dump({
+        "extends": "solar-open2-nvfp4-vllm-venv",
+        "runtime": {"venv": {"plugin": {"source": "plugins/procs"}}},
+        "parsers": {"logits_processors": processors},
+    }))
+    return problems("procs", paths=(str(tmp_path),))
+
+
+def test_a_logits_processor_in_the_profiles_own_plugin_is_accepted(tmp_path):
+    assert _plugin_profile(tmp_path, ["my_pkg.logits:GoodProcessor", "my_pkg:Reexported"]) == []
+
+
+@pytest.mark.parametrize("path, expected", [
+    ("my_pkg.logits:GoodProcesor", "parsers.logits_processors[0]: 'my_pkg.logits:GoodProcesor': my_pkg/logits.py of the "
+     "profile's plugin defines no GoodProcesor: did you mean GoodProcessor?"),
+    ("my_pkg.logitz:GoodProcessor", "'my_pkg.logitz:GoodProcessor': no module my_pkg.logitz in the profile's plugin "
+     "source: did you mean my_pkg.logits?"),
+    ("vllm.v1.sample.logits_processor:MinTokensLogitsProcesor", "'vllm.v1.sample.logits_processor:MinTokensLogitsProcesor' "
+     "is in neither the profile's plugin source"),
+])
+def test_a_misspelled_logits_processor_is_refused(tmp_path, path, expected):
+    found = _plugin_profile(tmp_path, [path])
+    assert any(expected in m for m in found), found
+
+
+def test_the_forks_logits_processors_must_be_ones_it_provides():
+    typo = "vllm.model_executor.models.solar_open_logits_processor:SolarOpenTemplateLogitProcessor"
+    found = problems("solar-open-100b-vllm-fork", {**SOLAR100_FP8, "parsers": {"logits_processors": [typo]}})
+    assert any(f"parsers.logits_processors[0]: {typo!r} is in neither" in m and "engine.provides.classes" in m
+               and "did you mean vllm.model_executor.models.solar_open_logits_processor:SolarOpenTemplateLogitsProcessor"
+               in m for m in found), found

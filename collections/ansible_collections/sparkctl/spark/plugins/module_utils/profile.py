@@ -11,6 +11,7 @@ a profile before any change."""
 
 from __future__ import annotations
 
+import ast
 import copy
 import difflib
 import glob
@@ -22,7 +23,7 @@ import shlex
 
 import yaml
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import firewall
+from ansible_collections.sparkctl.spark.plugins.module_utils import firewall, python_source
 
 SCHEMA_VERSION = 1
 # Where the collection ships its profiles: <collection>/profiles/.
@@ -100,6 +101,11 @@ _VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 _PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
 _PYTHON_RE = re.compile(r"^3(\.[0-9]+)?$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_CLASS_PATH_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# What an engine build adds over the release engine.version names (a fork in an image),
+# stated by the profile because no manifest of the fork exists: accepted as registered.
+PROVIDES_KEYS = ("tool_call_parsers", "reasoning_parsers", "classes")
+PARSER_SECTIONS = {"tool_call": ("tool-call", "tool_call_parsers"), "reasoning": ("reasoning", "reasoning_parsers")}
 PLACEHOLDERS = ("venv", "model_dir", "served_model_name", "port", "bind")
 # The ports a topology listens on (with their defaults), which api.engine_port must not take.
 TOPOLOGY_PORTS = {"ray_port": 6379, "dist_init_port": 25000, "rank0_port": 30000}
@@ -347,9 +353,16 @@ def _check_engine(c):
     engine = c.mapping("engine")
     if engine is None:
         return None
-    c.unknown("engine", engine, ("kind", "version", "command", "args", "env"))
+    c.unknown("engine", engine, ("kind", "version", "command", "args", "env", "provides"))
     kind = c.string("engine.kind", choices=ENGINES)
     _check_version(c, "engine.version", required=False)
+    provides = c.mapping("engine.provides", required=False)
+    if provides is not None:
+        c.unknown("engine.provides", provides, PROVIDES_KEYS)
+        given = {key: c.strings(f"engine.provides.{key}", required=False) for key in PROVIDES_KEYS}
+        for idx, item in enumerate(given["classes"] or []):
+            if not _CLASS_PATH_RE.match(item):
+                c.add(f"engine.provides.classes[{idx}]", f"{item!r} is not a full dotted path 'package.module:ClassName'.")
     command = c.get("engine.command", required=False)
     if command is not None:
         if not isinstance(command, list) or not command or not all(isinstance(v, str) and v for v in command):
@@ -461,16 +474,27 @@ def engine_version(profile, kind):
 _MANIFESTS = {}
 
 
-def engine_manifests(kind):
-    """{version: {flag: {kind, choices?, negatable?}}} of every committed manifest of the engine."""
+def _manifest_data(kind):
+    """{version: manifest} of every committed manifest of the engine."""
     if kind not in _MANIFESTS:
         found = {}
         for path in sorted(glob.glob(os.path.join(ENGINE_MANIFEST_DIR, f"{kind}-*.json"))):
             with open(path, encoding="utf-8") as handle:
                 data = json.load(handle)
-            found[data["version"]] = data["flags"]
+            found[data["version"]] = data
         _MANIFESTS[kind] = found
     return _MANIFESTS[kind]
+
+
+def engine_manifests(kind):
+    """{version: {flag: {kind, choices?, negatable?}}} of every committed manifest of the engine."""
+    return {version: data["flags"] for version, data in _manifest_data(kind).items()}
+
+
+def engine_parser_names(kind):
+    """{version: {"tool_call": set, "reasoning": set}}: the parser names each manifested release registers."""
+    return {version: {section: set(data.get(f"{section}_parsers") or []) for section in PARSER_SECTIONS}
+            for version, data in _manifest_data(kind).items()}
 
 
 def _version_key(version):
@@ -493,6 +517,154 @@ def engine_manifest(profile, kind):
     label = (f"{kind} {version} (no manifest; checked against {releases})" if version
              else f"any {kind} release with a manifest ({releases}; set engine.version to check one)")
     return label, merged
+
+
+def plugin_source_dirs(profile):
+    """Controller directories holding the profile's own engine code: the venv plugin's source
+    (a tree mirroring site-packages, relative to the profile file unless absolute, as role
+    engine_venv resolves it) and an image's build context."""
+    runtime = profile.get("runtime") if isinstance(profile.get("runtime"), dict) else {}
+    venv = runtime.get("venv") if isinstance(runtime.get("venv"), dict) else {}
+    image = runtime.get("image") if isinstance(runtime.get("image"), dict) else {}
+    build = image.get("build") if isinstance(image.get("build"), dict) else {}
+    plugin = venv.get("plugin") if isinstance(venv.get("plugin"), dict) else {}
+    dirs = []
+    for given in (plugin.get("source"), build.get("context")):
+        if isinstance(given, str) and given:
+            path = os.path.expanduser(given)
+            if not os.path.isabs(path):
+                path = os.path.join(profile.get("_dir") or COLLECTION_PROFILES, path)
+            dirs.append(os.path.normpath(path))
+    return dirs
+
+
+def _python_files(directory):
+    for root, subdirs, files in os.walk(directory):
+        subdirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                yield os.path.join(root, name)
+
+
+def _parse(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return ast.parse(handle.read(), filename=path)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+
+
+def plugin_parsers(profile):
+    """{"tool_call": set, "reasoning": set}: parser names the profile's own plugin source registers."""
+    trees = []
+    for directory in plugin_source_dirs(profile):
+        for path in _python_files(directory):
+            tree = _parse(path)
+            if tree is not None:
+                trees.append(tree)
+    return python_source.registered_parsers(trees)
+
+
+def registered_parsers(profile):
+    """{section: (label, names)}: the parser names a profile may pick, per parsers.<section>: those
+    the engine release registers (its manifest; every manifested release when it is unknown),
+    plus those the profile's own plugin registers and engine.provides states."""
+    kind = (profile.get("engine") or {}).get("kind")
+    manifests = engine_parser_names(kind) if kind in ENGINES else {}
+    label = (engine_manifest(profile, kind) or (kind, None))[0] if kind in ENGINES else str(kind)
+    version = engine_version(profile, kind)
+    own = plugin_parsers(profile)
+    provides = (profile.get("engine") or {}).get("provides") or {}
+    found = {}
+    for section, (_, provides_key) in PARSER_SECTIONS.items():
+        if version in manifests:
+            names = set(manifests[version][section])
+        else:
+            names = set().union(*(m[section] for m in manifests.values())) if manifests else set()
+        extra = provides.get(provides_key) if isinstance(provides, dict) else None
+        names |= own[section] | {n for n in (extra or []) if isinstance(n, str)}
+        found[section] = (label, names)
+    return found
+
+
+def _check_parser_names(c, kind):
+    """parsers.tool_call / parsers.reasoning name a parser the engine will find: one its release
+    registers, its own plugin registers, or engine.provides states (a fork's additions)."""
+    parsers = c.profile.get("parsers")
+    if kind not in ENGINES or not isinstance(parsers, dict) or not engine_parser_names(kind):
+        return
+    registered = None
+    for section, (what, provides_key) in PARSER_SECTIONS.items():
+        name = parsers.get(section)
+        if not isinstance(name, str):
+            continue
+        registered = registered or registered_parsers(c.profile)
+        label, names = registered[section]
+        if name in names:
+            continue
+        close = difflib.get_close_matches(name, sorted(names), n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        c.add(f"parsers.{section}", f"{name!r} is not a {what} parser {label} registers: {hint}pick one it registers, "
+              f"register it in the profile's plugin (runtime.venv.plugin.source), or, for an engine build that adds it "
+              f"over its release (a fork in an image), list it in engine.provides.{provides_key}.")
+
+
+def _plugin_modules(profile):
+    """{dotted module: file} of the profile's venv plugin source (a tree mirroring site-packages)."""
+    runtime = profile.get("runtime") if isinstance(profile.get("runtime"), dict) else {}
+    venv = runtime.get("venv") if isinstance(runtime.get("venv"), dict) else {}
+    if not isinstance(venv.get("plugin"), dict):
+        return {}
+    modules = {}
+    for directory in plugin_source_dirs({"runtime": {"venv": venv}, "_dir": profile.get("_dir")}):
+        for path in _python_files(directory):
+            rel = os.path.relpath(path, directory)[:-len(".py")].split(os.sep)
+            if rel[-1] == "__init__":
+                rel = rel[:-1]
+            if rel and all(_MODULE_RE.match(part) for part in rel):
+                modules.setdefault(".".join(rel), path)
+    return modules
+
+
+def _check_class_paths(c):
+    """Each parsers.logits_processors entry 'package.module:Class' names a class the engine can
+    load: defined in the profile's own plugin source (read, never imported), or stated in
+    engine.provides.classes for an engine build that ships it. The pinned release's own
+    classes are not in its manifest, so those are listed in engine.provides.classes too."""
+    parsers = c.profile.get("parsers")
+    items = parsers.get("logits_processors") if isinstance(parsers, dict) else None
+    if not isinstance(items, list):
+        return
+    provides = ((c.profile.get("engine") or {}).get("provides") or {})
+    declared = [p for p in (provides.get("classes") or []) if isinstance(p, str)] if isinstance(provides, dict) else []
+    modules = None
+    for idx, item in enumerate(items):
+        if not isinstance(item, str) or not _CLASS_PATH_RE.match(item) or item in declared:
+            continue
+        where = f"parsers.logits_processors[{idx}]"
+        modules = _plugin_modules(c.profile) if modules is None else modules
+        module, cls = item.split(":", 1)
+        if module in modules:
+            tree = _parse(modules[module])
+            names = python_source.top_level_names(tree) if tree is not None else set()
+            if cls in names:
+                continue
+            close = difflib.get_close_matches(cls, sorted(names), n=1, cutoff=0.6)
+            rel = module.replace(".", "/") + ("/__init__.py" if modules[module].endswith("__init__.py") else ".py")
+            c.add(where, f"{item!r}: {rel} of the profile's plugin defines no {cls}: "
+                  f"{'did you mean ' + close[0] + '?' if close else 'check the class name.'}")
+            continue
+        top = module.split(".", 1)[0]
+        close_modules = difflib.get_close_matches(module, [m for m in modules if m.split(".", 1)[0] == top], n=1,
+                                                  cutoff=0.8)
+        if close_modules:
+            c.add(where, f"{item!r}: no module {module} in the profile's plugin source: did you mean {close_modules[0]}?")
+            continue
+        close = difflib.get_close_matches(item, declared, n=1, cutoff=0.8)
+        hint = f" did you mean {close[0]}?" if close else ""
+        c.add(where, f"{item!r} is in neither the profile's plugin source (runtime.venv.plugin.source) nor "
+              f"engine.provides.classes, so nothing shows the engine can load it:{hint} fix the path, ship the module in "
+              "the plugin, or list the class in engine.provides.classes when the engine build itself has it.")
 
 
 def _check_runtime(c):
@@ -718,7 +890,7 @@ def _check_rest(c):
         c.string("parsers.tool_call", required=False)
         c.string("parsers.reasoning", required=False)
         for idx, proc in enumerate(c.strings("parsers.logits_processors", required=False) or []):
-            if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", proc):
+            if not _CLASS_PATH_RE.match(proc):
                 c.add(f"parsers.logits_processors[{idx}]", f"{proc!r} is not a full dotted path 'package.module:ClassName'.")
         auto = c.get("parsers.auto_tool_choice", required=False)
         if auto is not None and not isinstance(auto, bool):
@@ -835,6 +1007,8 @@ def schema_problems(profile):
     _check_topology(c, engine)
     _check_memory(c)
     _check_rest(c)
+    _check_parser_names(c, engine)
+    _check_class_paths(c)
     return c.problems
 
 
