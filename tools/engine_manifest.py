@@ -22,7 +22,11 @@ Each flag records how its parser takes it:
 Beside the flags, `tool_call_parsers` and `reasoning_parsers` list the names the release
 registers for --tool-call-parser / --reasoning-parser (vLLM's ToolParserManager and
 ReasoningParserManager registrations, SGLang's FunctionCallParser.ToolCallParserEnum and
-ReasoningParser.DetectorMap).
+ReasoningParser.DetectorMap). `env` lists the engine's own environment variables (`prefixes`,
+`names`): vLLM's `environment_variables` table in vllm/envs.py (vLLM warns about a VLLM_
+variable missing from it); for SGLang, which reads its variables all over its code, the
+attributes of sglang/srt/environ.py's Envs class and every string literal of the package that
+is a whole SGLANG_/SGL_ variable name.
 The reading follows how each engine builds its parser: vLLM derives a flag's kwargs
 from the type of a config dataclass field (vllm/engine/arg_utils.py _compute_kwargs;
 vllm/entrypoints/openai/cli_args.py for the API server), SGLang from Annotated fields
@@ -370,6 +374,51 @@ def _parsers(wheel, engine):
     return sorted(found["tool_call"]), sorted(found["reasoning"])
 
 
+# ------------------------------------------------------------------------------------ environment
+
+ENV_PREFIXES = {"vllm": ("VLLM_",), "sglang": ("SGLANG_", "SGL_")}
+
+
+def _env_name(value, prefixes):
+    return isinstance(value, str) and value.startswith(prefixes) and re.fullmatch(r"[A-Z][A-Z0-9_]*[A-Z0-9]", value)
+
+
+def _vllm_env(wheel):
+    names = set()
+    if "vllm/envs.py" not in wheel.names:
+        return names
+    for node in ast.walk(wheel.tree("vllm/envs.py")):
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        if isinstance(target, ast.Name) and target.id == "environment_variables" and isinstance(node.value, ast.Dict):
+            # The table also holds variables of others vLLM reads (CUDA_VISIBLE_DEVICES, ...): not its own.
+            names |= {key.value for key in node.value.keys
+                      if isinstance(key, ast.Constant) and _env_name(key.value, ENV_PREFIXES["vllm"])}
+    return names
+
+
+def _sglang_env(wheel):
+    prefixes = ENV_PREFIXES["sglang"]
+    names = set()
+    if "sglang/srt/environ.py" in wheel.names:
+        for node in ast.walk(wheel.tree("sglang/srt/environ.py")):
+            if isinstance(node, ast.ClassDef) and node.name == "Envs":
+                for item in node.body:
+                    target = item.target if isinstance(item, ast.AnnAssign) else (
+                        item.targets[0] if isinstance(item, ast.Assign) and len(item.targets) == 1 else None)
+                    if isinstance(target, ast.Name) and _env_name(target.id, prefixes):
+                        names.add(target.id)
+    literal = re.compile(r"""["'](SGL(?:ANG)?_[A-Z0-9_]*[A-Z0-9])["']""")
+    for path in wheel.glob("sglang/"):
+        names |= {name for name in literal.findall(wheel.text(path)) if _env_name(name, prefixes)}
+    return names
+
+
+def _environment(wheel, engine):
+    names = _vllm_env(wheel) if engine == "vllm" else _sglang_env(wheel)
+    return {"prefixes": list(ENV_PREFIXES[engine]), "names": sorted(names)}
+
+
 # ------------------------------------------------------------------------------------ main
 
 
@@ -388,6 +437,7 @@ def manifest(path):
         "generator": "tools/engine_manifest.py",
         "tool_call_parsers": tool_call,
         "reasoning_parsers": reasoning,
+        "env": _environment(wheel, engine),
         "flags": {k: flags[k] for k in sorted(flags)},
     }
 
@@ -412,7 +462,7 @@ def main(argv=None):
         with open(out, "w", encoding="utf-8") as handle:
             handle.write(dumps(data))
         print(f"{out}: {len(data['flags'])} flags, {len(data['tool_call_parsers'])} tool-call and "
-              f"{len(data['reasoning_parsers'])} reasoning parsers")
+              f"{len(data['reasoning_parsers'])} reasoning parsers, {len(data['env']['names'])} variables")
     return 0
 
 

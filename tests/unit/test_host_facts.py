@@ -364,6 +364,54 @@ def test_socket_units_parsed_from_systemctl_json():
     assert host.parse_socket_units('{"a": 1}') is None
 
 
+def _hex_group_ipv6_str(self):
+    """IPv6Address.__str__ as Python 3.12.1 has it: an IPv4-mapped address comes out in
+    hex groups, '::ffff:7f00:1' (3.13.0 writes '::ffff:127.0.0.1')."""
+    text = self._string_from_ip_int(self._ip)
+    return text + "%" + self._scope_id if self._scope_id else text
+
+
+@pytest.fixture
+def hex_group_ipv6(monkeypatch):
+    """Make this interpreter spell IPv4-mapped addresses the way older ones do, so the
+    facts are shown not to depend on which Python runs the module."""
+    if not hasattr(host.ipaddress.IPv6Address, "_string_from_ip_int"):
+        pytest.skip("this Python's ipaddress has no _string_from_ip_int to emulate the old spelling with")
+    monkeypatch.setattr(host.ipaddress.IPv6Address, "__str__", _hex_group_ipv6_str)
+    assert str(host.ipaddress.IPv6Address("::ffff:127.0.0.1")) == "::ffff:7f00:1"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("::ffff:127.0.0.1", "::ffff:127.0.0.1"),
+        ("::ffff:7f00:1", "::ffff:127.0.0.1"),
+        ("0:0:0:0:0:ffff:c0a8:640a", "::ffff:192.168.100.10"),
+        ("::FFFF:192.168.100.10", "::ffff:192.168.100.10"),
+        ("fe80::1", "fe80::1"),
+        ("::1", "::1"),
+        ("192.168.100.11", "192.168.100.11"),
+    ],
+)
+def test_addresses_have_one_spelling_on_every_python(hex_group_ipv6, text, expected):
+    assert host.canonical_address(text) == expected
+
+
+def test_an_unparsable_address_is_rejected():
+    with pytest.raises(ValueError):
+        host.canonical_address("nonsense")
+
+
+def test_socket_units_and_proc_addresses_agree_on_every_python(hex_group_ipv6, tmp_path):
+    assert host.parse_socket_units(SOCKET_UNITS_JSON)[("::ffff:127.0.0.1", 8000)] == "sparkctl-api.socket"
+    assert host.decode_proc_net_address("0000000000000000FFFF00000100007F", "little") == "::ffff:127.0.0.1"
+    proc = make_proc(tmp_path / "proc", {1: ("systemd", "cgroup_v2_container_root.txt", [77001])})
+    listening = host.read_listening(str(proc), "little")
+    facts = host.port_facts([8000], listening, str(proc), host.parse_socket_units(SOCKET_UNITS_JSON))
+    assert facts["8000"]["holders"][0]["address"] == "::ffff:127.0.0.1"
+    assert facts["8000"]["holders"][0]["unit"] == "sparkctl-api.socket"
+
+
 def test_a_socket_systemd_holds_is_attributed_to_its_socket_unit(tmp_path):
     # PID 1 holds the listener of a socket-activated service (inode 77001, port 8000).
     proc = make_proc(tmp_path / "proc", {1: ("systemd", "cgroup_v2_container_root.txt", [77001])})

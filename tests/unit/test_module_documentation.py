@@ -1,6 +1,6 @@
 """Every module's DOCUMENTATION, with its doc fragments merged as ansible-doc merges them, names the options its
 argument_spec takes, with the same type, default, choices and required flag, and declares its check mode support
-the way AnsibleModule is told."""
+the way AnsibleModule is told; the top-level README names every module."""
 
 from __future__ import annotations
 
@@ -27,3 +27,9 @@ def test_documentation_matches_the_argument_spec(name, monkeypatch):
     assert doc["attributes"]["platform"]["platforms"] in ("linux", "posix")
     yaml.safe_load(module.EXAMPLES)
     yaml.safe_load(module.RETURN)
+
+
+def test_the_readme_names_every_module():
+    readme = (MODULES.parents[5] / "README.md").read_text(encoding="utf-8")
+    layout = next(line for line in readme.splitlines() if line.startswith("| `collections/ansible_collections/sparkctl/spark/`"))
+    assert [name for name in NAMES if f"`{name}`" not in layout] == []

@@ -968,3 +968,80 @@ def test_the_forks_logits_processors_must_be_ones_it_provides():
     assert any(f"parsers.logits_processors[0]: {typo!r} is in neither" in m and "engine.provides.classes" in m
                and "did you mean vllm.model_executor.models.solar_open_logits_processor:SolarOpenTemplateLogitsProcessor"
                in m for m in found), found
+
+
+# ----------------------------------------------------------------------------- environment
+
+
+def test_manifests_record_the_engine_variables_each_release_reads():
+    # VLLM_HOST_IP is in the fabric environment; the Qwen profile sets the SGLang one.
+    for kind, prefixes, known in (("vllm", ["VLLM_"], "VLLM_HOST_IP"), ("sglang", ["SGLANG_", "SGL_"],
+                                                                          "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN")):
+        manifests = P.engine_env_names(kind)
+        assert manifests, kind
+        for version, (found_prefixes, names) in manifests.items():
+            assert found_prefixes == prefixes, (kind, version)
+            assert len(names) > 50 and all(n.startswith(tuple(prefixes)) for n in names), (kind, version)
+            assert known in names, (kind, version, known)
+
+
+@pytest.mark.parametrize("name, overrides, wanted", [
+    ("solar-open2-nvfp4-vllm-venv", {"engine": {"env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEM": "1"}}},
+     "engine.env.VLLM_ALLOW_LONG_MAX_MODEL_LEM: vllm 0.25.1 reads no such variable: did you mean VLLM_ALLOW_LONG_MAX_MODEL_LEN?"),
+    ("qwen38-flash-next-nvfp4-sglang", {"engine": {"env": {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LENGTH": "1"}}},
+     "did you mean SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN?"),
+])
+def test_an_engine_variable_the_release_does_not_read_is_refused(name, overrides, wanted):
+    found = problems(name, overrides, paths=())
+    assert any(wanted in message for message in found), found
+
+
+def test_a_release_not_known_is_checked_against_every_manifested_one():
+    found = problems("lab-standin", {"engine": {"env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEM": "1"}}})
+    assert any("engine.env.VLLM_ALLOW_LONG_MAX_MODEL_LEM: no vllm release with a manifest (0.12.0, 0.22.0, 0.25.1) "
+               "reads it (set engine.version to check against one): did you mean VLLM_ALLOW_LONG_MAX_MODEL_LEN?" in m
+               for m in found), found
+    assert problems("lab-standin", {"engine": {"env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}}}) == []
+
+
+def test_a_fork_declares_the_variables_it_adds():
+    given = {"engine": {"env": {"VLLM_SOLAR_ONLY_KNOB": "1"}}}
+    assert any("engine.env.VLLM_SOLAR_ONLY_KNOB" in m for m in problems("solar-open2-nvfp4-vllm-venv", given, paths=()))
+    given["engine"]["provides"] = {"env": ["VLLM_SOLAR_ONLY_KNOB"]}
+    assert problems("solar-open2-nvfp4-vllm-venv", given, paths=()) == []
+
+
+def test_variables_outside_the_engines_prefix_are_not_checked():
+    # NCCL, PyTorch and the stand-in's own variables are not the engine's to define.
+    assert problems("solar-open2-nvfp4-vllm-venv", {"engine": {"env": {"NCCL_DEBUG": "INFO", "PYTORCH_X": "1"}}},
+                    paths=()) == []
+    assert problems("lab-standin") == []
+
+
+def test_manifest_generator_reads_the_engine_variables(tmp_path):
+    import zipfile
+
+    gen = _generator()
+    vllm = tmp_path / "vllm-9.9.9-cp38-abi3-manylinux_2_28_aarch64.whl"
+    with zipfile.ZipFile(vllm, "w") as zf:
+        zf.writestr("vllm/engine/arg_utils.py", "class EngineArgs:\n    pass\n")
+        zf.writestr("vllm/entrypoints/openai/cli_args.py", "")
+        zf.writestr("vllm/envs.py", (
+            "import os\nif TYPE_CHECKING:\n    VLLM_HOST_IP: str = ''\n"
+            "environment_variables: dict[str, Callable[[], Any]] = {\n"
+            "    'VLLM_HOST_IP': lambda: os.getenv('VLLM_HOST_IP', ''),\n"
+            "    'VLLM_PORT': lambda: int(os.getenv('VLLM_PORT', '0')),\n}\n"
+            "print(os.getenv('VLLM_NOT_IN_THE_TABLE'))\n"))
+    assert gen.manifest(str(vllm))["env"] == {"prefixes": ["VLLM_"], "names": ["VLLM_HOST_IP", "VLLM_PORT"]}
+    sglang = tmp_path / "sglang-9.9.9-cp313-cp313-manylinux_2_34_x86_64.whl"
+    with zipfile.ZipFile(sglang, "w") as zf:
+        zf.writestr("sglang/srt/server_args.py", "")
+        zf.writestr("sglang/srt/environ.py", (
+            "class Envs:\n    SGLANG_TEST_RETRACT = EnvBool(False)\n    SGLANG_LOG_MS: EnvInt = EnvInt(0)\n"
+            "    not_a_var = 1\n"))
+        zf.writestr("sglang/srt/utils.py", "x = get_bool_env_var('SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN')\n"
+                    "y = os.environ.get(\"SGL_CHUNKED_PREFIX_CACHE_THRESHOLD\")\nz = 'SGLANG_'\n")
+    assert gen.manifest(str(sglang))["env"] == {
+        "prefixes": ["SGLANG_", "SGL_"],
+        "names": ["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_LOG_MS", "SGLANG_TEST_RETRACT",
+                  "SGL_CHUNKED_PREFIX_CACHE_THRESHOLD"]}

@@ -23,6 +23,10 @@ OTHER_IBDEV = "roceP2p1s0f1"
 NODE1_GID = "0000:0000:0000:0000:0000:ffff:c0a8:640a"
 NODE1_GID_101 = "0000:0000:0000:0000:0000:ffff:c0a8:650a"
 LINK = {"interface": NETDEV, "address": "192.168.100.10/24"}
+BOND = "bond0"
+LAG_IBDEV = "mlx5_bond_0"
+LAG_SLAVES = ("enp1s0f0np0", "enp1s0f1np1")
+BOND_LINK = {"interface": BOND, "address": "192.168.100.10/24"}
 OTHER_LINK = {"interface": OTHER_HALF, "address": "192.168.101.10/24"}
 
 
@@ -31,6 +35,25 @@ def write_netdev(root, name):
     net_dir.mkdir(parents=True, exist_ok=True)
     (net_dir / "mtu").write_text("9000\n")
     return net_dir
+
+
+def write_roce_lag(root, ipv4, index, bond=BOND, ibdev=LAG_IBDEV, slaves=LAG_SLAVES):
+    """A RoCE LAG as mlx5 builds it: the bond netdev is virtual (no device/ link), the
+    RDMA device hangs off the first slave's PCI function and names the bond in its GID
+    table's ndevs; the second slave's function has no RDMA device of its own."""
+    for rel, content in roce_fixture.roce_tree_files(bond, ibdev, ipv4, index).items():
+        target = Path(root) / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    bond_dir = write_netdev(root, bond)
+    (bond_dir / "bonding").mkdir(exist_ok=True)
+    (bond_dir / "bonding" / "slaves").write_text(" ".join(slaves) + "\n")
+    for position, slave in enumerate(slaves):
+        device = write_netdev(root, slave) / "device"
+        device.mkdir(exist_ok=True)
+        if position == 0:
+            (device / "infiniband" / ibdev).mkdir(parents=True, exist_ok=True)
+        (bond_dir / ("lower_" + slave)).mkdir(exist_ok=True)
 
 
 @pytest.fixture
@@ -157,6 +180,66 @@ def test_gids_of_another_netdev_are_permanent(sysfs):
 
     assert info.value.transient is False
     assert "none is bound to netdev enp1s0f1np1 (bound to: bond0)" in info.value.reason
+
+
+@pytest.mark.parametrize("index", [3, 5])
+def test_a_bond_without_device_link_is_found_through_the_gid_table(sysfs, index):
+    write_roce_lag(sysfs, "192.168.100.10", index)
+    assert not (sysfs / "class" / "net" / BOND / "device").exists()
+
+    assert sysfs_net.resolve_link_gid(BOND, "192.168.100.10/24", str(sysfs)) == {
+        "interface": BOND,
+        "rdma_device": LAG_IBDEV,
+        "port": 1,
+        "gid_index": index,
+        "gid": NODE1_GID,
+        "ipv4": "192.168.100.10",
+    }
+
+
+def test_a_bond_before_its_address_is_applied_is_transient(sysfs):
+    # The link-local GIDs already name the bond, so the device is found; only the IPv4
+    # entry is missing.
+    write_roce_lag(sysfs, None, 3)
+
+    with pytest.raises(sysfs_net.GidLookupError) as info:
+        sysfs_net.resolve_link_gid(BOND, "192.168.100.10/24", str(sysfs))
+
+    assert info.value.transient is True
+    assert info.value.reason.startswith("RoCE v2 entries on bond0 carry no IPv4-mapped GID")
+    assert info.value.reason.endswith("(device mlx5_bond_0 port 1)")
+
+
+def test_a_slave_of_the_lag_is_pointed_at_the_bond(sysfs):
+    write_roce_lag(sysfs, "192.168.100.10", 3)
+
+    with pytest.raises(sysfs_net.GidLookupError) as info:
+        sysfs_net.resolve_link_gid(LAG_SLAVES[0], "192.168.100.10/24", str(sysfs))
+
+    assert info.value.transient is False
+    assert "none is bound to netdev enp1s0f0np0 (bound to: bond0)" in info.value.reason
+    assert "point spark_link[].interface at that netdev" in info.value.fix
+
+
+def test_a_bond_no_gid_table_names_has_no_rdma_device(sysfs):
+    write_roce_lag(sysfs, "192.168.100.10", 3, bond="bond1")
+    write_netdev(sysfs, BOND)
+
+    with pytest.raises(sysfs_net.GidLookupError) as info:
+        sysfs_net.resolve_link_gid(BOND, "192.168.100.10/24", str(sysfs))
+
+    assert info.value.transient is False
+    assert "no RDMA device behind the netdev" in info.value.reason
+    assert "no GID table entry names it" in info.value.reason
+    assert "rdma link" in info.value.fix
+
+
+def test_link_facts_find_the_bond_device_too(sysfs):
+    write_roce_lag(sysfs, "192.168.100.10", 5)
+
+    facts = sysfs_net.interface_facts(BOND, str(sysfs), str(sysfs))
+
+    assert (facts["rdma_device"], facts["rdma_port"], facts["roce_v2_ipv4"]) == (LAG_IBDEV, 1, [{"index": 5, "ipv4": "192.168.100.10"}])
 
 
 def test_no_rdma_device_says_load_mlx5_ib(sysfs):
@@ -346,6 +429,76 @@ def test_module_says_how_long_it_waited(sysfs, capsys, monkeypatch):
     assert rc == 1
     assert result["msg"].startswith("Cannot resolve the RoCE v2 GID index (after waiting 3.0 s): enp1s0f1np1:")
     assert result["waited"] == 3.0
+
+
+def test_module_resolves_a_bond(sysfs, capsys):
+    write_roce_lag(sysfs, "192.168.100.10", 3)
+
+    rc, result = run_module({"links": [BOND_LINK], "sysfs_root": str(sysfs)}, capsys)
+
+    assert rc == 0
+    assert result["roce"]["rdma_devices"] == [LAG_IBDEV]
+    assert result["roce"]["gid_index"] == 3
+
+
+class SlowClock:
+    """time.monotonic for a slow sysfs: every reading of the clock is 0.05 s later."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        self.now += 0.05
+        return self.now
+
+
+def test_module_does_not_claim_it_waited_when_wait_timeout_is_0(sysfs, capsys, monkeypatch):
+    roce_fixture.write_roce_tree(str(sysfs), NETDEV, IBDEV, None, 3)
+    monkeypatch.setattr(sysfs_net.time, "monotonic", SlowClock())
+    monkeypatch.setattr(sysfs_net.time, "sleep", lambda seconds: pytest.fail("slept with wait_timeout 0"))
+
+    rc, result = run_module({"links": [LINK], "sysfs_root": str(sysfs), "wait_timeout": 0}, capsys)
+
+    assert rc == 1
+    assert "waiting" not in result["msg"]
+    assert result["msg"].startswith(
+        "Cannot resolve the RoCE v2 GID index (read once: wait_timeout is 0; raise it to wait for the address): enp1s0f1np1:"
+    )
+    assert result["waited"] > 0  # the reading itself still took its time
+
+
+def test_module_names_no_wait_for_permanent_problems(sysfs, capsys):
+    rc, result = run_module({"links": [OTHER_LINK], "sysfs_root": str(sysfs), "wait_timeout": 0}, capsys)
+
+    assert rc == 1
+    assert result["msg"].startswith("Cannot resolve the RoCE v2 GID index: enP2p1s0f1np1: no RDMA device")
+
+
+READ_ONCE = "(read once: wait_timeout is 0; raise it to wait for the address)"
+
+
+@pytest.mark.parametrize(
+    "transient, waited, wait_timeout, note",
+    [
+        ([True], 3.0, 3, " (after waiting 3.0 s)"),
+        ([True], 0.2, 0, " " + READ_ONCE),
+        ([True], 0.0, 0, " " + READ_ONCE),
+        ([False], 0.2, 10, ""),
+        ([False], 0.0, 0, ""),
+        # A permanent problem ends the polling at once: nothing was waited for.
+        ([True, False], 0.2, 10, ""),
+        ([True, False], 0.2, 0, " " + READ_ONCE),
+    ],
+)
+def test_failure_message(transient, waited, wait_timeout, note):
+    errors = [sysfs_net.GidLookupError("if%d" % n, "reason %d" % n, "fix %d" % n, flag) for n, flag in enumerate(transient)]
+
+    message = sysfs_net.gid_failure_message(errors, waited, wait_timeout)
+
+    assert message == "Cannot resolve the RoCE v2 GID index%s: %s" % (
+        note,
+        " | ".join("if%d: reason %d; fix %d" % (n, n, n) for n in range(len(transient))),
+    )
 
 
 def test_module_rejects_a_negative_timeout(sysfs, capsys):

@@ -1,7 +1,12 @@
 """Command -> stage plan: `up` runs the stages this version has, in order."""
 
+from pathlib import Path
+
 import pytest
+import yaml
 from sparkctl import stages
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -43,3 +48,10 @@ def test_commands_whose_playbook_is_missing_get_no_stage(root, command, playbook
 def test_every_command_maps_to_a_playbook_name():
     assert set(stages.COMMAND_STAGES) == {"doctor", "provision", "serve", "verify", "bench", "stop", "status", "logs",
                                           "api-key"}
+
+
+def test_up_runs_the_stages_site_yml_imports_in_the_same_order():
+    # Two lists of the same stages (site.yml for ansible-playbook, UP_STAGES for the wrapper): kept in step here.
+    site = yaml.safe_load((REPO / "site.yml").read_text(encoding="utf-8"))
+    imported = [Path(play["ansible.builtin.import_playbook"]).stem for play in site]
+    assert list(stages.UP_STAGES) == imported

@@ -15,7 +15,8 @@ options:
     default: /sys
   rdma_sysfs_root:
     description:
-      - Directory that holds C(class/infiniband) and C(class/net/<if>/device/infiniband).
+      - Directory that holds C(class/infiniband) and C(class/net/<if>/device/infiniband) (absent for a bond or VLAN,
+        whose RDMA device is found through C(class/infiniband/<dev>/ports/<port>/gid_attrs/ndevs)).
       - Defaults to O(sysfs_root). Test labs point it at a fixture tree, since containers have no RDMA devices.
     type: path
 """

@@ -176,10 +176,24 @@ def decode_proc_net_address(hex_address, byteorder=sys.byteorder):
         raw = b"".join(raw[offset:offset + 4][::-1] for offset in range(0, len(raw), 4))
     if len(raw) == 4:
         return str(ipaddress.IPv4Address(raw))
-    address = ipaddress.IPv6Address(raw)
-    # Python < 3.13 prints mapped addresses as '::ffff:7f00:1'; keep one spelling on every target.
-    if address.ipv4_mapped is not None:
-        return "::ffff:%s" % address.ipv4_mapped
+    return _address_text(ipaddress.IPv6Address(raw))
+
+
+def canonical_address(text):
+    """One spelling of an IP address on every Python: '::ffff:7f00:1' -> '::ffff:127.0.0.1'.
+
+    Raises ValueError when text is not an address.
+    """
+    return _address_text(ipaddress.ip_address(text))
+
+
+def _address_text(address):
+    # str() of an IPv4-mapped IPv6 address depends on the interpreter: 3.13.0 gives
+    # '::ffff:127.0.0.1', 3.12.1 '::ffff:7f00:1'. The facts (and the lookups that
+    # match /proc against systemd's socket list) must not change with the target's Python.
+    mapped = getattr(address, "ipv4_mapped", None)
+    if mapped is not None:
+        return "::ffff:%s" % mapped
     return str(address)
 
 
@@ -297,7 +311,7 @@ def parse_socket_units(json_text):
             continue
         host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
         try:
-            address = str(ipaddress.ip_address(host.split("%", 1)[0]))
+            address = canonical_address(host.split("%", 1)[0])
         except ValueError:
             continue
         units[(address, int(port))] = unit
@@ -369,7 +383,7 @@ def sshd_ports(listening, proc_root, socket_units=None):
 
 def _plain_address(address):
     try:
-        return str(ipaddress.ip_address(address))
+        return canonical_address(address)
     except ValueError:
         return address
 

@@ -104,7 +104,7 @@ _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _CLASS_PATH_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # What an engine build adds over the release engine.version names (a fork in an image),
 # stated by the profile because no manifest of the fork exists: accepted as registered.
-PROVIDES_KEYS = ("tool_call_parsers", "reasoning_parsers", "classes")
+PROVIDES_KEYS = ("tool_call_parsers", "reasoning_parsers", "classes", "env")
 PARSER_SECTIONS = {"tool_call": ("tool-call", "tool_call_parsers"), "reasoning": ("reasoning", "reasoning_parsers")}
 PLACEHOLDERS = ("venv", "model_dir", "served_model_name", "port", "bind")
 # The ports a topology listens on (with their defaults), which api.engine_port must not take.
@@ -495,6 +495,41 @@ def engine_parser_names(kind):
     """{version: {"tool_call": set, "reasoning": set}}: the parser names each manifested release registers."""
     return {version: {section: set(data.get(f"{section}_parsers") or []) for section in PARSER_SECTIONS}
             for version, data in _manifest_data(kind).items()}
+
+
+def engine_env_names(kind):
+    """{version: (prefixes, names)}: the engine's own environment variables each manifested release reads."""
+    return {version: (list(data["env"]["prefixes"]), set(data["env"]["names"]))
+            for version, data in _manifest_data(kind).items() if data.get("env")}
+
+
+def _check_engine_env(c, kind):
+    """engine.env names with the engine's own prefix (VLLM_, SGLANG_/SGL_) must be variables the
+    release reads (every manifested release's when the release is unknown), or ones
+    engine.provides.env states: a misspelled one is otherwise ignored without a word."""
+    engine = c.profile.get("engine")
+    env = engine.get("env") if isinstance(engine, dict) else None
+    manifests = engine_env_names(kind) if kind in ENGINES else {}
+    if not isinstance(env, dict) or not manifests:
+        return
+    version = engine_version(c.profile, kind)
+    if version in manifests:
+        prefixes, names = manifests[version]
+        verdict = f"{kind} {version} reads no such variable"
+    else:
+        prefixes = sorted({p for found, _ in manifests.values() for p in found})
+        names = set().union(*(found for _, found in manifests.values()))
+        verdict = (f"no {kind} release with a manifest ({', '.join(sorted(manifests, key=_version_key))}) reads it "
+                   "(set engine.version to check against one)")
+    provides = engine.get("provides") if isinstance(engine.get("provides"), dict) else {}
+    names = names | {n for n in (provides.get("env") or []) if isinstance(n, str)}
+    for key in env:
+        if not isinstance(key, str) or not key.startswith(tuple(prefixes)) or key in names:
+            continue
+        close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.8)
+        hint = f"did you mean {close[0]}? " if close else ""
+        c.add(f"engine.env.{key}", f"{verdict}: {hint}fix the name, or, for an engine build that "
+              "reads it over its release (a fork in an image), list it in engine.provides.env.")
 
 
 def _version_key(version):
@@ -1009,6 +1044,7 @@ def schema_problems(profile):
     _check_rest(c)
     _check_parser_names(c, engine)
     _check_class_paths(c)
+    _check_engine_env(c, engine)
     return c.problems
 
 

@@ -118,13 +118,43 @@ def ip_addr_outcome(rc, stdout, stderr):
 
 
 def rdma_device_of(rdma_sysfs_root, interface):
-    """Name of the RDMA device behind a netdev (class/net/<if>/device/infiniband/<dev>)."""
+    """Name of the RDMA device behind a netdev, or None.
+
+    A PCI function's netdev links to it (class/net/<if>/device/infiniband/<dev>). A netdev
+    without a device of its own has no such link: the bond of a RoCE LAG (its RDMA device,
+    mlx5_bond_0 for instance, hangs off the first slave's function) or a VLAN on a port.
+    Its RoCE GIDs still name it in gid_attrs/ndevs, so the device is found through those.
+    """
     directory = os.path.join(rdma_sysfs_root, "class", "net", interface, "device", "infiniband")
     try:
         names = sorted(os.listdir(directory))
     except OSError:
+        names = []
+    if names:
+        return names[0]
+    return rdma_device_by_ndev(rdma_sysfs_root, interface)
+
+
+def rdma_device_by_ndev(rdma_sysfs_root, interface):
+    """The first RDMA device (by name) with a GID table entry whose ndev is interface, or None."""
+    try:
+        devices = sorted(os.listdir(os.path.join(rdma_sysfs_root, "class", "infiniband")))
+    except OSError:
         return None
-    return names[0] if names else None
+    for ibdev in devices:
+        if _port_naming(rdma_sysfs_root, ibdev, interface) is not None:
+            return ibdev
+    return None
+
+
+def _port_naming(rdma_sysfs_root, ibdev, interface):
+    """The first port of ibdev whose GID table has an entry with ndev interface, or None."""
+    for port in _sorted_numeric_entries(os.path.join(rdma_sysfs_root, "class", "infiniband", ibdev, "ports")):
+        ndevs_dir = os.path.join(_port_directory(rdma_sysfs_root, ibdev, port), "gid_attrs", "ndevs")
+        for index in _sorted_numeric_entries(ndevs_dir):
+            if read_sysfs_value(os.path.join(ndevs_dir, str(index))) == interface:
+                return port
+    return None
 
 
 def _port_directory(rdma_sysfs_root, ibdev, port):
@@ -167,11 +197,9 @@ def rdma_port_of(rdma_sysfs_root, ibdev, interface):
     if not ports:
         return None
     if len(ports) > 1:
-        for port in ports:
-            ndevs_dir = os.path.join(_port_directory(rdma_sysfs_root, ibdev, port), "gid_attrs", "ndevs")
-            for index in _sorted_numeric_entries(ndevs_dir):
-                if read_sysfs_value(os.path.join(ndevs_dir, str(index))) == interface:
-                    return port
+        port = _port_naming(rdma_sysfs_root, ibdev, interface)
+        if port is not None:
+            return port
     return ports[0]
 
 
@@ -346,11 +374,13 @@ def resolve_link_gid(interface, address, sysfs_root="/sys", rdma_sysfs_root=None
         )
     ibdev = rdma_device_of(rdma_sysfs_root, interface)
     if ibdev is None:
+        root = rdma_sysfs_root.rstrip("/")
         raise GidLookupError(
             interface,
-            "no RDMA device behind the netdev (%s/class/net/%s/device/infiniband is missing)"
-            % (rdma_sysfs_root.rstrip("/"), interface),
-            "load mlx5_ib (`sudo modprobe mlx5_ib`) and check `ibdev2netdev` / `rdma link`",
+            "no RDMA device behind the netdev (%s/class/net/%s/device/infiniband is missing and no GID table entry "
+            "names it under %s/class/infiniband)" % (root, interface, root),
+            "load mlx5_ib (`sudo modprobe mlx5_ib`) and check that `rdma link` lists the netdev "
+            "(for a bond: RoCE LAG active, with both ports enslaved)",
         )
     port = rdma_port_of(rdma_sysfs_root, ibdev, interface)
     if port is None:
@@ -394,6 +424,25 @@ def summarize_roce(resolved):
         "gid_index": distinct.pop() if len(distinct) == 1 else None,
         "gid_indexes": indexes,
     }
+
+
+READ_ONCE_NOTE = "read once: wait_timeout is 0; raise it to wait for the address"
+
+
+def gid_failure_message(errors, waited, wait_timeout):
+    """The module's failure message: every error, and whether the address was waited for.
+
+    Polling only happens when every problem is transient and wait_timeout is above 0 (a
+    permanent one ends it at once); otherwise the time in `waited` is just the reading.
+    """
+    transient = [exc.transient for exc in errors]
+    if transient and all(transient) and wait_timeout > 0:
+        note = " (after waiting %.1f s)" % waited
+    elif any(transient) and wait_timeout <= 0:
+        note = " (%s)" % READ_ONCE_NOTE
+    else:
+        note = ""
+    return "Cannot resolve the RoCE v2 GID index%s: %s" % (note, " | ".join(str(exc) for exc in errors))
 
 
 def resolve_links_gids(links, sysfs_root="/sys", rdma_sysfs_root=None, wait_timeout=0,

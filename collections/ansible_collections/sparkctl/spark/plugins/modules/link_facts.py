@@ -19,7 +19,8 @@ description:
     C(class/net/<if>) under O(sysfs_root), and its addresses from C(ip -j addr show dev <if>).
   - Finds the RDMA device behind the netdev (C(class/net/<if>/device/infiniband/<dev>)) and reads its GID
     table (C(class/infiniband/<dev>/ports/<port>/gids/<n>), C(gid_attrs/types/<n>), C(gid_attrs/ndevs/<n>))
-    under O(rdma_sysfs_root).
+    under O(rdma_sysfs_root). A netdev without that link (the bond of a RoCE LAG, a VLAN) is matched to the
+    device whose GID table names it in C(gid_attrs/ndevs/<n>).
   - Lists the RoCE v2 entries with an IPv4-mapped GID on the interface, from which the C(NCCL_IB_GID_INDEX)
     of a link address is taken. That index differs between nodes and can change across reboots, so it is
     read on every run rather than configured.

@@ -17,6 +17,8 @@ description:
   - For each item of O(links) finds the RDMA device behind the netdev (C(class/net/<if>/device/infiniband/<dev>)),
     its port, and the entry of the port's GID table whose type is C(RoCE v2), whose C(ndev) is the netdev and
     whose GID is the IPv4-mapped form of the link address (C(::ffff:a.b.c.d)).
+  - A netdev without a device link of its own, such as the bond of a RoCE LAG (device C(mlx5_bond_0) over
+    C(bond0)) or a VLAN, is matched to the RDMA device whose GID table names it in C(gid_attrs/ndevs/<n>).
   - That index is what C(NCCL_IB_GID_INDEX) must be. It differs between nodes (3 on one Spark, 5 on another)
     and can move across reboots, so it is resolved on every run and never configured by hand.
   - The kernel adds the IPv4 GID shortly after the address is applied; while the only problem is that the
@@ -43,7 +45,7 @@ options:
   wait_timeout:
     description:
       - Seconds to keep polling while the only problem is that a link address has no GID entry yet
-        (right after C(netplan apply)). V(0) reads once.
+        (right after C(netplan apply)). V(0) reads once, and the failure message says so instead of a wait time.
       - Problems that cannot clear by themselves (no RDMA device, RoCE v1 only) fail at once.
     type: int
     default: 10
@@ -145,7 +147,10 @@ errors:
       description: What to do about it.
       type: str
     transient:
-      description: Whether the problem was one that clears by itself once the address is applied (it was waited for).
+      description:
+        - Whether the problem is one that clears by itself once the address is applied.
+        - Such problems are polled for up to O(wait_timeout) seconds, unless another link has a problem that
+          cannot clear by itself; the message says C(after waiting N s) only when that polling happened.
       type: bool
 waited:
   description: Seconds spent reading and polling.
@@ -156,7 +161,7 @@ waited:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.sysfs_net import resolve_links_gids
+from ansible_collections.sparkctl.spark.plugins.module_utils.sysfs_net import gid_failure_message, resolve_links_gids
 
 
 def main():
@@ -187,9 +192,8 @@ def main():
         wait_timeout=module.params["wait_timeout"],
     )
     if errors:
-        waited_note = " (after waiting %.1f s)" % waited if any(exc.transient for exc in errors) and waited > 0 else ""
         module.fail_json(
-            msg="Cannot resolve the RoCE v2 GID index%s: %s" % (waited_note, " | ".join(str(exc) for exc in errors)),
+            msg=gid_failure_message(errors, waited, module.params["wait_timeout"]),
             errors=[exc.as_dict() for exc in errors],
             roce=roce,
             waited=waited,
