@@ -826,6 +826,26 @@ def _generator():
     return gen
 
 
+# The least a wheel needs for the generator to read its flags (none), per engine.
+_WHEELS = {
+    "vllm": ("vllm-9.9.9-cp38-abi3-manylinux_2_28_aarch64.whl",
+             {"vllm/engine/arg_utils.py": "class EngineArgs:\n    pass\n", "vllm/entrypoints/openai/cli_args.py": ""}),
+    "sglang": ("sglang-9.9.9-cp313-cp313-manylinux_2_34_x86_64.whl", {"sglang/srt/server_args.py": ""}),
+}
+
+
+def _fake_wheel(tmp_path, engine, files):
+    """A wheel of engine 9.9.9 holding files (name -> text) beside the minimal parser files."""
+    import zipfile
+
+    name, base = _WHEELS[engine]
+    path = tmp_path / name
+    with zipfile.ZipFile(path, "w") as zf:
+        for member, text in {**base, **files}.items():
+            zf.writestr(member, text)
+    return path
+
+
 def test_manifests_record_the_parsers_each_release_registers():
     vllm = P.engine_parser_names("vllm")
     assert "hermes" in vllm["0.12.0"]["tool_call"] and "qwen3" in vllm["0.25.1"]["reasoning"]
@@ -897,36 +917,30 @@ def test_every_rendered_parser_is_registered_by_the_pinned_engine(case):
 
 
 def test_manifest_generator_reads_the_parser_registries(tmp_path):
-    import zipfile
-
     gen = _generator()
-    vllm = tmp_path / "vllm-9.9.9-cp38-abi3-manylinux_2_28_aarch64.whl"
-    with zipfile.ZipFile(vllm, "w") as zf:
-        zf.writestr("vllm/engine/arg_utils.py", "class EngineArgs:\n    pass\n")
-        zf.writestr("vllm/entrypoints/openai/cli_args.py", "")
-        zf.writestr("vllm/tool_parsers/__init__.py", (
+    vllm = _fake_wheel(tmp_path, "vllm", {
+        "vllm/tool_parsers/__init__.py": (
             "_TOOL_PARSERS_TO_REGISTER = {'hermes': ('hermes_tool_parser', 'Hermes2ProToolParser')}\n"
             "def register():\n"
             "    for name, (f, c) in _TOOL_PARSERS_TO_REGISTER.items():\n"
             "        ToolParserManager.register_lazy_module(name, f, c)\n"
-            "'''ToolParserManager.register_lazy_module(name=\"in_a_docstring\", module_path=\"x\", class_name=\"Y\")'''\n"))
-        zf.writestr("vllm/tool_parsers/extra.py", (
+            "'''ToolParserManager.register_lazy_module(name=\"in_a_docstring\", module_path=\"x\", class_name=\"Y\")'''\n"),
+        "vllm/tool_parsers/extra.py": (
             "@ToolParserManager.register_module('deco')\nclass A: pass\n"
-            "@ToolParserManager.register_module(name=['deco2', 'deco3'])\nclass B: pass\n"))
-        zf.writestr("vllm/reasoning/__init__.py", (
+            "@ToolParserManager.register_module(name=['deco2', 'deco3'])\nclass B: pass\n"),
+        "vllm/reasoning/__init__.py": (
             "_REASONING_PARSERS_TO_REGISTER = {'qwen3': ('q', 'Q'), 'deepseek_r1': ('d', 'D')}\n"
-            "ReasoningParserManager.register_lazy_module(name='granite', module_path='g', class_name='G')\n"))
+            "ReasoningParserManager.register_lazy_module(name='granite', module_path='g', class_name='G')\n"),
+    })
     data = gen.manifest(str(vllm))
     assert data["tool_call_parsers"] == ["deco", "deco2", "deco3", "hermes"]
     assert data["reasoning_parsers"] == ["deepseek_r1", "granite", "qwen3"]
-    sglang = tmp_path / "sglang-9.9.9-cp313-cp313-manylinux_2_34_x86_64.whl"
-    with zipfile.ZipFile(sglang, "w") as zf:
-        zf.writestr("sglang/srt/server_args.py", "")
-        zf.writestr("sglang/srt/function_call/function_call_parser.py", (
+    sglang = _fake_wheel(tmp_path, "sglang", {
+        "sglang/srt/function_call/function_call_parser.py": (
             "class FunctionCallParser:\n"
-            "    ToolCallParserEnum: Dict[str, Type[BaseFormatDetector]] = {'qwen3_coder': Q, 'gpt-oss': G}\n"))
-        zf.writestr("sglang/srt/parser/reasoning_parser.py", (
-            "class ReasoningParser:\n    DetectorMap = {'qwen3': Q3, 'deepseek-r1': D}\n"))
+            "    ToolCallParserEnum: Dict[str, Type[BaseFormatDetector]] = {'qwen3_coder': Q, 'gpt-oss': G}\n"),
+        "sglang/srt/parser/reasoning_parser.py": "class ReasoningParser:\n    DetectorMap = {'qwen3': Q3, 'deepseek-r1': D}\n",
+    })
     data = gen.manifest(str(sglang))
     assert data["tool_call_parsers"] == ["gpt-oss", "qwen3_coder"]
     assert data["reasoning_parsers"] == ["deepseek-r1", "qwen3"]
@@ -1019,28 +1033,21 @@ def test_variables_outside_the_engines_prefix_are_not_checked():
 
 
 def test_manifest_generator_reads_the_engine_variables(tmp_path):
-    import zipfile
-
     gen = _generator()
-    vllm = tmp_path / "vllm-9.9.9-cp38-abi3-manylinux_2_28_aarch64.whl"
-    with zipfile.ZipFile(vllm, "w") as zf:
-        zf.writestr("vllm/engine/arg_utils.py", "class EngineArgs:\n    pass\n")
-        zf.writestr("vllm/entrypoints/openai/cli_args.py", "")
-        zf.writestr("vllm/envs.py", (
-            "import os\nif TYPE_CHECKING:\n    VLLM_HOST_IP: str = ''\n"
-            "environment_variables: dict[str, Callable[[], Any]] = {\n"
-            "    'VLLM_HOST_IP': lambda: os.getenv('VLLM_HOST_IP', ''),\n"
-            "    'VLLM_PORT': lambda: int(os.getenv('VLLM_PORT', '0')),\n}\n"
-            "print(os.getenv('VLLM_NOT_IN_THE_TABLE'))\n"))
+    vllm = _fake_wheel(tmp_path, "vllm", {"vllm/envs.py": (
+        "import os\nif TYPE_CHECKING:\n    VLLM_HOST_IP: str = ''\n"
+        "environment_variables: dict[str, Callable[[], Any]] = {\n"
+        "    'VLLM_HOST_IP': lambda: os.getenv('VLLM_HOST_IP', ''),\n"
+        "    'VLLM_PORT': lambda: int(os.getenv('VLLM_PORT', '0')),\n"
+        "    'CUDA_VISIBLE_DEVICES': lambda: os.getenv('CUDA_VISIBLE_DEVICES'),\n}\n"
+        "print(os.getenv('VLLM_NOT_IN_THE_TABLE'))\n")})
     assert gen.manifest(str(vllm))["env"] == {"prefixes": ["VLLM_"], "names": ["VLLM_HOST_IP", "VLLM_PORT"]}
-    sglang = tmp_path / "sglang-9.9.9-cp313-cp313-manylinux_2_34_x86_64.whl"
-    with zipfile.ZipFile(sglang, "w") as zf:
-        zf.writestr("sglang/srt/server_args.py", "")
-        zf.writestr("sglang/srt/environ.py", (
-            "class Envs:\n    SGLANG_TEST_RETRACT = EnvBool(False)\n    SGLANG_LOG_MS: EnvInt = EnvInt(0)\n"
-            "    not_a_var = 1\n"))
-        zf.writestr("sglang/srt/utils.py", "x = get_bool_env_var('SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN')\n"
-                    "y = os.environ.get(\"SGL_CHUNKED_PREFIX_CACHE_THRESHOLD\")\nz = 'SGLANG_'\n")
+    sglang = _fake_wheel(tmp_path, "sglang", {
+        "sglang/srt/environ.py": ("class Envs:\n    SGLANG_TEST_RETRACT = EnvBool(False)\n"
+                                  "    SGLANG_LOG_MS: EnvInt = EnvInt(0)\n    not_a_var = 1\n"),
+        "sglang/srt/utils.py": ("x = get_bool_env_var('SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN')\n"
+                                "y = os.environ.get(\"SGL_CHUNKED_PREFIX_CACHE_THRESHOLD\")\nz = 'SGLANG_'\n"),
+    })
     assert gen.manifest(str(sglang))["env"] == {
         "prefixes": ["SGLANG_", "SGL_"],
         "names": ["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_LOG_MS", "SGLANG_TEST_RETRACT",
