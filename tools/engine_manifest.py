@@ -383,14 +383,23 @@ def _env_name(value, prefixes):
     return isinstance(value, str) and value.startswith(prefixes) and re.fullmatch(r"[A-Z][A-Z0-9_]*[A-Z0-9]", value)
 
 
+def _assigned_name(node):
+    """The name a plain or annotated assignment of one target binds, else None."""
+    if isinstance(node, ast.AnnAssign):
+        target = node.target
+    elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target = node.targets[0]
+    else:
+        return None
+    return target.id if isinstance(target, ast.Name) else None
+
+
 def _vllm_env(wheel):
     names = set()
     if "vllm/envs.py" not in wheel.names:
         return names
     for node in ast.walk(wheel.tree("vllm/envs.py")):
-        target = node.target if isinstance(node, ast.AnnAssign) else (
-            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
-        if isinstance(target, ast.Name) and target.id == "environment_variables" and isinstance(node.value, ast.Dict):
+        if _assigned_name(node) == "environment_variables" and isinstance(node.value, ast.Dict):
             # The table also holds variables of others vLLM reads (CUDA_VISIBLE_DEVICES, ...): not its own.
             names |= {key.value for key in node.value.keys
                       if isinstance(key, ast.Constant) and _env_name(key.value, ENV_PREFIXES["vllm"])}
@@ -403,11 +412,7 @@ def _sglang_env(wheel):
     if "sglang/srt/environ.py" in wheel.names:
         for node in ast.walk(wheel.tree("sglang/srt/environ.py")):
             if isinstance(node, ast.ClassDef) and node.name == "Envs":
-                for item in node.body:
-                    target = item.target if isinstance(item, ast.AnnAssign) else (
-                        item.targets[0] if isinstance(item, ast.Assign) and len(item.targets) == 1 else None)
-                    if isinstance(target, ast.Name) and _env_name(target.id, prefixes):
-                        names.add(target.id)
+                names |= {name for name in map(_assigned_name, node.body) if _env_name(name, prefixes)}
     literal = re.compile(r"""["'](SGL(?:ANG)?_[A-Z0-9_]*[A-Z0-9])["']""")
     for path in wheel.glob("sglang/"):
         names |= {name for name in literal.findall(wheel.text(path)) if _env_name(name, prefixes)}

@@ -111,7 +111,7 @@ def _rerun(run_site, members, tags):
 
 def _run_batch(members, run_site) -> BatchOutcome:
     """Break every fault of the batch, one repair run, every fault's probes, one quiet run,
-    then the fixtures' restore steps and a run after them."""
+    then the fixtures' restore steps and, unless none needs one, a run after them."""
     outcome = BatchOutcome(tags=batch_tags(members))
     started = time.monotonic()
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from json_stub import QuietJSONHandler
 
 from sparkctl.bench import cli
 from sparkctl.bench.client import stream_request
@@ -48,24 +49,11 @@ class Behaviour:
             setattr(self, key, value)
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def _json(self, status, body):
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
+class Handler(QuietJSONHandler):
     def do_GET(self):  # noqa: N802
         if self.path == "/v1/models" and self.server.b.models_route:
-            return self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.server.b.models]})
-        return self._json(404, {"detail": "Not Found"})
+            return self.send_json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.server.b.models]})
+        return self.send_json(404, {"detail": "Not Found"})
 
     def do_POST(self):  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
@@ -74,15 +62,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         text = body.get("prompt") or " ".join(m["content"] for m in body.get("messages", []))
         prompt_tokens = len(text.split())
         if self.path == b.tokenize_path:
-            return self._json(200, {"count": prompt_tokens, "max_model_len": 4096, "tokens": list(range(prompt_tokens))})
+            return self.send_json(200, {"count": prompt_tokens, "max_model_len": 4096, "tokens": list(range(prompt_tokens))})
         if self.path not in ("/v1/completions", "/v1/chat/completions"):
-            return self._json(404, {"detail": "Not Found"})
+            return self.send_json(404, {"detail": "Not Found"})
         refused = [f for f in b.refuse_fields if f in body]
         if refused:
-            return self._json(422, {"detail": [{"type": "extra_forbidden", "loc": ["body", f], "msg": "Extra inputs are not "
+            return self.send_json(422, {"detail": [{"type": "extra_forbidden", "loc": ["body", f], "msg": "Extra inputs are not "
                                                 "permitted", "input": body[f]} for f in refused]})
         if body.get("model") not in b.models:
-            return self._json(404, {"error": {"message": f"model {body.get('model')!r} not found"}})
+            return self.send_json(404, {"error": {"message": f"model {body.get('model')!r} not found"}})
         n = body["max_tokens"]
         if b.eos_after is not None and not body.get("ignore_eos"):
             n = min(n, b.eos_after)
@@ -91,7 +79,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not body.get("stream"):
             if b.prompt_usage:
                 usage["prompt_tokens"] = prompt_tokens
-            return self._json(200, {"choices": [{"index": 0, "text": " w", "finish_reason": finish}], "usage": usage})
+            return self.send_json(200, {"choices": [{"index": 0, "text": " w", "finish_reason": finish}], "usage": usage})
         self.server.stream_count += 1
         number = self.server.stream_count
         self.send_response(200)

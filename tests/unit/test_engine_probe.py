@@ -20,6 +20,7 @@ from pathlib import Path
 
 import module_runner
 import pytest
+from json_stub import QuietJSONHandler
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_probe as ep
 from ansible_collections.sparkctl.spark.plugins.modules import engine_probe as engine_probe_module
 
@@ -341,21 +342,8 @@ def test_connection_refused_fails_health_and_skips_the_rest(loopback_only):
     assert generation["message"] == "generation: POST /v1/completions (stream) failed: connection refused at %s (is the engine running?)" % url
 
 
-class Misbehaving(http.server.BaseHTTPRequestHandler):
+class Misbehaving(QuietJSONHandler):
     """/health 200; POST streams per the server's mode; 'echo' puts the Authorization header in a 400."""
-
-    protocol_version = "HTTP/1.1"
-
-    def _send_json(self, status, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
 
     def do_GET(self):  # noqa: N802
         self.send_response(200)
@@ -367,12 +355,12 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
         mode = self.server.mode
         if mode == "empty_chat":
             # Tokens that decode to empty text: usage counts them, the message shows nothing.
-            self._send_json(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": ""},
+            self.send_json(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": ""},
                                                "finish_reason": "length"}],
                                   "usage": {"prompt_tokens": 12, "completion_tokens": 16, "total_tokens": 28}})
             return
         if mode == "echo":
-            self._send_json(400, {"error": {"message": "bad header %s" % self.headers.get("Authorization")}})
+            self.send_json(400, {"error": {"message": "bad header %s" % self.headers.get("Authorization")}})
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")

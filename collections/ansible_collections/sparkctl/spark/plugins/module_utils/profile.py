@@ -503,6 +503,21 @@ def engine_env_names(kind):
             for version, data in _manifest_data(kind).items() if data.get("env")}
 
 
+def _for_release(per_version, version):
+    """The release's set from a {version: names} map, or every manifested release's together
+    when the release is unknown or has no manifest."""
+    if version in per_version:
+        return set(per_version[version])
+    return set().union(*per_version.values())
+
+
+def _provided(profile, key):
+    """The names engine.provides.<key> states (a fork's additions over its release)."""
+    provides = (profile.get("engine") or {}).get("provides") or {}
+    given = provides.get(key) if isinstance(provides, dict) else None
+    return {n for n in (given or []) if isinstance(n, str)}
+
+
 def _check_engine_env(c, kind):
     """engine.env names with the engine's own prefix (VLLM_, SGLANG_/SGL_) must be variables the
     release reads (every manifested release's when the release is unknown), or ones
@@ -513,18 +528,15 @@ def _check_engine_env(c, kind):
     if not isinstance(env, dict) or not manifests:
         return
     version = engine_version(c.profile, kind)
+    prefixes = tuple(sorted(_for_release({v: set(found) for v, (found, _) in manifests.items()}, version)))
+    names = _for_release({v: found for v, (_, found) in manifests.items()}, version) | _provided(c.profile, "env")
     if version in manifests:
-        prefixes, names = manifests[version]
         verdict = f"{kind} {version} reads no such variable"
     else:
-        prefixes = sorted({p for found, _ in manifests.values() for p in found})
-        names = set().union(*(found for _, found in manifests.values()))
         verdict = (f"no {kind} release with a manifest ({', '.join(sorted(manifests, key=_version_key))}) reads it "
                    "(set engine.version to check against one)")
-    provides = engine.get("provides") if isinstance(engine.get("provides"), dict) else {}
-    names = names | {n for n in (provides.get("env") or []) if isinstance(n, str)}
     for key in env:
-        if not isinstance(key, str) or not key.startswith(tuple(prefixes)) or key in names:
+        if not isinstance(key, str) or not key.startswith(prefixes) or key in names:
             continue
         close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.8)
         hint = f"did you mean {close[0]}? " if close else ""
@@ -609,16 +621,10 @@ def registered_parsers(profile):
     label = (engine_manifest(profile, kind) or (kind, None))[0] if kind in ENGINES else str(kind)
     version = engine_version(profile, kind)
     own = plugin_parsers(profile)
-    provides = (profile.get("engine") or {}).get("provides") or {}
     found = {}
     for section, (_, provides_key) in PARSER_SECTIONS.items():
-        if version in manifests:
-            names = set(manifests[version][section])
-        else:
-            names = set().union(*(m[section] for m in manifests.values())) if manifests else set()
-        extra = provides.get(provides_key) if isinstance(provides, dict) else None
-        names |= own[section] | {n for n in (extra or []) if isinstance(n, str)}
-        found[section] = (label, names)
+        names = _for_release({v: m[section] for v, m in manifests.items()}, version)
+        found[section] = (label, names | own[section] | _provided(profile, provides_key))
     return found
 
 
