@@ -41,16 +41,18 @@ def main() -> int:
         argv = [str(PLAYBOOK), "site.yml", "-i", str(LAB_INVENTORY)] + (["--tags", args.tags] if args.tags else [])
         started = time.monotonic()
         proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
-        seconds = time.monotonic() - started
+        run_seconds = time.monotonic() - started
         if proc.returncode != 0:
             print(proc.stdout[-3000:], proc.stderr[-2000:])
             return 1
         counts = json.loads(census.read_text())
+    seconds = counts.pop("_seconds", {})
     recap = parse_recap(proc.stdout)
     hosts = sorted({host for per_host in counts.values() for host in per_host if host != "localhost"})
-    print(f"site.yml{' --tags ' + args.tags if args.tags else ''}: {seconds:.1f} s, changed "
+    print(f"site.yml{' --tags ' + args.tags if args.tags else ''}: {run_seconds:.1f} s, changed "
           + ", ".join(f"{h}={recap.get(h, {}).get('changed')}" for h in hosts))
-    header = f"{'role':<16}" + "".join(f"{h + ' remote':>15}{'controller':>11}{'skipped':>9}" for h in hosts)
+    header = (f"{'role':<16}" + "".join(f"{h + ' remote':>15}{'controller':>11}{'skipped':>9}" for h in hosts)
+              + f"{'s remote':>10}{'s local':>9}")
     print(header)
     totals = {h: [0, 0, 0] for h in hosts}
     for role in sorted(counts, key=lambda r: -max(counts[r].get(h, {}).get("remote", 0) for h in hosts)):
@@ -60,8 +62,12 @@ def main() -> int:
             row += f"{slot['remote']:>15}{slot['controller']:>11}{slot['skipped']:>9}"
             for i, key in enumerate(("remote", "controller", "skipped")):
                 totals[h][i] += slot[key]
-        print(row)
-    print(f"{'total':<16}" + "".join(f"{t[0]:>15}{t[1]:>11}{t[2]:>9}" for t in totals.values()))
+        split = seconds.get(role, {"remote": 0.0, "local": 0.0})
+        print(row + f"{split['remote']:>10.1f}{split['local']:>9.1f}")
+    print(f"{'total':<16}" + "".join(f"{t[0]:>15}{t[1]:>11}{t[2]:>9}" for t in totals.values())
+          + f"{sum(s['remote'] for s in seconds.values()):>10.1f}{sum(s['local'] for s in seconds.values()):>9.1f}")
+    print("s remote: wall time of the tasks in which some node ran a module; s local: of the others"
+          " (controller-only and skipped), each task timed from its start to the next task's")
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import defaultdict
 
 from ansible.plugins.callback import CallbackBase
@@ -16,7 +17,9 @@ name: module_census
 type: aggregate
 short_description: Count module runs on the nodes per role and host
 description:
-  - "Writes C({role: {host: {remote, controller, skipped}}}) to the file named by C(SPARKCTL_CENSUS_FILE)."
+  - "Writes C({role: {host: {remote, controller, skipped}}}) to the file named by C(SPARKCTL_CENSUS_FILE),
+    with C(_seconds: {role: {remote, local}}): the wall time of the tasks in which some node ran a module
+    and of the others (each task timed from its start to the next one's)."
 requirements:
   - enabled in callbacks_enabled
 """
@@ -41,6 +44,24 @@ class CallbackModule(CallbackBase):
     def __init__(self):
         super().__init__()
         self.counts = defaultdict(lambda: defaultdict(lambda: {"remote": 0, "controller": 0, "skipped": 0}))
+        self.seconds = defaultdict(lambda: {"remote": 0.0, "local": 0.0})
+        self._open = None  # [role, started, ran a module on some node]
+
+    def _close_task(self):
+        if self._open:
+            role, started, remote = self._open
+            self.seconds[role]["remote" if remote else "local"] += time.monotonic() - started
+            self._open = None
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self._close_task()
+        self._open = [task._role.get_name() if task._role else "(play)", time.monotonic(), False]
+
+    def v2_playbook_on_handler_task_start(self, task):
+        self.v2_playbook_on_task_start(task, False)
+
+    def v2_playbook_on_play_start(self, play):
+        self._close_task()
 
     def _count(self, result, skipped=False):
         task = result._task
@@ -59,6 +80,8 @@ class CallbackModule(CallbackBase):
             slot["remote"] += sum(1 for item in items if not item.get("skipped"))
         else:
             slot["remote"] += 1
+        if self._open:
+            self._open[2] = True
 
     def v2_runner_on_ok(self, result):
         self._count(result)
@@ -70,7 +93,10 @@ class CallbackModule(CallbackBase):
         self._count(result, skipped=True)
 
     def v2_playbook_on_stats(self, stats):
+        self._close_task()
         path = os.environ.get("SPARKCTL_CENSUS_FILE")
         if path:
+            census = {role: dict(hosts) for role, hosts in self.counts.items()}
+            census["_seconds"] = {role: {k: round(v, 2) for k, v in split.items()} for role, split in self.seconds.items()}
             with open(path, "w", encoding="utf-8") as handle:
-                json.dump({role: dict(hosts) for role, hosts in self.counts.items()}, handle, indent=1, sort_keys=True)
+                json.dump(census, handle, indent=1, sort_keys=True)
