@@ -205,3 +205,37 @@ def test_texts_are_read_once_each_through_links(tree):
     texts = ns.read_texts([str(tree / "d" / "*.conf"), str(tree / "d" / "b.conf"), str(tree / "none" / "*.conf")])
     assert texts == [{"path": str(tree / "d" / "a.conf"), "content": ""},
                      {"path": str(tree / "d" / "b.conf"), "content": "[Login]\nRemoveIPC=no\n"}]
+
+
+def _fake_proc(root, pid, comm, argv):
+    d = root / str(pid)
+    d.mkdir(parents=True)
+    (d / "stat").write_text(f"{pid} ({comm}) S " + " ".join(["0"] * 18 + ["100"] + ["0"] * 10) + "\n")
+    (d / "comm").write_text(comm + "\n")
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+
+
+def test_one_process_table_read_gives_the_engine_and_the_raylet(tmp_path):
+    _fake_proc(tmp_path, 10, "VLLM::EngineCor", ["VLLM::EngineCore"])
+    _fake_proc(tmp_path, 11, "grep", ["grep", "VLLM::EngineCore"])
+    _fake_proc(tmp_path, 12, "raylet", ["/v/raylet", "--node_id=abc123"])
+    _fake_proc(tmp_path, 13, "VLLM::EngineCor", ["VLLM::EngineCore"])
+    found = ns.processes(["VLLM::EngineCore"], [], raylets=True, proc_root=str(tmp_path), own_pids=(13,))
+    assert [p["pid"] for p in found["processes"]] == [10]
+    assert found["raylets"] == [{"pid": 12, "node_id": "abc123"}]
+    assert ns.processes([], [], raylets=False, proc_root=str(tmp_path)) == {}
+
+
+def test_staleness_is_judged_only_for_the_units_named(monkeypatch):
+    judged = {}
+
+    def assess(units, inputs, run=None, now=None):
+        judged.update(units=units, inputs=inputs)
+        return {"a.service": {"stale": True, "daemon_reload": False},
+                "b.service": {"stale": False, "daemon_reload": True}}
+
+    monkeypatch.setattr(ns.unit_staleness, "assess", assess)
+    found = ns.staleness({"a.service": ["/etc/x.env"], "b.service": []}, run=None)
+    assert judged == {"units": ["a.service", "b.service"], "inputs": {"a.service": ["/etc/x.env"], "b.service": []}}
+    assert found["stale"] == ["a.service"] and found["daemon_reload"] is True
+    assert ns.staleness({}, run=None) == {"staleness": {}, "stale": [], "daemon_reload": False}

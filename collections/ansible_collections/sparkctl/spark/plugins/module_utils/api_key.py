@@ -23,3 +23,9 @@ def api_key_from_text(text):
             value = value[1:-1]
         return value or None
     return None
+
+
+def key_file_text(fmt, name, value):
+    """The whole text of a key file: `NAME=value` for an environment file (format env),
+    `name: value` for SGLang's YAML --config (format yaml), one line."""
+    return f"{name}{'=' if fmt == 'env' else ': '}{value}\n"

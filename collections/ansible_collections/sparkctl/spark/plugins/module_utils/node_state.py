@@ -12,7 +12,7 @@ differs. The comparison is deliberately that of the modules that write: content 
 (what copy and template compare), owner and group by name or id, the mode's permission bits,
 a link's target, a unit's enablement and activity; anything not named is not judged.
 
-Pure except for read_path(), read_units() and read_users()."""
+Pure except for read_path(), read_units(), read_users(), read_texts() and processes()."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ import os
 import pwd
 import stat
 
+from ansible_collections.sparkctl.spark.plugins.module_utils import unit_staleness
+from ansible_collections.sparkctl.spark.plugins.module_utils.ray_cluster import find_leftovers, local_raylets, read_processes
 from ansible_collections.sparkctl.spark.plugins.module_utils.unit_staleness import parse_show
 
 PATH_STATES = ("file", "directory", "link", "absent")
@@ -238,3 +240,26 @@ def assess(paths, units, users, run, texts=()):
     return {"paths": found_paths, "units": {name: found_units[name] for name in names}, "users": found_users,
             "texts": read_texts(texts), "differences": differences,
             "drifted": [key for key in order if key in differences]}
+
+
+def processes(names=(), argv_prefixes=(), raylets=False, proc_root="/proc", own_pids=()):
+    """One read of the process table: {processes: the engine's processes (find_leftovers:
+    exact comm, title or argv prefix; the caller's own ancestors never count), raylets:
+    [{pid, node_id}] when asked for}."""
+    table = read_processes(proc_root)
+    found = {}
+    if names or argv_prefixes:
+        prefixes = [[str(word) for word in prefix] for prefix in argv_prefixes]
+        found["processes"] = [proc for proc in find_leftovers(table, names, prefixes)
+                              if proc["pid"] not in set(own_pids)]
+    if raylets:
+        found["raylets"] = local_raylets(table)
+    return found
+
+
+def staleness(inputs, run, now=None):
+    """unit_staleness for the units named as keys of inputs (each with the files it reads
+    that systemd does not know of): {staleness: per unit, stale: [units], daemon_reload}."""
+    judged = unit_staleness.assess(list(inputs), inputs, run=run, now=now) if inputs else {}
+    return {"staleness": judged, "stale": [name for name, unit in judged.items() if unit["stale"]],
+            "daemon_reload": any(unit["daemon_reload"] for unit in judged.values())}

@@ -83,6 +83,36 @@ options:
     type: list
     elements: str
     default: []
+  stale_inputs:
+    description:
+      - Units to judge for staleness, as C(sparkctl.spark.unit_staleness) does, each with the files it reads at start
+        that systemd does not know of (an empty list when systemd knows them all).
+    type: dict
+    default: {}
+  processes:
+    description:
+      - The engine's processes to look for, as C(sparkctl.spark.engine_leftovers) does (exact C(names), word-for-word
+        C(argv_prefixes)); the module's own ancestors never count.
+    type: dict
+    suboptions:
+      names:
+        description: Process names or titles.
+        type: list
+        elements: str
+        default: []
+      argv_prefixes:
+        description: Command lines that start with one of these words.
+        type: list
+        elements: list
+        default: []
+  raylets:
+    description: Also read the node ids of the Ray raylets running here, as C(sparkctl.spark.ray_raylet_facts) does.
+    type: bool
+    default: false
+  proc_root:
+    description: Where procfs is mounted.
+    type: path
+    default: /proc
 """
 
 EXAMPLES = r"""
@@ -144,11 +174,40 @@ drifted:
   returned: always
   type: list
   elements: str
+staleness:
+  description: Per unit of O(stale_inputs), what C(sparkctl.spark.unit_staleness) returns for it.
+  returned: always
+  type: dict
+stale:
+  description: The units of O(stale_inputs) that run with an input newer than their start.
+  returned: always
+  type: list
+  elements: str
+daemon_reload:
+  description: Whether systemd has not read the changed file of a unit of O(stale_inputs) yet.
+  returned: always
+  type: bool
+processes:
+  description: The processes O(processes) matched (C(pid), C(comm), C(argv), C(user)), as engine_leftovers lists them.
+  returned: when O(processes) is given
+  type: list
+  elements: dict
+raylets:
+  description: The raylets running here, each C(pid) and C(node_id).
+  returned: when O(raylets) is true
+  type: list
+  elements: dict
+raylet_node_id:
+  description: The node id of the one raylet running here, empty when there is none or more than one.
+  returned: when O(raylets) is true
+  type: str
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATH_STATES, assess
+from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATH_STATES, assess, processes, staleness
 
 
 def main():
@@ -170,6 +229,13 @@ def main():
             )),
             users=dict(type="list", elements="str", default=[]),
             texts=dict(type="list", elements="str", default=[]),
+            stale_inputs=dict(type="dict", default={}),
+            processes=dict(type="dict", options=dict(
+                names=dict(type="list", elements="str", default=[]),
+                argv_prefixes=dict(type="list", elements="list", default=[]),
+            )),
+            raylets=dict(type="bool", default=False),
+            proc_root=dict(type="path", default="/proc"),
         ),
         supports_check_mode=True,
     )
@@ -177,11 +243,20 @@ def main():
     def run(argv):
         return module.run_command(argv)
 
+    params = module.params
     try:
-        state = assess(module.params["paths"], module.params["units"], module.params["users"], run=run,
-                       texts=module.params["texts"])
+        state = assess(params["paths"], params["units"], params["users"], run=run, texts=params["texts"])
     except RuntimeError as err:
         module.fail_json(msg=str(err))
+    state.update(staleness({unit: list(files or []) for unit, files in params["stale_inputs"].items()}, run=run))
+    wanted = params["processes"] or {}
+    if wanted or params["raylets"]:
+        # The SSH session running this module is never the engine, whatever its command line.
+        found = processes(wanted.get("names") or [], wanted.get("argv_prefixes") or [], params["raylets"],
+                          params["proc_root"], own_pids=(os.getpid(), os.getppid()))
+        state.update(found)
+        if params["raylets"]:
+            state["raylet_node_id"] = found["raylets"][0]["node_id"] if len(found["raylets"]) == 1 else ""
     module.exit_json(changed=False, **state)
 
 
