@@ -104,6 +104,24 @@ def test_the_checksum_is_read_only_when_asked_for(tree):
     assert ns.read_path(str(tree / "conf"), want_checksum=True)["checksum"] == sha1("hello\n")
 
 
+def test_a_checksum_asked_for_without_a_wanted_one_is_returned_not_judged(tree):
+    read = ns.assess_paths([{"path": str(tree / "conf"), "get_checksum": True, "mode": "0640"}])
+    assert read["paths"][str(tree / "conf")]["checksum"] == sha1("hello\n")
+    assert read["drifted"] == [] and read["differences"] == {}
+
+
+def test_a_directory_lists_its_entries_hidden_ones_included_when_asked(tree):
+    (tree / "dir" / ".hidden").write_text("")
+    (tree / "dir" / "sub").mkdir()
+    assert "entries" not in ns.read_path(str(tree / "dir"))
+    assert ns.read_path(str(tree / "dir"), want_entries=True)["entries"] == [".hidden", "sub"]
+    # An absent directory wanted absent is in sync, a present one wanted absent drifts.
+    read = ns.assess_paths([{"path": str(tree / "gone"), "state": "absent", "get_entries": True},
+                            {"path": str(tree / "dir"), "state": "absent", "get_entries": True}])
+    assert read["drifted"] == [str(tree / "dir")]
+    assert read["paths"][str(tree / "gone")] == {"exists": False, "type": "absent"}
+
+
 def test_systemctl_show_blocks_become_one_summary_per_unit():
     units = ns.parse_units(SHOW)
     assert sorted(units) == ["a.service", "b.service", "c.service"]

@@ -28,6 +28,21 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.ray_cluster import 
 from ansible_collections.sparkctl.spark.plugins.module_utils.unit_staleness import parse_show
 
 PATH_STATES = ("file", "directory", "link", "absent")
+# The argument spec of a module's `paths` option (doc fragment sparkctl.spark.node_paths):
+# node_state takes it, and so do the modules that already read a role's node state, so
+# that one module run serves the whole role.
+PATH_OPTIONS = dict(
+    path=dict(type="path", required=True),
+    state=dict(type="str", choices=list(PATH_STATES), default="file"),
+    checksum=dict(type="str"),
+    get_checksum=dict(type="bool", default=False),
+    get_entries=dict(type="bool", default=False),
+    owner=dict(type="str"),
+    group=dict(type="str"),
+    mode=dict(type="raw"),
+    src=dict(type="str"),
+)
+PATHS_ARGUMENT = dict(type="list", elements="dict", default=[], options=PATH_OPTIONS)
 UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID", "NeedDaemonReload")
 # A unit on its way up counts as started, as systemd_service's state=started judges it.
 STARTED_STATES = ("active", "activating", "reloading")
@@ -57,10 +72,11 @@ def sha1_of(path, chunk=1 << 20):
     return digest.hexdigest()
 
 
-def read_path(path, want_checksum=False):
+def read_path(path, want_checksum=False, want_entries=False):
     """What is at path, without following a final symlink: exists, type, owner, group, uid,
-    gid, mode ("0644"), target (a link's) and checksum (a file's SHA-1, when asked for).
-    An unreadable file reports checksum None and the error."""
+    gid, mode ("0644"), target (a link's), checksum (a file's SHA-1, when asked for) and
+    entries (a directory's names, hidden ones included, sorted, when asked for). An
+    unreadable file or directory reports checksum or entries None and the error."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -77,6 +93,11 @@ def read_path(path, want_checksum=False):
             found["checksum"] = sha1_of(path)
         except OSError as err:
             found["checksum"], found["error"] = None, str(err)
+    if kind == "directory" and want_entries:
+        try:
+            found["entries"] = sorted(os.listdir(path))
+        except OSError as err:
+            found["entries"], found["error"] = None, str(err)
     return found
 
 
@@ -211,6 +232,21 @@ def manager_unit(uid):
     return f"user@{uid}.service"
 
 
+def assess_paths(paths):
+    """The paths of assess(): {paths: {path: read_path}, differences: {path: [sentences]},
+    drifted: [paths that differ, in the order given]}."""
+    found_paths, differences = {}, {}
+    for wanted in paths:
+        found = read_path(wanted["path"], want_checksum=bool(wanted.get("checksum") or wanted.get("get_checksum")),
+                          want_entries=bool(wanted.get("get_entries")))
+        found_paths[wanted["path"]] = found
+        problems = path_differences(wanted, found)
+        if problems:
+            differences[wanted["path"]] = problems
+    return {"paths": found_paths, "differences": differences,
+            "drifted": [w["path"] for w in paths if w["path"] in differences]}
+
+
 def assess(paths, units, users, run, texts=()):
     """The node's state of what a role manages and where it differs from what it wants.
 
@@ -218,13 +254,8 @@ def assess(paths, units, users, run, texts=()):
     users: [name] (each existing one with its user manager's unit), texts: [glob]. Returns
     {paths, units, users, texts, differences: {key: [sentences]}, drifted: [keys]} where a key
     is a path or a unit name, in the order given. One systemctl call reads every unit."""
-    found_paths, differences = {}, {}
-    for wanted in paths:
-        found = read_path(wanted["path"], want_checksum=bool(wanted.get("checksum")))
-        found_paths[wanted["path"]] = found
-        problems = path_differences(wanted, found)
-        if problems:
-            differences[wanted["path"]] = problems
+    read = assess_paths(paths)
+    found_paths, differences = read["paths"], read["differences"]
     found_users = read_users(users)
     managers = [manager_unit(user["uid"]) for user in found_users.values() if user["exists"]]
     names = [unit["name"] for unit in units]

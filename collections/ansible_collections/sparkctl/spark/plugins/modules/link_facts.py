@@ -14,6 +14,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes.facts
   - sparkctl.spark.attributes.facts_linux
   - sparkctl.spark.sysfs
+  - sparkctl.spark.node_paths
 description:
   - For each interface in O(interfaces) reads C(operstate), C(carrier), C(mtu) and C(address) from
     C(class/net/<if>) under O(sysfs_root), and its addresses from C(ip -j addr show dev <if>).
@@ -24,6 +25,8 @@ description:
   - Lists the RoCE v2 entries with an IPv4-mapped GID on the interface, from which the C(NCCL_IB_GID_INDEX)
     of a link address is taken. That index differs between nodes and can change across reboots, so it is
     read on every run rather than configured.
+  - Reads the files a role manages alongside the link (O(paths), as M(sparkctl.spark.node_state) reads them), so
+    that one module run tells the role both what the kernel has and what its files hold.
   - An interface that does not exist is reported in RV(ansible_facts.spark_link_facts.missing), not failed on;
     the play decides whether that is fatal.
 author:
@@ -66,6 +69,22 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+paths:
+  description:
+    - Per path of O(paths), C(exists), C(type) (file, directory, link, other, absent), C(owner), C(group), C(uid),
+      C(gid), C(mode) (C("0644")), C(target) for a link, C(checksum) for a file whose checksum was asked for,
+      C(entries) for a directory whose entries were, and C(error) when those could not be read.
+  returned: always
+  type: dict
+differences:
+  description: Per path of O(paths) that differs from what was asked, the differences as sentences.
+  returned: always
+  type: dict
+drifted:
+  description: The paths of O(paths) that differ, in the order given.
+  returned: always
+  type: list
+  elements: str
 ansible_facts:
   description: Facts to add to C(ansible_facts).
   returned: always
@@ -174,6 +193,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATHS_ARGUMENT, assess_paths
 from ansible_collections.sparkctl.spark.plugins.module_utils.sysfs_net import (
     gather_link_facts,
     ip_addr_command,
@@ -187,6 +207,7 @@ def main():
             interfaces=dict(type="list", elements="str", required=True),
             sysfs_root=dict(type="path", default="/sys"),
             rdma_sysfs_root=dict(type="path"),
+            paths=PATHS_ARGUMENT,
         ),
         supports_check_mode=True,
     )
@@ -205,7 +226,7 @@ def main():
         rdma_sysfs_root=module.params["rdma_sysfs_root"],
         run_ip_addr=run_ip_addr,
     )
-    module.exit_json(changed=False, ansible_facts=dict(spark_link_facts=facts))
+    module.exit_json(changed=False, ansible_facts=dict(spark_link_facts=facts), **assess_paths(module.params["paths"]))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ version_added: 0.1.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - sparkctl.spark.attributes.info_linux
+  - sparkctl.spark.node_paths
 description:
   - A role names everything it manages (files with their wanted content checksum, owner, group and mode, directories,
     links, systemd units that must be enabled or started, accounts it needs) and reads all of it with one module run,
@@ -23,38 +24,6 @@ description:
 author:
   - sparkctl developers (!UNKNOWN)
 options:
-  paths:
-    description: The paths to read and compare; a final symlink is not followed.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: Absolute path.
-        type: path
-        required: true
-      state:
-        description: What should be there.
-        type: str
-        choices: [file, directory, link, absent]
-        default: file
-      checksum:
-        description:
-          - SHA-1 of the content the file should have (C(lookup('ansible.builtin.template', ...) | hash('sha1')) for a
-            template, C(content | hash('sha1')) for a copy). The file is read only when this is given.
-        type: str
-      owner:
-        description: Owner name or uid.
-        type: str
-      group:
-        description: Group name or gid.
-        type: str
-      mode:
-        description: Octal permission bits (C("0644")); a symbolic mode is not judged.
-        type: raw
-      src:
-        description: The target a link should have, as written in it.
-        type: str
   units:
     description: systemd system units to read with one C(systemctl show).
     type: list
@@ -147,7 +116,8 @@ EXAMPLES = r"""
 RETURN = r"""
 paths:
   description: Per path, C(exists), C(type) (file, directory, link, other, absent), C(owner), C(group), C(uid), C(gid),
-    C(mode) (C("0644")), C(target) for a link and C(checksum) for a file whose wanted checksum was given.
+    C(mode) (C("0644")), C(target) for a link, C(checksum) for a file whose checksum was asked for, C(entries) for a
+    directory whose entries were, and C(error) when those could not be read.
   returned: always
   type: dict
 units:
@@ -207,21 +177,13 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATH_STATES, assess, processes, staleness
+from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATHS_ARGUMENT, assess, processes, staleness
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            paths=dict(type="list", elements="dict", default=[], options=dict(
-                path=dict(type="path", required=True),
-                state=dict(type="str", choices=list(PATH_STATES), default="file"),
-                checksum=dict(type="str"),
-                owner=dict(type="str"),
-                group=dict(type="str"),
-                mode=dict(type="raw"),
-                src=dict(type="str"),
-            )),
+            paths=PATHS_ARGUMENT,
             units=dict(type="list", elements="dict", default=[], options=dict(
                 name=dict(type="str", required=True),
                 enabled=dict(type="bool"),

@@ -13,6 +13,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - sparkctl.spark.attributes.info_linux
   - sparkctl.spark.sysfs
+  - sparkctl.spark.node_paths
 description:
   - For each item of O(links) finds the RDMA device behind the netdev (C(class/net/<if>/device/infiniband/<dev>)),
     its port, and the entry of the port's GID table whose type is C(RoCE v2), whose C(ndev) is the netdev and
@@ -23,6 +24,8 @@ description:
     and can move across reboots, so it is resolved on every run and never configured by hand.
   - The kernel adds the IPv4 GID shortly after the address is applied; while the only problem is that the
     address is not in the table yet, the module polls for up to O(wait_timeout) seconds.
+  - Reads the files a role manages alongside (O(paths), as M(sparkctl.spark.node_state) reads them), so that one
+    module run resolves the GIDs and tells what the role's files hold.
   - Fails with one line per interface that cannot be resolved, each with the likely fix. Never changes anything.
 author:
   - sparkctl developers (!UNKNOWN)
@@ -80,6 +83,22 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+paths:
+  description:
+    - Per path of O(paths), C(exists), C(type) (file, directory, link, other, absent), C(owner), C(group), C(uid),
+      C(gid), C(mode) (C("0644")), C(target) for a link, C(checksum) for a file whose checksum was asked for,
+      C(entries) for a directory whose entries were, and C(error) when those could not be read.
+  returned: always
+  type: dict
+differences:
+  description: Per path of O(paths) that differs from what was asked, the differences as sentences.
+  returned: always
+  type: dict
+drifted:
+  description: The paths of O(paths) that differ, in the order given.
+  returned: always
+  type: list
+  elements: str
 roce:
   description:
     - What NCCL needs to use the cable over RoCE v2 on this node.
@@ -161,6 +180,7 @@ waited:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATHS_ARGUMENT, assess_paths
 from ansible_collections.sparkctl.spark.plugins.module_utils.sysfs_net import gid_failure_message, resolve_links_gids
 
 
@@ -179,6 +199,7 @@ def main():
             sysfs_root=dict(type="path", default="/sys"),
             rdma_sysfs_root=dict(type="path"),
             wait_timeout=dict(type="int", default=10),
+            paths=PATHS_ARGUMENT,
         ),
         supports_check_mode=True,
     )
@@ -199,7 +220,7 @@ def main():
             waited=waited,
             changed=False,
         )
-    module.exit_json(changed=False, roce=roce, waited=waited)
+    module.exit_json(changed=False, roce=roce, waited=waited, **assess_paths(module.params["paths"]))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,57 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The paths option of the modules that read a role's files in the same run as the rest of its state."""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  paths:
+    description:
+      - Files, directories and links to read and compare in the same run; a final symlink is not followed.
+      - Returned in RV(paths), with what differs in RV(differences) and RV(drifted).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Absolute path.
+        type: path
+        required: true
+      state:
+        description: What should be there.
+        type: str
+        choices: [file, directory, link, absent]
+        default: file
+      checksum:
+        description:
+          - SHA-1 of the content the file should have (C(lookup('ansible.builtin.template', ...) | hash('sha1')) for a
+            template, C(content | hash('sha1')) for a copy). The file is read only when this or O(paths[].get_checksum)
+            is given.
+        type: str
+      get_checksum:
+        description:
+          - Return the file's SHA-1 without judging it, for content the role can only tell once this run's other
+            results are known.
+        type: bool
+        default: false
+      get_entries:
+        description: Return a directory's entry names, hidden ones included, as C(entries).
+        type: bool
+        default: false
+      owner:
+        description: Owner name or uid.
+        type: str
+      group:
+        description: Group name or gid.
+        type: str
+      mode:
+        description: Octal permission bits (C("0644")); a symbolic mode is not judged.
+        type: raw
+      src:
+        description: The target a link should have, as written in it.
+        type: str
+"""
+
