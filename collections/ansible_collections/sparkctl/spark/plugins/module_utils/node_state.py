@@ -47,18 +47,19 @@ def _group_name(gid):
         return str(gid)
 
 
-def sha1_of(path, chunk=1 << 20):
-    digest = hashlib.sha1()
+def sha1_of(path, chunk=1 << 20, prefix=""):
+    digest = hashlib.sha1(prefix.encode("utf-8"))
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(chunk), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
-def read_path(path, want_checksum=False):
+def read_path(path, want_checksum=False, checksum_prefix=""):
     """What is at path, without following a final symlink: exists, type, owner, group, uid,
-    gid, mode ("0644"), target (a link's) and checksum (a file's SHA-1, when asked for).
-    An unreadable file reports checksum None and the error."""
+    gid, mode ("0644"), target (a link's) and checksum (a file's SHA-1, when asked for; of
+    checksum_prefix followed by the content, when a prefix is given). An unreadable file
+    reports checksum None and the error."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -72,7 +73,7 @@ def read_path(path, want_checksum=False):
         found["target"] = os.readlink(path)
     if kind == "file" and want_checksum:
         try:
-            found["checksum"] = sha1_of(path)
+            found["checksum"] = sha1_of(path, prefix=checksum_prefix or "")
         except OSError as err:
             found["checksum"], found["error"] = None, str(err)
     return found
@@ -212,13 +213,15 @@ def manager_unit(uid):
 def assess(paths, units, users, run, texts=()):
     """The node's state of what a role manages and where it differs from what it wants.
 
-    paths: [{path, state, checksum, owner, group, mode, src}], units: [{name, enabled, started}],
+    paths: [{path, state, checksum, get_checksum, checksum_prefix, owner, group, mode, src}], units: [{name, enabled, started}],
     users: [name] (each existing one with its user manager's unit), texts: [glob]. Returns
     {paths, units, users, texts, differences: {key: [sentences]}, drifted: [keys]} where a key
     is a path or a unit name, in the order given. One systemctl call reads every unit."""
     found_paths, differences = {}, {}
     for wanted in paths:
-        found = read_path(wanted["path"], want_checksum=bool(wanted.get("checksum")))
+        # A prefix asks for the checksum too: the caller compares it with another node's file.
+        want_checksum = bool(wanted.get("checksum") or wanted.get("get_checksum") or wanted.get("checksum_prefix"))
+        found = read_path(wanted["path"], want_checksum=want_checksum, checksum_prefix=wanted.get("checksum_prefix"))
         found_paths[wanted["path"]] = found
         problems = path_differences(wanted, found)
         if problems:

@@ -43,6 +43,18 @@ options:
           - SHA-1 of the content the file should have (C(lookup('ansible.builtin.template', ...) | hash('sha1')) for a
             template, C(content | hash('sha1')) for a copy). The file is read only when this is given.
         type: str
+      get_checksum:
+        description:
+          - Read the file's SHA-1 and return it even without a wanted O(paths[].checksum), for a caller that
+            compares it with another node's file.
+        type: bool
+        default: false
+      checksum_prefix:
+        description:
+          - Text hashed before the file's content, so the checksum returned (and compared) is that of a file holding
+            this text followed by this file's content, such as a secret another node keeps after a user name. The
+            content never leaves the node. Implies O(paths[].get_checksum).
+        type: str
       owner:
         description: Owner name or uid.
         type: str
@@ -117,7 +129,8 @@ EXAMPLES = r"""
 RETURN = r"""
 paths:
   description: Per path, C(exists), C(type) (file, directory, link, other, absent), C(owner), C(group), C(uid), C(gid),
-    C(mode) (C("0644")), C(target) for a link and C(checksum) for a file whose wanted checksum was given.
+    C(mode) (C("0644")), C(target) for a link and C(checksum) for a file whose wanted checksum, O(paths[].get_checksum) or
+    O(paths[].checksum_prefix) was given.
   returned: always
   type: dict
 units:
@@ -158,6 +171,8 @@ def main():
                 path=dict(type="path", required=True),
                 state=dict(type="str", choices=list(PATH_STATES), default="file"),
                 checksum=dict(type="str"),
+                get_checksum=dict(type="bool", default=False),
+                checksum_prefix=dict(type="str", no_log=False),
                 owner=dict(type="str"),
                 group=dict(type="str"),
                 mode=dict(type="raw"),
