@@ -122,6 +122,22 @@ def test_a_directory_lists_its_entries_hidden_ones_included_when_asked(tree):
     assert read["paths"][str(tree / "gone")] == {"exists": False, "type": "absent"}
 
 
+def test_a_checksum_can_be_read_and_compared_with_a_prefix_another_node_adds(tree):
+    """A secret kept as 'secret' on one node and as 'user:secret' on another compares by checksum alone."""
+    state = ns.assess(
+        paths=[{"path": str(tree / "conf"), "checksum_prefix": "user:"},
+               {"path": str(tree / "dir"), "state": "directory", "get_checksum": True}],
+        units=[], users=[], run=lambda argv: (0, "", ""))
+    assert state["paths"][str(tree / "conf")]["checksum"] == sha1("user:hello\n")
+    assert state["drifted"] == []
+    state = ns.assess(paths=[{"path": str(tree / "conf"), "get_checksum": True}], units=[], users=[],
+                      run=lambda argv: (0, "", ""))
+    assert state["paths"][str(tree / "conf")]["checksum"] == sha1("hello\n") and state["drifted"] == []
+    state = ns.assess(paths=[{"path": str(tree / "conf"), "checksum_prefix": "user:", "checksum": sha1("hello\n")}],
+                      units=[], users=[], run=lambda argv: (0, "", ""))
+    assert state["drifted"] == [str(tree / "conf")]
+
+
 def test_systemctl_show_blocks_become_one_summary_per_unit():
     units = ns.parse_units(SHOW)
     assert sorted(units) == ["a.service", "b.service", "c.service"]

@@ -37,6 +37,12 @@ options:
             results are known.
         type: bool
         default: false
+      checksum_prefix:
+        description:
+          - Text hashed before the file's content, so the checksum returned (and compared) is that of a file holding
+            this text followed by this file's content, such as a secret another node keeps after a user name. The
+            content never leaves the node. Implies O(paths[].get_checksum).
+        type: str
       get_entries:
         description: Return a directory's entry names, hidden ones included, as C(entries).
         type: bool

@@ -37,6 +37,7 @@ PATH_OPTIONS = dict(
     checksum=dict(type="str"),
     get_checksum=dict(type="bool", default=False),
     get_entries=dict(type="bool", default=False),
+    checksum_prefix=dict(type="str", no_log=False),
     owner=dict(type="str"),
     group=dict(type="str"),
     mode=dict(type="raw"),
@@ -64,19 +65,20 @@ def _group_name(gid):
         return str(gid)
 
 
-def sha1_of(path, chunk=1 << 20):
-    digest = hashlib.sha1()
+def sha1_of(path, chunk=1 << 20, prefix=""):
+    digest = hashlib.sha1(prefix.encode("utf-8"))
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(chunk), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
-def read_path(path, want_checksum=False, want_entries=False):
+def read_path(path, want_checksum=False, want_entries=False, checksum_prefix=""):
     """What is at path, without following a final symlink: exists, type, owner, group, uid,
-    gid, mode ("0644"), target (a link's), checksum (a file's SHA-1, when asked for) and
-    entries (a directory's names, hidden ones included, sorted, when asked for). An
-    unreadable file or directory reports checksum or entries None and the error."""
+    gid, mode ("0644"), target (a link's), checksum (a file's SHA-1, when asked for; of
+    checksum_prefix followed by the content, when a prefix is given) and entries (a
+    directory's names, hidden ones included, sorted, when asked for). An unreadable file or
+    directory reports checksum or entries None and the error."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -90,7 +92,7 @@ def read_path(path, want_checksum=False, want_entries=False):
         found["target"] = os.readlink(path)
     if kind == "file" and want_checksum:
         try:
-            found["checksum"] = sha1_of(path)
+            found["checksum"] = sha1_of(path, prefix=checksum_prefix or "")
         except OSError as err:
             found["checksum"], found["error"] = None, str(err)
     if kind == "directory" and want_entries:
@@ -237,8 +239,11 @@ def assess_paths(paths):
     drifted: [paths that differ, in the order given]}."""
     found_paths, differences = {}, {}
     for wanted in paths:
-        found = read_path(wanted["path"], want_checksum=bool(wanted.get("checksum") or wanted.get("get_checksum")),
-                          want_entries=bool(wanted.get("get_entries")))
+        # A prefix asks for the checksum too: the caller compares it with another node's file.
+        found = read_path(wanted["path"],
+                          want_checksum=bool(wanted.get("checksum") or wanted.get("get_checksum")
+                                             or wanted.get("checksum_prefix")),
+                          want_entries=bool(wanted.get("get_entries")), checksum_prefix=wanted.get("checksum_prefix"))
         found_paths[wanted["path"]] = found
         problems = path_differences(wanted, found)
         if problems:
@@ -250,7 +255,7 @@ def assess_paths(paths):
 def assess(paths, units, users, run, texts=()):
     """The node's state of what a role manages and where it differs from what it wants.
 
-    paths: [{path, state, checksum, owner, group, mode, src}], units: [{name, enabled, started}],
+    paths: [{path, state, checksum, get_checksum, checksum_prefix, owner, group, mode, src}], units: [{name, enabled, started}],
     users: [name] (each existing one with its user manager's unit), texts: [glob]. Returns
     {paths, units, users, texts, differences: {key: [sentences]}, drifted: [keys]} where a key
     is a path or a unit name, in the order given. One systemctl call reads every unit."""
