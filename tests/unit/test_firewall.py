@@ -10,6 +10,7 @@ loaded into a throwaway network namespace: never into this machine's own ruleset
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -293,21 +294,92 @@ def test_recorded_text_and_rendered_file_summarise_alike():
 # --- The module ------------------------------------------------------------------------------------
 
 
-def test_module_reports_state_and_changes_nothing(monkeypatch, capsys):
-    fake = FakeNft(live="head-live-policy-drop.json")
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, argv, data=None, **kw: fake(argv, data))
+def _systemctl_show(active):
+    """A stand-in for the one `systemctl show` the module makes: each unit asked for in the given ActiveState
+    (inactive and not found when not listed)."""
+
+    def show(argv):
+        assert argv[:2] == ["systemctl", "show"]
+        blocks = []
+        for name in argv[argv.index("--") + 1:]:
+            state = active.get(name)
+            blocks.append(f"Id={name}\nLoadState={'loaded' if state else 'not-found'}\nActiveState={state or 'inactive'}\n"
+                          f"SubState=dead\nUnitFileState={'enabled' if state else ''}\nMainPID=0\nNeedDaemonReload=no\n")
+        return 0, "\n".join(blocks), ""
+
+    return show
+
+
+def _module_node(monkeypatch, nft_answers, active=None, nft_present=True):
+    """Run the module against FakeNft for nft and a systemctl stand-in for the units."""
+    show = _systemctl_show(active or {})
+    calls = []
+
+    def run_command(self, argv, data=None, **kw):
+        calls.append(argv)
+        return show(argv) if argv[0] == "systemctl" else nft_answers(argv, data)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **kw: UNSHARE)
-    monkeypatch.setattr(firewall_state.os, "access", lambda path, mode: True)
+    monkeypatch.setattr(firewall_state.os, "access", lambda path, mode: nft_present)
+    return calls
+
+
+def test_module_reports_state_and_changes_nothing(monkeypatch, capsys):
+    _module_node(monkeypatch, FakeNft(live="head-live-policy-drop.json"))
     code, result = module_runner.run_module(firewall_state.main, {"content": HEAD, "_ansible_check_mode": True}, capsys)
     assert code == 0 and result["changed"] is False
     assert result["present"] is True and result["in_sync"] is False and result["method"] == "canonical"
     assert result["differences"] == ["chain input: policy 'drop' (expected 'accept')"]
+    assert result["nft_installed"] is True and result["revert_pending"] is False
+    assert result["drifted"] == [] and result["paths"] == {} and result["units"] == {}
 
 
-def test_module_fails_clearly_without_nft(monkeypatch, capsys):
-    monkeypatch.setattr(firewall_state.os, "access", lambda path, mode: False)
+def test_module_reports_a_node_without_nft_instead_of_failing(monkeypatch, capsys):
+    calls = _module_node(monkeypatch, FakeNft(), nft_present=False)
     code, result = module_runner.run_module(firewall_state.main, {"content": HEAD}, capsys)
-    assert code == 1 and "install nftables" in result["msg"]
+    assert code == 0, result
+    assert result["nft_installed"] is False and result["present"] is False and result["in_sync"] is False
+    assert result["differences"] == ["table inet sparkctl is not loaded: /usr/sbin/nft is missing (nftables is not installed)"]
+    assert all(argv[0] == "systemctl" for argv in calls)
+    # Without a rule set to compare, only presence is asked for.
+    code, result = module_runner.run_module(firewall_state.main, {}, capsys)
+    assert result["present"] is False and result["in_sync"] is None and result["differences"] == []
+
+
+def test_module_reads_the_role_s_files_and_units_in_the_same_run(monkeypatch, capsys, tmp_path):
+    rule_set = tmp_path / "firewall.nft"
+    rule_set.write_text(HEAD)
+    os.chmod(rule_set, 0o644)
+    calls = _module_node(monkeypatch, FakeNft(), active={"sparkctl-firewall.service": "active"})
+    args = {"content": HEAD,
+            "paths": [{"path": str(rule_set), "checksum": hashlib.sha1(HEAD.encode()).hexdigest(), "mode": "0600"},
+                      {"path": str(tmp_path / "unit"), "state": "absent"},
+                      {"path": str(tmp_path / "wants"), "state": "directory"}],
+            "units": [{"name": "sparkctl-firewall.service", "enabled": True, "started": True},
+                      {"name": "gone.service", "enabled": False, "started": True}]}
+    code, result = module_runner.run_module(firewall_state.main, args, capsys)
+    assert code == 0 and result["changed"] is False and result["in_sync"] is True
+    assert result["drifted"] == [str(rule_set), str(tmp_path / "wants"), "gone.service"]
+    assert result["node_differences"][str(rule_set)] == ["mode 0644, should be 0600"]
+    assert result["paths"][str(rule_set)]["checksum"] == hashlib.sha1(HEAD.encode()).hexdigest()
+    assert set(result["units"]) == {"sparkctl-firewall.service", "gone.service"}
+    assert result["units"]["sparkctl-firewall.service"]["active_state"] == "active"
+    # One systemctl call for the units and the revert timer together.
+    shows = [argv for argv in calls if argv[0] == "systemctl"]
+    assert len(shows) == 1 and shows[0][-3:] == ["sparkctl-firewall.service", "gone.service", F.REVERT_TIMER]
+
+
+@pytest.mark.parametrize("state, pending", [("active", True), ("inactive", False), ("failed", False)])
+def test_module_says_whether_a_revert_is_still_pending(monkeypatch, capsys, state, pending):
+    _module_node(monkeypatch, FakeNft(), active={F.REVERT_TIMER: state} if state != "inactive" else {})
+    code, result = module_runner.run_module(firewall_state.main, {"content": HEAD}, capsys)
+    assert code == 0 and result["revert_pending"] is pending
+    # The timer is read, not reported among the role's units.
+    assert result["units"] == {}
+    # Asked for by name, it is both.
+    code, result = module_runner.run_module(firewall_state.main, {"units": [{"name": F.REVERT_TIMER}]}, capsys)
+    assert result["revert_pending"] is pending and set(result["units"]) == {F.REVERT_TIMER}
 
 
 # --- With the real nft, in a throwaway network namespace --------------------------------------

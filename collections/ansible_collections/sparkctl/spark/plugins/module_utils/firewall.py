@@ -480,6 +480,15 @@ class FirewallStateError(RuntimeError):
     """nft failed in a way that says nothing about the table (no permission, bad candidate)."""
 
 
+def without_nft(nft, content=None, family=FAMILY, table=TABLE):
+    """table_state's answer on a node without nft: nothing can have loaded the table, and
+    with `content` it is not in sync (the role installs nftables, then loads it)."""
+    if content is None:
+        return {"present": False, "in_sync": None, "method": None, "differences": []}
+    return {"present": False, "in_sync": False, "method": None,
+            "differences": [f"table {family} {table} is not loaded: {nft} is missing (nftables is not installed)"]}
+
+
 def table_state(run, nft, content=None, unshare=None, family=FAMILY, table=TABLE):
     """{present, in_sync, method, differences} of the live table against `content`.
 
@@ -529,6 +538,14 @@ def table_state(run, nft, content=None, unshare=None, family=FAMILY, table=TABLE
 # confirms over a fresh SSH connection: a rule set that drops the management SSH
 # (firewall_ssh_ports not what sshd listens on) undoes itself.
 REVERT_UNIT = "sparkctl-firewall-revert"
+REVERT_TIMER = f"{REVERT_UNIT}.timer"
+# The states in which `systemctl is-active` (confirm() below) counts the timer as pending.
+PENDING_STATES = ("active", "reloading")
+
+
+def revert_pending(active_state):
+    """Whether the revert timer, in this ActiveState, would still put the previous table back."""
+    return active_state in PENDING_STATES
 
 
 def revert_content(previous_text, family=FAMILY, table=TABLE):
@@ -565,8 +582,8 @@ def arm_and_load(run, write, nft, content, candidate_file, revert_file, seconds,
         if rc != 0:
             raise FirewallStateError(f"{what} ({path}) does not load: {err.strip() or out.strip()}")
     # A timer left by an interrupted run would revert this load later: replace it.
-    run([systemctl, "stop", f"{REVERT_UNIT}.timer"])
-    run([systemctl, "reset-failed", f"{REVERT_UNIT}.timer", f"{REVERT_UNIT}.service"])
+    run([systemctl, "stop", REVERT_TIMER])
+    run([systemctl, "reset-failed", REVERT_TIMER, f"{REVERT_UNIT}.service"])
     rc, out, err = run([systemd_run, f"--unit={REVERT_UNIT}", f"--on-active={seconds}s", "--timer-property=AccuracySec=1s",
                         f"--description=sparkctl: put the previous firewall table back unless a run confirms the new one",
                         nft, "-f", revert_file])
@@ -575,17 +592,17 @@ def arm_and_load(run, write, nft, content, candidate_file, revert_file, seconds,
                                  "the rule set was not loaded.")
     rc, out, err = run([nft, "-f", candidate_file])
     if rc != 0:
-        run([systemctl, "stop", f"{REVERT_UNIT}.timer"])
+        run([systemctl, "stop", REVERT_TIMER])
         raise FirewallStateError(f"`nft -f {candidate_file}` failed (rc {rc}): {err.strip() or out.strip()}")
-    return {"previous_present": previous is not None, "revert_unit": f"{REVERT_UNIT}.timer", "revert_seconds": seconds}
+    return {"previous_present": previous is not None, "revert_unit": REVERT_TIMER, "revert_seconds": seconds}
 
 
 def confirm(run, systemctl="systemctl", check_mode=False):
     """Cancel a pending revert; True when one was pending (and, unless check_mode, is now cancelled)."""
-    rc, _out, _err = run([systemctl, "is-active", "--quiet", f"{REVERT_UNIT}.timer"])
+    rc, _out, _err = run([systemctl, "is-active", "--quiet", REVERT_TIMER])
     pending = rc == 0
     if pending and not check_mode:
-        rc, out, err = run([systemctl, "stop", f"{REVERT_UNIT}.timer"])
+        rc, out, err = run([systemctl, "stop", REVERT_TIMER])
         if rc != 0:
-            raise FirewallStateError(f"cannot cancel {REVERT_UNIT}.timer (rc {rc}): {err.strip() or out.strip()}")
+            raise FirewallStateError(f"cannot cancel {REVERT_TIMER} (rc {rc}): {err.strip() or out.strip()}")
     return pending

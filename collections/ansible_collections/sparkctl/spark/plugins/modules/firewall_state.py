@@ -24,6 +24,10 @@ description:
     digest of its definition and one comment per rule). A missing table, a flushed chain, a rule deleted or added,
     another version of the rule set or a changed chain policy are still found; a rule edited in place keeping its
     comment is not.
+  - Also reads whether C(nft) is installed (RV(nft_installed); without it the table is reported not loaded rather
+    than failing), whether a revert armed by M(sparkctl.spark.firewall_load) is still pending (RV(revert_pending)), and,
+    as M(sparkctl.spark.node_state) compares them, the files, links and units the firewall role manages (O(paths),
+    O(units)). One module run reads everything the role needs, and each writing task runs only for what differs.
   - Changes nothing; the role reloads the file when RV(in_sync) is false.
 attributes:
   check_mode:
@@ -37,14 +41,71 @@ options:
       - The rule set the table should hold, as the text of the nft file (C(sparkctl.spark.firewall_ruleset)).
       - Without it only RV(present) is reported.
     type: str
+  paths:
+    description: Paths to read and compare as M(sparkctl.spark.node_state) does; a final symlink is not followed.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Absolute path.
+        type: path
+        required: true
+      state:
+        description: What should be there.
+        type: str
+        choices: [file, directory, link, absent]
+        default: file
+      checksum:
+        description: SHA-1 of the content the file should have; the file is read only when this is given.
+        type: str
+      owner:
+        description: Owner name or uid.
+        type: str
+      group:
+        description: Group name or gid.
+        type: str
+      mode:
+        description: Octal permission bits (C("0644")); a symbolic mode is not judged.
+        type: raw
+      src:
+        description: The target a link should have, as written in it.
+        type: str
+  units:
+    description: systemd system units to read, with the revert timer, in one C(systemctl show).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: Full unit name (C(sparkctl-firewall.service)).
+        type: str
+        required: true
+      enabled:
+        description: Whether the unit should be enabled; not judged when omitted.
+        type: bool
+      started:
+        description: Whether the unit should be active (or activating); not judged when omitted.
+        type: bool
 requirements:
-  - nftables (C(nft) with JSON output) and root on the target; C(unshare) from util-linux for the exact comparison.
+  - nftables (C(nft) with JSON output) and root on the target; C(unshare) from util-linux for the exact comparison;
+    systemd (C(systemctl)).
 """
 
 EXAMPLES = r"""
-- name: Compare the live table with the rendered file
+- name: Compare the live table with the rendered file, and read the rule set file and the unit
   sparkctl.spark.firewall_state:
     content: "{{ firewall_rendered }}"
+    paths:
+      - path: /etc/sparkctl/firewall.nft
+        checksum: "{{ firewall_rendered | hash('sha1') }}"
+        owner: root
+        group: root
+        mode: "0600"
+    units:
+      - name: sparkctl-firewall.service
+        enabled: true
+        started: true
   register: firewall_live
 
 - name: Reload when it drifted
@@ -54,6 +115,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+nft_installed:
+  description: Whether O(nft) is an executable on the target; when it is not, the table reads as not loaded.
+  returned: always
+  type: bool
+  sample: true
 present:
   description: Whether the table is loaded.
   returned: always
@@ -75,6 +141,32 @@ differences:
   type: list
   elements: str
   sample: ["table inet sparkctl is not loaded"]
+revert_pending:
+  description:
+    - Whether the revert timer M(sparkctl.spark.firewall_load) arms is still waiting to put the previous table back (a
+      run interrupted between the load and its confirmation leaves it so).
+  returned: always
+  type: bool
+  sample: false
+paths:
+  description: Per path of O(paths), what is there, as M(sparkctl.spark.node_state) returns it.
+  returned: always
+  type: dict
+units:
+  description: Per unit of O(units), its state, as M(sparkctl.spark.node_state) returns it.
+  returned: always
+  type: dict
+node_differences:
+  description: Per path or unit that differs from what O(paths) and O(units) ask, the differences as sentences.
+  returned: always
+  type: dict
+  sample: {"/etc/sparkctl/firewall.nft": ["content differs"]}
+drifted:
+  description: The paths and units that differ, in the order given (paths first).
+  returned: always
+  type: list
+  elements: str
+  sample: ["/etc/sparkctl/firewall.nft"]
 """
 
 import os
@@ -82,6 +174,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall
+from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATH_STATES, assess
 
 
 def main():
@@ -91,23 +184,47 @@ def main():
             family=dict(type="str", default=firewall.FAMILY),
             table=dict(type="str", default=firewall.TABLE),
             nft=dict(type="path", default="/usr/sbin/nft"),
+            paths=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True),
+                state=dict(type="str", choices=list(PATH_STATES), default="file"),
+                checksum=dict(type="str"),
+                owner=dict(type="str"),
+                group=dict(type="str"),
+                mode=dict(type="raw"),
+                src=dict(type="str"),
+            )),
+            units=dict(type="list", elements="dict", default=[], options=dict(
+                name=dict(type="str", required=True),
+                enabled=dict(type="bool"),
+                started=dict(type="bool"),
+            )),
         ),
         supports_check_mode=True,
     )
-    nft = module.params["nft"]
-    if not os.access(nft, os.X_OK):
-        module.fail_json(msg=f"{nft} is missing: install nftables (the firewall role does), or set the path of nft.")
+    params = module.params
+    nft = params["nft"]
     unshare = module.get_bin_path("unshare")
 
     def run(argv, data=None):
         return module.run_command(argv, data=data)
 
+    nft_installed = os.access(nft, os.X_OK)
+    units = params["units"]
+    # The revert timer rides along in the same `systemctl show` as the role's units.
+    timer_added = firewall.REVERT_TIMER not in [unit["name"] for unit in units]
     try:
-        result = firewall.table_state(run, nft, content=module.params["content"], unshare=unshare,
-                                      family=module.params["family"], table=module.params["table"])
-    except (firewall.FirewallStateError, ValueError) as exc:
+        if nft_installed:
+            result = firewall.table_state(run, nft, content=params["content"], unshare=unshare,
+                                          family=params["family"], table=params["table"])
+        else:
+            result = firewall.without_nft(nft, params["content"], family=params["family"], table=params["table"])
+        node = assess(params["paths"], units + ([{"name": firewall.REVERT_TIMER}] if timer_added else []), [], run=run)
+    except (firewall.FirewallStateError, ValueError, RuntimeError) as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, **result)
+    timer = node["units"].pop(firewall.REVERT_TIMER) if timer_added else node["units"][firewall.REVERT_TIMER]
+    module.exit_json(changed=False, nft_installed=nft_installed, revert_pending=firewall.revert_pending(timer["active_state"]),
+                     paths=node["paths"], units=node["units"], node_differences=node["differences"],
+                     drifted=node["drifted"], **result)
 
 
 if __name__ == "__main__":
