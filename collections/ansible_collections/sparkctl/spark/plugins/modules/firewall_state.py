@@ -13,6 +13,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - sparkctl.spark.attributes.info_linux
   - sparkctl.spark.nft_table
+  - sparkctl.spark.node_paths
 description:
   - Reads whether the table O(family) O(table) is loaded (C(nft -j list tables)) and, given O(content), whether it holds
     exactly the rule set O(content) defines.
@@ -41,36 +42,6 @@ options:
       - The rule set the table should hold, as the text of the nft file (C(sparkctl.spark.firewall_ruleset)).
       - Without it only RV(present) is reported.
     type: str
-  paths:
-    description: Paths to read and compare as M(sparkctl.spark.node_state) does; a final symlink is not followed.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: Absolute path.
-        type: path
-        required: true
-      state:
-        description: What should be there.
-        type: str
-        choices: [file, directory, link, absent]
-        default: file
-      checksum:
-        description: SHA-1 of the content the file should have; the file is read only when this is given.
-        type: str
-      owner:
-        description: Owner name or uid.
-        type: str
-      group:
-        description: Group name or gid.
-        type: str
-      mode:
-        description: Octal permission bits (C("0644")); a symbolic mode is not judged.
-        type: raw
-      src:
-        description: The target a link should have, as written in it.
-        type: str
   units:
     description: systemd system units to read, with the revert timer, in one C(systemctl show).
     type: list
@@ -174,7 +145,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall
-from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATH_STATES, assess
+from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATHS_ARGUMENT, assess
 
 
 def main():
@@ -184,15 +155,7 @@ def main():
             family=dict(type="str", default=firewall.FAMILY),
             table=dict(type="str", default=firewall.TABLE),
             nft=dict(type="path", default="/usr/sbin/nft"),
-            paths=dict(type="list", elements="dict", default=[], options=dict(
-                path=dict(type="path", required=True),
-                state=dict(type="str", choices=list(PATH_STATES), default="file"),
-                checksum=dict(type="str"),
-                owner=dict(type="str"),
-                group=dict(type="str"),
-                mode=dict(type="raw"),
-                src=dict(type="str"),
-            )),
+            paths=PATHS_ARGUMENT,
             units=dict(type="list", elements="dict", default=[], options=dict(
                 name=dict(type="str", required=True),
                 enabled=dict(type="bool"),
