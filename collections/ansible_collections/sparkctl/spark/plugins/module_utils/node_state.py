@@ -44,6 +44,12 @@ PATH_OPTIONS = dict(
     src=dict(type="str"),
 )
 PATHS_ARGUMENT = dict(type="list", elements="dict", default=[], options=PATH_OPTIONS)
+# The argument spec of a module's `units` option, shared the same way.
+UNITS_ARGUMENT = dict(type="list", elements="dict", default=[], options=dict(
+    name=dict(type="str", required=True),
+    enabled=dict(type="bool"),
+    started=dict(type="bool"),
+))
 UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID", "NeedDaemonReload")
 # A unit on its way up counts as started, as systemd_service's state=started judges it.
 STARTED_STATES = ("active", "activating", "reloading")

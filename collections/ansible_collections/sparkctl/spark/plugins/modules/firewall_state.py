@@ -145,7 +145,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall
-from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATHS_ARGUMENT, assess
+from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATHS_ARGUMENT, UNITS_ARGUMENT, assess
 
 
 def main():
@@ -156,11 +156,7 @@ def main():
             table=dict(type="str", default=firewall.TABLE),
             nft=dict(type="path", default="/usr/sbin/nft"),
             paths=PATHS_ARGUMENT,
-            units=dict(type="list", elements="dict", default=[], options=dict(
-                name=dict(type="str", required=True),
-                enabled=dict(type="bool"),
-                started=dict(type="bool"),
-            )),
+            units=UNITS_ARGUMENT,
         ),
         supports_check_mode=True,
     )

@@ -177,18 +177,14 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATHS_ARGUMENT, assess, processes, staleness
+from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATHS_ARGUMENT, UNITS_ARGUMENT, assess, processes, staleness
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             paths=PATHS_ARGUMENT,
-            units=dict(type="list", elements="dict", default=[], options=dict(
-                name=dict(type="str", required=True),
-                enabled=dict(type="bool"),
-                started=dict(type="bool"),
-            )),
+            units=UNITS_ARGUMENT,
             users=dict(type="list", elements="str", default=[]),
             texts=dict(type="list", elements="str", default=[]),
             stale_inputs=dict(type="dict", default={}),
