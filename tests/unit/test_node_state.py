@@ -237,8 +237,29 @@ def test_texts_are_read_once_each_through_links(tree):
     (tree / "d" / "b.conf").write_text("[Login]\nRemoveIPC=no\n")
     os.symlink("/dev/null", tree / "d" / "a.conf")
     texts = ns.read_texts([str(tree / "d" / "*.conf"), str(tree / "d" / "b.conf"), str(tree / "none" / "*.conf")])
-    assert texts == [{"path": str(tree / "d" / "a.conf"), "content": ""},
-                     {"path": str(tree / "d" / "b.conf"), "content": "[Login]\nRemoveIPC=no\n"}]
+    assert texts == [{"path": str(tree / "d" / "a.conf"), "content": "", "checksum": hashlib.sha1(b"").hexdigest()},
+                     {"path": str(tree / "d" / "b.conf"), "content": "[Login]\nRemoveIPC=no\n",
+                      "checksum": hashlib.sha1(b"[Login]\nRemoveIPC=no\n").hexdigest()}]
+
+
+def test_a_text_says_whether_it_is_the_file_exactly(tree):
+    (tree / "crlf").write_bytes(b"Host a\r\n")
+    (tree / "bad").write_bytes(b"\xff\n")
+    (tree / "plain").write_bytes(b"Host a\n")
+    texts = {t["path"]: t for t in ns.read_texts([str(tree / "*")])}
+    for name in ("crlf", "bad", "plain"):
+        text = texts[str(tree / name)]
+        exact = hashlib.sha1(text["content"].encode()).hexdigest() == text["checksum"]
+        assert exact == (name == "plain"), name
+    assert texts[str(tree / "crlf")]["content"] == "Host a\n"
+
+
+def test_a_text_pattern_may_start_at_an_account_home(tree, monkeypatch):
+    monkeypatch.setenv("HOME", str(tree))
+    (tree / "note").write_text("x")
+    assert [t["path"] for t in ns.read_texts(["~/note"])] == [str(tree / "note")]
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    assert ns.read_texts([f"~{ME}/.sparkctl-no-such-file"]) == [] and os.path.isabs(home)
 
 
 def _fake_proc(root, pid, comm, argv):

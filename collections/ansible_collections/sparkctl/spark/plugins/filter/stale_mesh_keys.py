@@ -5,12 +5,18 @@ belong: a peer's key that was regenerated, or a host that is no longer a peer.
 Only lines whose comment carries the mesh's marker are ever considered, so the
 other keys in the file (an operator's, the management key) are never touched.
 
-Also who logs in to whom (mesh_directions: head -> workers only) and the options of an
-authorized mesh key (mesh_key_options: restrict, from= the source's cable addresses)."""
+Also who logs in to whom (mesh_directions: head -> workers only), the options of an
+authorized mesh key (mesh_key_options: restrict, from= the source's cable addresses), and
+whether a key is authorized or a host key pinned as the writing modules would leave it
+(authorized_key_current, known_host_current), judged on the files' text read once, so
+those modules run only where something differs."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
+from base64 import b64decode
 
 from ansible.errors import AnsibleFilterError
 
@@ -158,6 +164,67 @@ def _truthy(value):
     return bool(value)
 
 
+def authorized_key_current(text, key, options=None):
+    """Whether ansible.posix.authorized_key (state present, key_options=options) would leave
+    the authorized_keys text unchanged: it keys the file by the key's base64 blob (the last
+    line holding it counts) and rewrites that line unless its type, options and comment
+    are the ones given. Options are compared as written, so a line that only spells them
+    differently reads as not current and the module decides."""
+    wanted = parse_authorized_key(key or "")
+    if wanted is None:
+        return False
+    current = None
+    for line in str(text or "").splitlines():
+        parsed = parse_authorized_key(line)
+        if parsed is not None and parsed["blob"] == wanted["blob"]:
+            current = parsed
+    if current is None:
+        return False
+    return (current["type"], current["options"], current["comment"]) == (
+        wanted["type"], wanted["options"] if options is None else str(options), wanted["comment"])
+
+
+def _hashed_host_matches(pattern, host):
+    """A HashKnownHosts entry |1|salt|hash names host when HMAC-SHA1(salt, host) is the hash."""
+    try:
+        salt, digest = (b64decode(part) for part in pattern[3:].split("|", 1))
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(hmac.new(salt, host.encode(), hashlib.sha1).digest(), digest)
+
+
+def known_host_current(text, name, key):
+    """Whether ansible.builtin.known_hosts (state present, name, key "type base64") would
+    leave the known_hosts text unchanged. Like the module (through ssh-keygen -F) it takes
+    the lines naming the host in file order: the first whose key has the same type decides,
+    current only when it is that key on a line of the host alone (the module, not hashing,
+    rewrites a hashed line of the host with the key in the clear). Marker lines
+    (@cert-authority, @revoked) never decide. A line whose host patterns hold wildcards or
+    negations is not matched here: with a key of the same type it reads as not current and
+    the module decides."""
+    host = str(name).lower()
+    fields = str(key or "").split()
+    if len(fields) < 2:
+        return False
+    key_type, blob = fields[0], fields[1]
+    for line in str(text or "").splitlines():
+        parts = line.split()
+        if not parts or parts[0].startswith("#") or parts[0].startswith("@") or len(parts) < 3:
+            continue
+        hosts, line_type, line_blob = parts[:3]
+        hashed = hosts.startswith("|1|")
+        if not hashed and any(c in hosts for c in "*?!"):
+            if line_type == key_type:
+                return False
+            continue
+        named = _hashed_host_matches(hosts, host) if hashed else host in hosts.lower().split(",")
+        if not named or line_type != key_type:
+            continue
+        return line_blob == blob and hosts == host
+    return False
+
+
 class FilterModule:
     def filters(self):
-        return {"stale_mesh_keys": stale_mesh_keys, "mesh_directions": mesh_directions, "mesh_key_options": mesh_key_options}
+        return {"stale_mesh_keys": stale_mesh_keys, "mesh_directions": mesh_directions, "mesh_key_options": mesh_key_options,
+                "authorized_key_current": authorized_key_current, "known_host_current": known_host_current}

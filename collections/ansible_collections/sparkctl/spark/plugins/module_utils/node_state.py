@@ -221,18 +221,25 @@ def read_users(names):
 
 
 def read_texts(patterns):
-    """[{path, content}] of the files the glob patterns match, each once, sorted by path; a
-    link is read through (a drop-in linked to /dev/null reads empty), an unreadable file
-    carries its error instead of content."""
+    """[{path, content, checksum}] of the files the glob patterns match, each once, sorted by
+    path; a leading ~ or ~user is that account's home. A link is read through (a drop-in
+    linked to /dev/null reads empty). content is the text with its line ends made \\n and
+    undecodable bytes replaced; checksum is the SHA-1 of the bytes as they are, so
+    content | hash('sha1') == checksum says the text is the file exactly. An unreadable
+    file carries its error instead of content and checksum."""
     texts = []
-    for path in sorted({match for pattern in patterns for match in glob.glob(pattern)}):
+    matches = {match for pattern in patterns for match in glob.glob(os.path.expanduser(pattern))}
+    for path in sorted(matches):
         if os.path.isdir(path):
             continue
         try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                texts.append({"path": path, "content": handle.read()})
+            with open(path, "rb") as handle:
+                raw = handle.read()
         except OSError as err:
-            texts.append({"path": path, "content": None, "error": str(err)})
+            texts.append({"path": path, "content": None, "checksum": None, "error": str(err)})
+            continue
+        content = raw.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+        texts.append({"path": path, "content": content, "checksum": hashlib.sha1(raw).hexdigest()})
     return texts
 
 

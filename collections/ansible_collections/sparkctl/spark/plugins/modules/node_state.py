@@ -48,7 +48,9 @@ options:
     elements: str
     default: []
   texts:
-    description: Glob patterns of files to return the text of (configuration a role only reports on).
+    description:
+      - Glob patterns of files to return the text of (configuration a role reports on, or whose wanted content
+        depends on what is there already); a leading C(~) or C(~user) is that account's home.
     type: list
     elements: str
     default: []
@@ -131,7 +133,10 @@ users:
   returned: always
   type: dict
 texts:
-  description: The files O(texts) matched, sorted by path, each as C(path) and C(content) (C(error) when unreadable).
+  description:
+    - The files O(texts) matched, sorted by path, each as C(path), C(content) (line ends made C(\\n), undecodable bytes
+      replaced) and C(checksum) (SHA-1 of the file's bytes; C(content | hash('sha1')) equals it when the text is the
+      file exactly), or with C(error) when unreadable.
   returned: always
   type: list
   elements: dict
