@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkctl.spark.plugins.module_utils import venv_plugin
+from ansible_collections.sparkctl.spark.plugins.module_utils import venv_plugin, venv_state
 
 DOCUMENTATION = r"""
 name: venv_missing_packages
@@ -27,7 +27,7 @@ description:
     C(venv_pip_extra_args) (input the extra index URLs; argument the node-side find_links), C(venv_registry)
     (input the engine kind; argument C(runtime.venv.registry) or nothing), C(venv_registry_probe) (input the
     venv's python; arguments registry, architecture, modules to import), C(venv_probe_verdict) (input the
-    registered probe result).
+    registered probe result), C(venv_upload_trees) (input the uploads, C({controller, node}) each).
 options:
   _input:
     description: The pinned package specs (C(runtime.venv.packages)).
@@ -70,6 +70,8 @@ _value:
     - C(venv_registry) returns C({module, attribute}).
     - C(venv_registry_probe) returns an argv list (the venv's python, C(-c), the probe script, its JSON argument).
     - C(venv_probe_verdict) returns C({ok, message}).
+    - C(venv_upload_trees) returns C([{path, checksums}]), the node directory and the SHA-1 of every file of the
+      controller's directory by relative path, as the C(venv_state) module's O(trees) takes them.
   type: raw
 """
 
@@ -133,6 +135,12 @@ def venv_probe_verdict(result):
     return {"ok": ok, "message": message}
 
 
+@_filter
+def venv_upload_trees(uploads):
+    return [{"path": upload["node"], "checksums": venv_state.tree_checksums(str(upload["controller"]))}
+            for upload in uploads or []]
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -145,4 +153,5 @@ class FilterModule:
             "venv_registry": venv_registry,
             "venv_registry_probe": venv_registry_probe,
             "venv_probe_verdict": venv_probe_verdict,
+            "venv_upload_trees": venv_upload_trees,
         }
