@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkctl.spark.plugins.filter.fabric_env import env_file_lines, fabric_env
+from ansible_collections.sparkctl.spark.plugins.filter.fabric_env import env_file_lines, env_file_text, fabric_env
 from golden_files import assert_golden_text
 
 GOLDEN = Path(__file__).parent / "golden" / "fabric_env"
@@ -72,3 +72,8 @@ def test_bad_variable_name_is_refused():
 def test_no_links_is_refused():
     with pytest.raises(AnsibleFilterError, match="list no link"):
         fabric_env({"links": []}, head_address="192.168.100.10")
+
+
+def test_the_engine_environment_file_text_is_one_line_per_variable_newline_terminated():
+    assert env_file_text({"A": "1", "B": "x y"}) == "A=1\nB=x y\n"
+    assert env_file_text({}) == "" and env_file_text(None) == ""

@@ -157,9 +157,39 @@ def test_systemctl_show_blocks_become_one_summary_per_unit():
     ("c.service", {"started": True}, []),
     ("c.service", {"enabled": True}, ["disabled, should be enabled"]),
     ("c.service", {}, []),
+    ("b.service", {"masked": True}, ["not-found, should be masked"]),
+    ("a.service", {"masked": False}, []),
 ])
 def test_unit_differences(unit, wanted, expected):
     assert ns.unit_differences(wanted, ns.unit_summary(ns.parse_units(SHOW)[unit])) == expected
+
+
+def test_a_masked_unit_is_told_from_an_unmasked_one():
+    masked = ns.unit_summary({"Id": "nginx.service", "LoadState": "masked", "UnitFileState": "masked"})
+    assert ns.unit_differences({"masked": True}, masked) == []
+    assert ns.unit_differences({"masked": False}, masked) == ["masked, should be unmasked"]
+    # A mask counts as not enabled, as systemctl is-enabled reports it.
+    assert ns.unit_differences({"enabled": True}, masked) == ["masked, should be enabled"]
+
+
+def test_dpkg_query_listing():
+    assert ns.parse_dpkg_query("python3-venv\tinstalled\npython3.12-venv\tnot-installed\nx:arm64\tinstalled\n") == {
+        "python3-venv", "x"}
+
+
+def test_packages_are_read_with_one_dpkg_query_and_missing_ones_named_in_order():
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        # dpkg-query exits 1 and names nothing for a package it does not know at all.
+        return 1, "nginx\tinstalled\nearlyoom\tconfig-files\n", "dpkg-query: no packages found matching zzz\n"
+
+    assert ns.missing_packages(["zzz", "nginx", "earlyoom"], run, "/usr/bin/dpkg-query") == ["zzz", "earlyoom"]
+    assert len(calls) == 1 and calls[0][0] == "/usr/bin/dpkg-query" and calls[0][-3:] == ["zzz", "nginx", "earlyoom"]
+    assert ns.missing_packages([], run, "/usr/bin/dpkg-query") == [] and len(calls) == 1
+    # Without dpkg-query nothing can be installed: every package is missing.
+    assert ns.missing_packages(["nginx"], run, None) == ["nginx"] and len(calls) == 1
 
 
 def test_one_systemctl_call_reads_every_unit():
@@ -203,6 +233,16 @@ def test_the_module_reads_and_changes_nothing(tree, capsys, monkeypatch):
     assert result["drifted"] == [str(tree / "conf")]
     assert result["differences"][str(tree / "conf")] == ["mode 0640, should be 0600"]
     assert ((tree / "conf").read_text(), oct(os.stat(tree / "conf").st_mode)) == before
+
+
+def test_the_module_names_the_packages_missing(capsys, monkeypatch):
+    def run_command(self, argv):
+        return (0, "nginx\tinstalled\n", "") if "dpkg-query" in argv[0] else (0, SHOW, "")
+
+    monkeypatch.setattr(module.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(module.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
+    rc, result = run_module(module.main, {"packages": ["nginx", "earlyoom"]}, capsys)
+    assert rc == 0 and result["packages_missing"] == ["earlyoom"] and result["changed"] is False
 
 
 def test_the_module_fails_when_systemd_cannot_be_read(capsys, monkeypatch):

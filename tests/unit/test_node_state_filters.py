@@ -30,6 +30,15 @@ def test_files_carry_the_checksum_of_their_content():
         nsf.node_state_files(["x"], "/d")
 
 
+def test_paths_with_the_same_state_are_listed_once_each():
+    assert nsf.node_state_paths(["/etc/a", "/var/b", "/etc/a"], "directory", owner="root", mode="0755") == [
+        {"path": "/etc/a", "state": "directory", "owner": "root", "mode": "0755"},
+        {"path": "/var/b", "state": "directory", "owner": "root", "mode": "0755"}]
+    assert nsf.node_state_paths(["/etc/a"]) == [{"path": "/etc/a", "state": "file"}]
+    with pytest.raises(AnsibleFilterError):
+        nsf.node_state_paths("/etc/a")
+
+
 def test_units_and_their_stale_inputs():
     assert nsf.node_state_units(["a.service"]) == [{"name": "a.service", "enabled": True, "started": True}]
     assert nsf.node_state_units(["a.service"], started=False)[0]["started"] is False

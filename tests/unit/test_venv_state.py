@@ -62,11 +62,6 @@ def test_tree_differences_are_those_an_upload_would_fix(tmp_path, monkeypatch):
     assert vs.tree_differences(str(tmp_path / "none"), {"a.whl": sha1("a")})[0] == f"{tmp_path}/none missing"
 
 
-def test_dpkg_query_listing():
-    assert vs.parse_dpkg_query("python3-venv\tinstalled\npython3.12-venv\tnot-installed\nx:arm64\tinstalled\n") == {
-        "python3-venv", "x"}
-
-
 def test_the_module_reads_the_venv_once(tmp_path, capsys, monkeypatch):
     venv = tmp_path / "venv"
     site = venv / "lib" / "python3.12" / "site-packages"

@@ -138,6 +138,12 @@ def env_file_lines(env):
     return [f"{name}={value}" for name, value in env.items()]
 
 
+def env_file_text(env):
+    """The whole environment file: one KEY=value line each, newline-terminated; empty for no variables."""
+    lines = env_file_lines(env or {})
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 class FilterModule:
     def filters(self):
-        return {"fabric_env": fabric_env, "env_file_lines": env_file_lines}
+        return {"fabric_env": fabric_env, "env_file_lines": env_file_lines, "env_file_text": env_file_text}

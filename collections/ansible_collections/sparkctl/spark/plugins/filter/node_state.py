@@ -17,6 +17,9 @@ description:
   - C(node_state_files) takes C({name: content}) and a directory (owner, group and mode as keywords) and returns one
     C(sparkctl.spark.node_state) path entry per file, with the SHA-1 of its content (the comparison the copy module
     makes).
+  - C(node_state_paths) takes paths and returns one entry per distinct path, each with the same C(state) (a keyword,
+    C(file) by default) and the C(owner), C(group) and C(mode) keywords given (directories a role creates, files it
+    removes).
   - C(node_state_units) takes unit names and returns unit entries (C(enabled) and C(started) as keywords, true by
     default).
   - C(node_state_stale_inputs) takes unit names and the profile's C(inputs) of this host (unit to extra files) and
@@ -40,6 +43,21 @@ def node_state_files(contents, directory, owner=None, group=None, mode=None):
     return entries
 
 
+def node_state_paths(paths, state="file", owner=None, group=None, mode=None):
+    if isinstance(paths, (str, dict)) or paths is None:
+        raise AnsibleFilterError("node_state_paths: expected a list of paths")
+    entries, seen = [], set()
+    for path in paths:
+        if path in seen:
+            continue
+        seen.add(path)
+        entry = {"path": str(path), "state": state}
+        entry.update({key: value for key, value in (("owner", owner), ("group", group), ("mode", mode))
+                      if value is not None})
+        entries.append(entry)
+    return entries
+
+
 def node_state_units(names, enabled=True, started=True):
     return [{"name": str(name), "enabled": enabled, "started": started} for name in names or []]
 
@@ -53,5 +71,6 @@ def node_state_stale_inputs(names, inputs):
 
 class FilterModule:
     def filters(self):
-        return {"node_state_files": node_state_files, "node_state_units": node_state_units,
+        return {"node_state_files": node_state_files, "node_state_paths": node_state_paths,
+                "node_state_units": node_state_units,
                 "node_state_stale_inputs": node_state_stale_inputs}

@@ -12,7 +12,8 @@ differs. The comparison is deliberately that of the modules that write: content 
 (what copy and template compare), owner and group by name or id, the mode's permission bits,
 a link's target, a unit's enablement and activity; anything not named is not judged.
 
-Pure except for read_path(), read_units(), read_users(), read_texts() and processes()."""
+Pure except for read_path(), read_units(), read_users(), read_texts(), missing_packages()
+and processes()."""
 
 from __future__ import annotations
 
@@ -49,12 +50,14 @@ UNITS_ARGUMENT = dict(type="list", elements="dict", default=[], options=dict(
     name=dict(type="str", required=True),
     enabled=dict(type="bool"),
     started=dict(type="bool"),
+    masked=dict(type="bool"),
 ))
 UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID", "NeedDaemonReload")
 # A unit on its way up counts as started, as systemd_service's state=started judges it.
 STARTED_STATES = ("active", "activating", "reloading")
 # The enablement states in which `systemctl enable` has nothing left to do.
 ENABLED_STATES = ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated")
+MASKED_STATES = ("masked", "masked-runtime")
 
 
 def _owner_name(uid):
@@ -180,8 +183,13 @@ def unit_summary(props):
 
 
 def unit_differences(wanted, found):
-    """How a unit (unit_summary) differs from wanted ({enabled, started}), as sentences."""
+    """How a unit (unit_summary) differs from wanted ({enabled, started, masked}), as sentences."""
     problems = []
+    if wanted.get("masked") is not None:
+        masked = found["unit_file_state"] in MASKED_STATES
+        if bool(wanted["masked"]) != masked:
+            problems.append(f"{found['unit_file_state'] or found['load_state']}, should be "
+                            + ("masked" if wanted["masked"] else "unmasked"))
     if wanted.get("enabled") is not None:
         enabled = found["unit_file_state"] in ENABLED_STATES
         if bool(wanted["enabled"]) != enabled:
@@ -241,6 +249,29 @@ def read_texts(patterns):
         content = raw.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
         texts.append({"path": path, "content": content, "checksum": hashlib.sha1(raw).hexdigest()})
     return texts
+
+
+def parse_dpkg_query(text):
+    """`dpkg-query -W -f='${Package}\\t${db:Status-Status}\\n'` output -> the packages installed."""
+    installed = set()
+    for line in str(text or "").splitlines():
+        name, _, status = line.partition("\t")
+        if status.strip() == "installed":
+            installed.add(name.split(":", 1)[0].strip())
+    return installed
+
+
+def missing_packages(names, run, dpkg_query):
+    """The Debian packages of names that dpkg does not list as installed, in the order given;
+    run(argv) -> (rc, stdout, stderr). dpkg-query exits 1 when it knows some name not at
+    all, which also means missing; without dpkg-query (dpkg_query None) every one is."""
+    if not names:
+        return []
+    installed = set()
+    if dpkg_query:
+        _, out, _ = run([dpkg_query, "-W", "-f=${Package}\t${db:Status-Status}\n", "--"] + list(names))
+        installed = parse_dpkg_query(out)
+    return [name for name in names if name not in installed]
 
 
 def manager_unit(uid):

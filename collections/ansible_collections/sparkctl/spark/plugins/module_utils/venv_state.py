@@ -91,13 +91,3 @@ def tree_differences(root, wanted):
             except OSError as err:
                 problems.append(f"{path} unreadable: {err}")
     return problems
-
-
-def parse_dpkg_query(text):
-    """`dpkg-query -W -f='${Package}\\t${db:Status-Status}\\n'` output -> the packages installed."""
-    installed = set()
-    for line in str(text or "").splitlines():
-        name, _, status = line.partition("\t")
-        if status.strip() == "installed":
-            installed.add(name.split(":", 1)[0].strip())
-    return installed

@@ -14,6 +14,7 @@ extends_documentation_fragment:
   - sparkctl.spark.attributes.info_linux
   - sparkctl.spark.nft_table
   - sparkctl.spark.node_paths
+  - sparkctl.spark.node_units
 description:
   - Reads whether the table O(family) O(table) is loaded (C(nft -j list tables)) and, given O(content), whether it holds
     exactly the rule set O(content) defines.
@@ -42,22 +43,6 @@ options:
       - The rule set the table should hold, as the text of the nft file (C(sparkctl.spark.firewall_ruleset)).
       - Without it only RV(present) is reported.
     type: str
-  units:
-    description: systemd system units to read, with the revert timer, in one C(systemctl show).
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      name:
-        description: Full unit name (C(sparkctl-firewall.service)).
-        type: str
-        required: true
-      enabled:
-        description: Whether the unit should be enabled; not judged when omitted.
-        type: bool
-      started:
-        description: Whether the unit should be active (or activating); not judged when omitted.
-        type: bool
 requirements:
   - nftables (C(nft) with JSON output) and root on the target; C(unshare) from util-linux for the exact comparison;
     systemd (C(systemctl)).

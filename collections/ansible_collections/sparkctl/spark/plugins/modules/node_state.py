@@ -13,6 +13,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - sparkctl.spark.attributes.info_linux
   - sparkctl.spark.node_paths
+  - sparkctl.spark.node_units
 description:
   - A role names everything it manages (files with their wanted content checksum, owner, group and mode, directories,
     links, systemd units that must be enabled or started, accounts it needs) and reads all of it with one module run,
@@ -24,26 +25,17 @@ description:
 author:
   - sparkctl developers (!UNKNOWN)
 options:
-  units:
-    description: systemd system units to read with one C(systemctl show).
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      name:
-        description: Full unit name (C(foo.service)).
-        type: str
-        required: true
-      enabled:
-        description: Whether the unit should be enabled; not judged when omitted.
-        type: bool
-      started:
-        description: Whether the unit should be active (or activating); not judged when omitted.
-        type: bool
   users:
     description:
       - Accounts to look up in the passwd database; for each that exists, its user manager's unit
         (C(user@UID.service)) is read with the O(units).
+    type: list
+    elements: str
+    default: []
+  packages:
+    description:
+      - Debian packages that should be installed, read with one C(dpkg-query); those that are not are in
+        RV(packages_missing).
     type: list
     elements: str
     default: []
@@ -140,6 +132,11 @@ texts:
   returned: always
   type: list
   elements: dict
+packages_missing:
+  description: The packages of O(packages) that dpkg does not list as installed, in the order given.
+  returned: always
+  type: list
+  elements: str
 differences:
   description: Per path or unit that differs from what was asked, the differences as sentences.
   returned: always
@@ -182,7 +179,14 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATHS_ARGUMENT, UNITS_ARGUMENT, assess, processes, staleness
+from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import (
+    PATHS_ARGUMENT,
+    UNITS_ARGUMENT,
+    assess,
+    missing_packages,
+    processes,
+    staleness,
+)
 
 
 def main():
@@ -191,6 +195,7 @@ def main():
             paths=PATHS_ARGUMENT,
             units=UNITS_ARGUMENT,
             users=dict(type="list", elements="str", default=[]),
+            packages=dict(type="list", elements="str", default=[]),
             texts=dict(type="list", elements="str", default=[]),
             stale_inputs=dict(type="dict", default={}),
             processes=dict(type="dict", options=dict(
@@ -211,6 +216,7 @@ def main():
         state = assess(params["paths"], params["units"], params["users"], run=run, texts=params["texts"])
     except RuntimeError as err:
         module.fail_json(msg=str(err))
+    state["packages_missing"] = missing_packages(params["packages"], run, module.get_bin_path("dpkg-query"))
     state.update(staleness({unit: list(files or []) for unit, files in params["stale_inputs"].items()}, run=run))
     wanted = params["processes"] or {}
     if wanted or params["raylets"]:

@@ -178,12 +178,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkctl.spark.plugins.module_utils import venv_plugin
-from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATHS_ARGUMENT, assess_paths
-from ansible_collections.sparkctl.spark.plugins.module_utils.venv_state import (
-    installed_distributions,
-    parse_dpkg_query,
-    tree_differences,
-)
+from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATHS_ARGUMENT, assess_paths, missing_packages
+from ansible_collections.sparkctl.spark.plugins.module_utils.venv_state import installed_distributions, tree_differences
 
 
 def main():
@@ -224,13 +220,7 @@ def main():
 
     check = venv_plugin.python_check(params["python"], result["python"])
     apt = list(params["apt_packages"]) + ([check["venv_package"]] if check.get("venv_package") else [])
-    installed = set()
-    if apt:
-        dpkg = module.get_bin_path("dpkg-query")
-        if dpkg:
-            _, out, _ = module.run_command([dpkg, "-W", "-f=${Package}\t${db:Status-Status}\n", "--"] + apt)
-            installed = parse_dpkg_query(out)
-    result["apt_missing"] = [name for name in apt if name not in installed]
+    result["apt_missing"] = missing_packages(apt, module.run_command, module.get_bin_path("dpkg-query"))
 
     venv_python = os.path.join(venv, "bin", "python")
     site_packages = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")))
