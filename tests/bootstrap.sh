@@ -161,7 +161,15 @@ else
     command -v dockerd >/dev/null 2>&1 || die "dockerd not found although docker.io is installed"
     log "starting dockerd (log $DOCKERD_LOG)"
     # setsid: not tied to this shell; stdin from /dev/null, output appended to the log.
-    setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    # Every other descriptor this shell inherited is closed first: dockerd outlives the
+    # caller, and a lock file it inherited (a caller's flock) would stay held for good.
+    (
+      for fd_path in /proc/"$BASHPID"/fd/*; do
+        fd=${fd_path##*/}
+        if [ "$fd" -gt 2 ] 2>/dev/null; then eval "exec $fd>&-"; fi
+      done
+      exec setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null
+    ) &
     echo $! > "$DOCKERD_PID"
   fi
   deadline=$(( $(date +%s) + DOCKERD_WAIT ))

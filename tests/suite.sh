@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian machine as root: set-up, unit tests,
-# lint, check mode on a fresh lab, the molecule scenario on the two-node lab, then
+# lint, the real-server tests, check mode on a fresh lab, the molecule scenario on the two-node lab, then
 # the lab integration tests. Prints the wall time of each stage at the end. CI runs exactly this.
 #
 # --quick: set-up, unit tests, lint and a syntax check of every playbook, no lab (a few minutes).
@@ -53,6 +53,13 @@ if [[ $QUICK == 1 ]]; then
   stage syntax syntax_check
   exit 0
 fi
+# The benchmark client and verify's probe module against a real OpenAI-compatible server
+# nobody here wrote (tests/realserver: transformers serve on the CPU, in its own venv).
+real_server() {
+  bash tests/realserver/setup.sh > /dev/null
+  python -m pytest tests/realserver -q -p no:cacheprovider --junitxml="$COUNTS_DIR/real-server.xml"
+}
+stage real-server real_server
 # molecule's test sequence (destroy, syntax, create | converge, idempotence, verify), split
 # so that `--check --diff` runs in between on the lab molecule has just created and nothing
 # has touched yet: it lists a first run's changes and changes nothing. One lab start, not two.

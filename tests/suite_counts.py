@@ -37,7 +37,7 @@ def catalogue_entries(catalogue_dir: Path) -> dict[str, int]:
 def main(argv: list[str]) -> int:
     counts_dir, catalogue_dir = Path(argv[1]), Path(argv[2])
     print("\n===== tests run =====")
-    for name in ("unit", "fresh-check", "integration"):
+    for name in ("unit", "real-server", "fresh-check", "integration"):
         path = counts_dir / f"{name}.xml"
         if not path.exists():
             print(f"{name:<14} (stage not reached)")

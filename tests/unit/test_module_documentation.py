@@ -33,3 +33,22 @@ def test_the_readme_names_every_module():
     readme = (MODULES.parents[5] / "README.md").read_text(encoding="utf-8")
     layout = next(line for line in readme.splitlines() if line.startswith("| `collections/ansible_collections/sparkctl/spark/`"))
     assert [name for name in NAMES if f"`{name}`" not in layout] == []
+
+
+PLUGINS = MODULES.parent
+DOCUMENTED_PLUGINS = sorted(p for kind in ("filter", "test", "callback", "lookup") for p in (PLUGINS / kind).glob("*.py")
+                            if "DOCUMENTATION" in p.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("path", DOCUMENTED_PLUGINS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_plugins_documentation_is_yaml_ansible_doc_can_read(path):
+    """ansible-doc (and ansible-lint, which loads it) reads a plugin's DOCUMENTATION as YAML: a
+    description line with ': ' in a plain scalar breaks it, and only a warning says so."""
+    namespace = {}
+    module = importlib.import_module("ansible_collections.sparkctl.spark.plugins."
+                                     f"{path.parent.name}.{path.stem}")
+    for part in ("DOCUMENTATION", "EXAMPLES", "RETURN"):
+        text = getattr(module, part, None)
+        if text is not None:
+            namespace[part] = yaml.safe_load(text)
+    assert isinstance(namespace["DOCUMENTATION"], dict) and namespace["DOCUMENTATION"].get("name")

@@ -15,11 +15,11 @@ DOCUMENTATION = r"""
 name: api_key_file_text
 short_description: The text of an API key file
 description:
-  - Input one entry of C(profile_render)'s C(secret_files) (C(format), C(key)); argument the key. Returns
-    C(NAME=key) for an environment file, C(name: key) for a YAML one, with its newline.
+  - "Input one entry of C(profile_render)'s C(secret_files) (C(format), C(key)); argument the key. Returns
+    C(NAME=key) for an environment file, C(name: key) for a YAML one, with its newline."
   - C(api_key_file_states) takes the C(secret_files) mapping, the chosen key (empty when sparkctl generates one) and
     the owner, and returns one C(sparkctl.spark.node_state) path entry per file (owner, group, mode, and the checksum of
-    the text only for a chosen key: a generated one is kept whatever it is).
+    the text only for a chosen key; a generated one is kept whatever it is).
 """
 
 

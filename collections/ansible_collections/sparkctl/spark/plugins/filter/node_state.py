@@ -14,9 +14,9 @@ DOCUMENTATION = r"""
 name: node_state_files
 short_description: node_state path entries for files a role writes with copy content
 description:
-  - C(node_state_files) takes C({name: content}) and a directory (owner, group and mode as keywords) and returns one
+  - "C(node_state_files) takes C({name: content}) and a directory (owner, group and mode as keywords) and returns one
     C(sparkctl.spark.node_state) path entry per file, with the SHA-1 of its content (the comparison the copy module
-    makes).
+    makes)."
   - C(node_state_paths) takes paths and returns one entry per distinct path, each with the same C(state) (a keyword,
     C(file) by default) and the C(owner), C(group) and C(mode) keywords given (directories a role creates, files it
     removes).
