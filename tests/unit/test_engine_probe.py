@@ -353,9 +353,11 @@ class Misbehaving(QuietJSONHandler):
     def do_POST(self):  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         mode = self.server.mode
-        if mode == "empty_chat":
-            # Tokens that decode to empty text: usage counts them, the message shows nothing.
-            self.send_json(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": ""},
+        if mode in ("empty_chat", "blank_chat"):
+            # Tokens that decode to empty text (or only blanks, as a tiny random model's greedy
+            # answer was): usage counts them, the message shows nothing readable.
+            content = "" if mode == "empty_chat" else " " * 16
+            self.send_json(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                                                "finish_reason": "length"}],
                                   "usage": {"prompt_tokens": 12, "completion_tokens": 16, "total_tokens": 28}})
             return
@@ -440,12 +442,14 @@ def test_a_stream_cut_off_before_its_finish_reason_fails_generation(misbehaving)
     assert "ended after 2 token chunk(s) without a finish_reason or data: [DONE]" in generation["message"]
 
 
-def test_an_answer_whose_tokens_decode_to_empty_text_says_so(misbehaving):
+@pytest.mark.parametrize("mode, seen", [("empty_chat", "empty text (special tokens only"),
+                                        ("blank_chat", "blank text (whitespace tokens only")])
+def test_an_answer_whose_tokens_decode_to_empty_or_blank_text_says_which(misbehaving, mode, seen):
     server, url = misbehaving
-    server.mode = "empty_chat"
+    server.mode = mode
     chat = by_name(probe(url, ["chat"]))["chat"]
     assert not chat["ok"] and chat["detail"]["completion_tokens"] == 16
-    assert "usage counts 16 completion tokens that decode to empty text" in chat["message"]
+    assert f"usage counts 16 completion tokens that decode to {seen}" in chat["message"]
 
 
 def test_the_key_is_redacted_even_when_a_server_echoes_it(misbehaving):

@@ -499,7 +499,7 @@ class Probe:
         message = "smoke: expected %r in the answer to %s, got %s" % (expect, quote(prompt), quote(text))
         detail["completion_tokens"] = _completion_tokens(answer.json)
         if not text.strip() and not reasoning:
-            message += _empty_text_note(detail["completion_tokens"])
+            message += _empty_text_note(detail["completion_tokens"], text)
         if not text.strip() and reasoning:
             message += (" (the model only reasoned within smoke.max_tokens=%d: raise it, or turn thinking off in "
                         "smoke.chat_template_kwargs)" % max_tokens)
@@ -525,7 +525,7 @@ class Probe:
         if reasoning.strip():
             return True, "chat: answered with reasoning only within %d tokens: %s" % (CHAT_MAX_TOKENS, quote(reasoning)), detail
         return False, "chat: POST %s answered 200 with an empty message (no content, no reasoning)%s" % (
-            CHAT, _empty_text_note(detail["completion_tokens"])), detail
+            CHAT, _empty_text_note(detail["completion_tokens"], content)), detail
 
     def check_reasoning(self):
         body = {"model": self.model, "messages": [{"role": "user", "content": REASONING_QUESTION}],
@@ -608,13 +608,15 @@ def _completion_tokens(body):
     return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
 
 
-def _empty_text_note(completion_tokens):
+def _empty_text_note(completion_tokens, text=""):
     """For an empty answer: what usage says the engine generated (an engine that generated
-    nothing and one whose tokens decode to nothing printable need different fixes)."""
+    nothing and one whose tokens decode to nothing printable need different fixes), and
+    whether the text was empty or only blanks."""
     if not completion_tokens:
         return ""
-    return (" although usage counts %d completion tokens that decode to empty text (special tokens only: check the "
-            "model's tokenizer and chat template)" % completion_tokens)
+    seen = "blank text (whitespace tokens only" if text else "empty text (special tokens only"
+    return (" although usage counts %d completion tokens that decode to %s: check the model's tokenizer and "
+            "chat template)" % (completion_tokens, seen))
 
 
 def _reasoning_of(message):
