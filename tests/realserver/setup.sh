@@ -6,7 +6,7 @@
 #   bash tests/realserver/setup.sh    # prints the venv's python on its last line
 #
 # Python: 3.11 first (the CPU wheel of torch on CI's machines is built for it), else the
-# newest python3 >= 3.10 on PATH or under pyenv.
+# first of python3.12, python3.13, python3 (>= 3.10) on PATH, else a pyenv version.
 set -euo pipefail
 exec </dev/null
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
