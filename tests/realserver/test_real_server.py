@@ -27,12 +27,14 @@ from sparkctl.bench.prompts import Nonces, filler, prompt_text
 PAIRS = 16
 PROMPT_WORDS = 300
 MAX_TOKENS = 48
-# Medians of the two clients over requests alternated on one CPU server shared with the rest
-# of the machine: decode within 15 %, TTFT within 15 ms or 30 % (whichever is larger). A
-# client that counted chunks instead of tokens, timed the prefill into decode or the request
-# encoding into TTFT, or read a buffered stream, lands far outside.
+# The two clients' requests alternated on one CPU server shared with the rest of the
+# machine, each of ours paired with the official client's next: the median of the pairs'
+# decode ratios within 25 % of 1 (measured 0.98 to 1.07 on an idle machine, 0.84 with one
+# core kept busy), the TTFT medians within 20 ms or 30 % (whichever is larger). A client that
+# counted chunks instead of tokens or timed the request encoding into TTFT lands far
+# outside; the relay test below holds the timings themselves to a few milliseconds.
 DECODE_TOLERANCE = 0.25
-TTFT_TOLERANCE_S = 0.015
+TTFT_TOLERANCE_S = 0.020
 TTFT_TOLERANCE = 0.30
 # The same requests timed by the client and by a relay in front of the server: the client's
 # TTFT may exceed the relay's by loopback hops and a parse (median a few ms on a loaded
@@ -84,7 +86,7 @@ async def _ours(url: str, model: str, prompt: str) -> dict:
     assert outcome.ok, outcome.error
     tokens, _ = outcome.completion_tokens
     return {"ttft": outcome.t_first - outcome.t_send, "tokens": tokens,
-            "decode": (tokens - 1) / (outcome.t_last - outcome.t_first)}
+            "decode": _decode_rate(tokens, outcome.t_first, outcome.t_last)}
 
 
 async def _theirs(client: openai.AsyncOpenAI, model: str, prompt: str) -> dict:
@@ -98,7 +100,13 @@ async def _theirs(client: openai.AsyncOpenAI, model: str, prompt: str) -> dict:
         if chunk.usage:
             usage = chunk.usage.completion_tokens
     tokens = usage or len(times)
-    return {"ttft": times[0] - start, "tokens": tokens, "decode": (tokens - 1) / (times[-1] - times[0])}
+    return {"ttft": times[0] - start, "tokens": tokens, "decode": _decode_rate(tokens, times[0], times[-1])}
+
+
+def _decode_rate(tokens: int, first: float, last: float) -> float | None:
+    """As sparkctl.bench defines it; None for an answer that stopped (sampled EOS) after one
+    token or arrived in one piece."""
+    return (tokens - 1) / (last - first) if tokens >= 2 and last > first else None
 
 
 def test_the_clients_figures_agree_with_the_official_openai_clients(real_server):
@@ -118,16 +126,18 @@ def test_the_clients_figures_agree_with_the_official_openai_clients(real_server)
         return ours, theirs
 
     ours, theirs = asyncio.run(alternate())
-    # Only answers long enough to have a decode rate worth comparing.
-    ours = [r for r in ours if r["tokens"] >= 16]
-    theirs = [r for r in theirs if r["tokens"] >= 16]
-    assert len(ours) >= PAIRS // 2 and len(theirs) >= PAIRS // 2
-    decode = statistics.median(r["decode"] for r in ours), statistics.median(r["decode"] for r in theirs)
-    ttft = statistics.median(r["ttft"] for r in ours), statistics.median(r["ttft"] for r in theirs)
-    summary = (f"decode median tok/s: sparkctl {decode[0]:.1f}, openai {decode[1]:.1f}; "
+    # Each request of ours against the official client's next one: the two share the
+    # machine's state of that moment, so the median of the pairs' ratios leaves out most of
+    # the drift a CPU server on a shared machine has from one second to the next.
+    pairs = [(a, b) for a, b in zip(ours, theirs)
+             if a["tokens"] >= 16 and b["tokens"] >= 16 and a["decode"] and b["decode"]]
+    assert len(pairs) >= PAIRS // 2, f"only {len(pairs)} pairs of answers with 16 tokens or more"
+    decode_ratio = statistics.median(a["decode"] / b["decode"] for a, b in pairs)
+    ttft = statistics.median(a["ttft"] for a, _ in pairs), statistics.median(b["ttft"] for _, b in pairs)
+    summary = (f"decode, sparkctl / openai per pair: median {decode_ratio:.3f}; "
                f"TTFT median s: sparkctl {ttft[0]:.4f}, openai {ttft[1]:.4f}")
     print(summary)
-    assert abs(decode[0] - decode[1]) <= DECODE_TOLERANCE * decode[1], summary
+    assert abs(decode_ratio - 1) <= DECODE_TOLERANCE, summary
     assert abs(ttft[0] - ttft[1]) <= max(TTFT_TOLERANCE_S, TTFT_TOLERANCE * ttft[1]), summary
 
 
