@@ -34,16 +34,28 @@ def catalogue_entries(catalogue_dir: Path) -> dict[str, int]:
     return counts
 
 
+def scenario_line(path: Path) -> str:
+    """One line for the role scenarios tests/suite.sh ran ("<name> <rc> <seconds>" per line)."""
+    if not path.exists():
+        return f"{'scenarios':<14} (stage not reached)"
+    runs = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    failed = [name for name, rc, _ in runs if rc != "0"]
+    seconds = sum(int(s) for _, _, s in runs)
+    line = f"{'scenarios':<14} {len(runs):5} role scenarios: {len(runs) - len(failed)} passed, {len(failed)} failed, {seconds} s"
+    return line + (f" (failed: {', '.join(failed)})" if failed else "")
+
+
 def main(argv: list[str]) -> int:
     counts_dir, catalogue_dir = Path(argv[1]), Path(argv[2])
     print("\n===== tests run =====")
-    for name in ("unit", "real-server", "fresh-check", "integration"):
+    for name in ("timing", "unit", "real-server", "fresh-check", "integration"):
         path = counts_dir / f"{name}.xml"
         if not path.exists():
             print(f"{name:<14} (stage not reached)")
             continue
         c = stage_counts(path)
         print(f"{name:<14} {c['tests']:5} tests: {c['passed']} passed, {c['failures']} failed, {c['skipped']} skipped")
+    print(scenario_line(counts_dir / "scenarios.txt"))
     print(", ".join(f"{name}: {count} entries" for name, count in catalogue_entries(catalogue_dir).items()))
     return 0
 

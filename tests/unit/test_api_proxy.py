@@ -531,6 +531,7 @@ def test_slow_unauthenticated_connections_do_not_starve_a_stream(proxied):
             sock.close()
 
 
+@pytest.mark.timing
 @needs_nginx
 def test_slow_connections_are_closed_after_the_header_timeout(tmp_path_factory, proxied):
     engine, _ = proxied

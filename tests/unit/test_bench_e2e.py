@@ -46,6 +46,7 @@ def close(measured, expected, tolerance=TOLERANCE):
     return measured is not None and abs(measured - expected) <= tolerance * expected
 
 
+@pytest.mark.timing
 def test_measured_ttft_and_decode_match_the_standin_at_1_2_and_4_streams(standin, tmp_path, monkeypatch, capsys):
     reference = tmp_path / "reference.json"
     reference.write_text(json.dumps({"source": "lab timing model", "decode_tok_s": [{"prompt_tokens": 0, "value": 40}],

@@ -202,6 +202,7 @@ def test_a_wrong_answer_fails_the_smoke_check_with_what_came_back(standin):
     assert smoke["detail"]["answer"] == " Kyoto."
 
 
+@pytest.mark.timing
 def test_a_wedged_engine_fails_generation_within_the_deadline_while_health_passes(standin):
     standin.control("/_standin/faults", {"hang_after_health": True})
     started = time.monotonic()
@@ -326,6 +327,7 @@ def free_port():
         return sock.getsockname()[1]
 
 
+@pytest.mark.timing
 def test_connection_refused_fails_health_and_skips_the_rest(loopback_only):
     url = "http://127.0.0.1:%d" % free_port()
     started = time.monotonic()

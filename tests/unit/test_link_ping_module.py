@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from module_runner import run_module
 
 from ansible_collections.sparkctl.spark.plugins.filter.link_ping import link_ping_failed_targets
@@ -32,6 +34,7 @@ def fake_ping(tmp_path, body):
     return str(path)
 
 
+@pytest.mark.timing
 def test_the_pings_run_side_by_side(tmp_path):
     ping = fake_ping(tmp_path, "sleep 0.5\n")
     targets = [dict(TARGET, address="192.168.100.%d" % n) for n in range(4)]

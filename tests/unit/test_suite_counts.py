@@ -33,3 +33,15 @@ def test_report_names_a_stage_that_was_not_reached(tmp_path, capsys):
 def test_the_real_catalogues_are_counted():
     counts = catalogue_entries(Path(__file__).resolve().parents[1] / "catalogue")
     assert counts["faults"] >= 21 and counts["bad_inputs"] >= 27
+
+
+def test_role_scenarios_are_counted_and_a_failed_one_is_named(tmp_path, capsys):
+    (tmp_path / "scenarios.txt").write_text("preflight 0 30\nfirewall 2 21\n")
+    main(["x", str(tmp_path), str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "scenarios          2 role scenarios: 1 passed, 1 failed, 51 s (failed: firewall)" in out
+
+
+def test_role_scenarios_not_reached_are_said(tmp_path, capsys):
+    main(["x", str(tmp_path), str(tmp_path)])
+    assert "scenarios      (stage not reached)" in capsys.readouterr().out

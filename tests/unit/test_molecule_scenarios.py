@@ -1,0 +1,78 @@
+"""The molecule scenarios stay in step with the roles site.yml runs: a scenario per role
+(converge, verify, molecule.yml), the whole-site verify importing every role's checks the
+default profile reaches, and tests/suite.sh running every role scenario."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+MOLECULE = REPO / "molecule"
+# Roles with no state of their own to converge: `spark` loads the cluster's defaults.
+NOT_A_SCENARIO = {"spark"}
+# Roles the default profile (a venv runtime) does not run in the whole-site scenario.
+NOT_IN_THE_DEFAULT_PROFILE = {"engine_image"}
+
+
+def _roles_in(playbook: Path, seen: set[Path] | None = None) -> set[str]:
+    """Every role a playbook runs: `roles:` entries, import_role/include_role, imported playbooks."""
+    seen = seen if seen is not None else set()
+    if playbook in seen:
+        return set()
+    seen.add(playbook)
+    roles: set[str] = set()
+    for play in yaml.safe_load(playbook.read_text()) or []:
+        imported = play.get("ansible.builtin.import_playbook")
+        if imported:
+            roles |= _roles_in((playbook.parent / imported).resolve(), seen)
+            continue
+        for entry in play.get("roles", []):
+            roles.add(entry["role"] if isinstance(entry, dict) else entry)
+        for task in play.get("tasks", []):
+            for key in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
+                if key in task:
+                    roles.add(task[key]["name"])
+    return roles
+
+
+def _site_roles() -> set[str]:
+    return _roles_in(REPO / "site.yml") - NOT_A_SCENARIO
+
+
+def _scenarios() -> set[str]:
+    return {path.parent.name for path in MOLECULE.glob("*/molecule.yml")} - {"default"}
+
+
+def test_every_role_of_the_site_has_a_scenario_and_nothing_else_does():
+    assert _site_roles(), "no role found in site.yml"
+    assert _scenarios() == _site_roles()
+
+
+def test_every_scenario_converges_and_verifies_its_role():
+    for scenario in sorted(_scenarios()):
+        converge = (MOLECULE / scenario / "converge.yml").read_text()
+        assert (MOLECULE / scenario / "verify.yml").exists(), scenario
+        assert scenario in _roles_in(MOLECULE / scenario / "converge.yml"), f"{scenario}'s converge does not run the role"
+        # Its converge runs no other role of the site: prerequisites belong in prepare.yml.
+        others = _roles_in(MOLECULE / scenario / "converge.yml") - NOT_A_SCENARIO - {scenario}
+        assert not others, f"{scenario}'s converge also runs {sorted(others)}"
+        assert converge.startswith("---\n"), scenario
+
+
+def test_the_whole_site_verify_is_every_role_verify_the_default_profile_reaches():
+    plays = yaml.safe_load((MOLECULE / "default" / "verify.yml").read_text())
+    imported = [play["ansible.builtin.import_playbook"] for play in plays]
+    assert all(re.fullmatch(r"\.\./[a-z_]+/verify\.yml", path) for path in imported), imported
+    assert {path.split("/")[1] for path in imported} == _scenarios() - NOT_IN_THE_DEFAULT_PROFILE
+
+
+def test_the_suite_runs_every_role_scenario_once():
+    suite = (REPO / "tests" / "suite.sh").read_text()
+    listed = []
+    for name in ("ROLE_SCENARIOS", "LATE_ROLE_SCENARIOS"):
+        body = re.search(rf"^{name}=\(([^)]*)\)", suite, flags=re.M).group(1)
+        listed += body.split()
+    assert sorted(listed) == sorted(_scenarios())
