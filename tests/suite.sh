@@ -48,11 +48,46 @@ if [[ -x $REPO/.venv/nginx/usr/sbin/nginx ]]; then export SPARKCTL_NGINX=$REPO/.
 # Tests that judge measured times run first, alone: nothing runs beside them yet.
 stage timing python -m pytest tests/unit -q -p no:cacheprovider -m timing --junitxml="$COUNTS_DIR/timing.xml"
 
-# The rest of the unit tests and lint need no lab: they run beside the lab's stages, which
-# mostly wait on the nodes. Their output is printed when they end; their stage times are
-# reported with the others.
-SIDE_LOG=$REPO/.lab/side-stages.log
-SIDE_TIMES=$REPO/.lab/side-stages.times
+# Chains of stages that run in the background, beside the lab's stages, which mostly wait on
+# the nodes: each writes its output to .lab/<chain>.log, printed when the chain is waited for,
+# and its stage times to .lab/<chain>.times, reported with the others.
+declare -A CHAIN_PIDS=()
+chain_stage() {
+  local name=$1; shift
+  local start=$SECONDS
+  printf '\n===== %s =====\n' "$name"
+  "$@" || return 1
+  echo "$name $((SECONDS - start))" >> "$CHAIN_TIMES"
+}
+start_chain() {
+  local chain=$1; shift
+  mkdir -p "$REPO/.lab"
+  : > "$REPO/.lab/$chain.times"
+  (CHAIN_TIMES=$REPO/.lab/$chain.times; "$@") > "$REPO/.lab/$chain.log" 2>&1 &
+  CHAIN_PIDS[$chain]=$!
+}
+wait_chain() {
+  local chain=$1 rc=0 name seconds
+  wait "${CHAIN_PIDS[$chain]}" || rc=$?
+  unset "CHAIN_PIDS[$chain]"
+  printf '\n===== %s (ran in the background) =====\n' "$chain"
+  cat "$REPO/.lab/$chain.log"
+  while read -r name seconds; do STAGE_NAMES+=("$name"); STAGE_SECONDS+=("$seconds"); done < "$REPO/.lab/$chain.times"
+  return "$rc"
+}
+# A failing stage ends the suite; no chain is left running behind it.
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+  kill "$1" 2> /dev/null || true
+}
+stop_chains() {
+  local pid
+  for pid in "${CHAIN_PIDS[@]}"; do kill_tree "$pid"; wait "$pid" 2> /dev/null || true; done
+}
+trap 'stop_chains; report_times' EXIT
+
+# The unit tests but the timed ones, lint and a syntax check of every playbook: no lab.
 syntax_check() {
   local playbook
   for playbook in site.yml playbooks/*.yml; do
@@ -60,36 +95,10 @@ syntax_check() {
   done
 }
 side_stages() {
-  local start
-  : > "$SIDE_TIMES"
-  start=$SECONDS
-  python -m pytest tests/unit -q -p no:cacheprovider -m "not timing" --junitxml="$COUNTS_DIR/unit.xml" || return 1
-  echo "unit $((SECONDS - start))" >> "$SIDE_TIMES"
-  start=$SECONDS
-  ansible-lint --nocolor -q || return 1
-  echo "lint $((SECONDS - start))" >> "$SIDE_TIMES"
-  start=$SECONDS
-  syntax_check || return 1
-  echo "syntax $((SECONDS - start))" >> "$SIDE_TIMES"
+  chain_stage unit python -m pytest tests/unit -q -p no:cacheprovider -m "not timing" --junitxml="$COUNTS_DIR/unit.xml" &&
+    chain_stage lint ansible-lint --nocolor -q &&
+    chain_stage syntax syntax_check
 }
-SIDE_PID=
-start_side_stages() {
-  mkdir -p "$(dirname "$SIDE_LOG")"
-  side_stages > "$SIDE_LOG" 2>&1 &
-  SIDE_PID=$!
-}
-wait_side_stages() {
-  local rc=0 name seconds
-  wait "$SIDE_PID" || rc=$?
-  SIDE_PID=
-  printf '\n===== unit, lint and syntax (ran beside the lab stages) =====\n'
-  cat "$SIDE_LOG"
-  while read -r name seconds; do STAGE_NAMES+=("$name"); STAGE_SECONDS+=("$seconds"); done < "$SIDE_TIMES"
-  return "$rc"
-}
-# A failing stage ends the suite; the side stages are not left running behind it.
-stop_side_stages() { if [[ -n $SIDE_PID ]]; then kill "$SIDE_PID" 2> /dev/null || true; wait "$SIDE_PID" 2> /dev/null || true; fi; }
-trap 'stop_side_stages; report_times' EXIT
 
 # Every role scenario (molecule/<role>/), in the order site.yml runs the roles. The image
 # runtime's comes after the integration tests, which install that profile's image anyway.
@@ -112,9 +121,9 @@ role_scenarios() {
 }
 
 if [[ $QUICK == 1 ]]; then
-  start_side_stages
+  start_chain side side_stages
   stage scenario role_scenarios "$QUICK_SCENARIO"
-  wait_side_stages
+  wait_chain side
   exit 0
 fi
 # The benchmark client and verify's probe module against a real OpenAI-compatible server
@@ -124,7 +133,7 @@ real_server() {
   python -m pytest tests/realserver -q -p no:cacheprovider --junitxml="$COUNTS_DIR/real-server.xml"
 }
 stage real-server real_server
-start_side_stages
+start_chain side side_stages
 SCENARIO_BASE_CONFIGS+=(--base-config molecule/resources/converged-lab.yml)
 # molecule's test sequence (destroy, syntax, create | converge, idempotence, verify), split
 # so that `--check --diff` runs in between on the lab molecule has just created and nothing
@@ -145,13 +154,49 @@ molecule_converge() {
   molecule idempotence --scenario-name default 2>&1 | tee "$RERUN_LOG"
   export SPARKCTL_CONVERGED_RERUN_LOG=$RERUN_LOG
 }
+# The twin lab (inventories/lab-twin; tests/lab/README.md): a second pair of nodes beside the
+# first, fresh, converged and checked idempotent in the background; the integration test
+# files below then run on it, beside the others on the first lab.
+TWIN_INVENTORY=$REPO/inventories/lab-twin/hosts.yml
+TWIN_TESTS=(tests/integration/test_lab_faults.py tests/integration/test_lab_checkpoint.py
+            tests/integration/test_lab_runtime_image.py)
+twin_create() {
+  python tests/lab/sparklab down
+  python tests/lab/sparklab up
+  python tests/lab/sparklab hub start
+}
+twin_converge() {
+  local rerun=$REPO/.lab/twin-idempotence.log
+  ansible-playbook site.yml -i "$TWIN_INVENTORY" > "$REPO/.lab/twin-converge.log" ||
+    { tail -n 80 "$REPO/.lab/twin-converge.log"; return 1; }
+  ansible-playbook site.yml -i "$TWIN_INVENTORY" > "$rerun" || { tail -n 80 "$rerun"; return 1; }
+  python -c 'import sys; sys.path.insert(0, "tests/integration"); from labrun import parse_recap
+recap = parse_recap(open(sys.argv[1]).read())
+sys.exit(0 if recap and not any(c.get("changed") for c in recap.values()) else f"the re-run changed something: {recap}")' "$rerun"
+  tail -n 4 "$rerun"
+  export SPARKCTL_CONVERGED_RERUN_LOG=$rerun
+}
+twin_stages() {
+  export SPARKLAB_INVENTORY=$TWIN_INVENTORY SPARKCTL_REPORT_DIR=$REPO/.lab/twin-reports
+  chain_stage twin-create twin_create &&
+    chain_stage twin-converge twin_converge &&
+    chain_stage twin-integration python -m pytest "${TWIN_TESTS[@]}" -q -p no:cacheprovider -m lab --durations=15 \
+      --junitxml="$COUNTS_DIR/integration-twin.xml"
+}
+TWIN_IGNORES=()
+for test_file in "${TWIN_TESTS[@]}"; do TWIN_IGNORES+=("--ignore=$test_file"); done
+
 stage lab-create molecule_create
+start_chain twin twin_stages
 stage fresh-check python -m pytest tests/integration -q -p no:cacheprovider -m fresh --junitxml="$COUNTS_DIR/fresh-check.xml"
 stage molecule molecule_converge
 stage scenarios role_scenarios "${ROLE_SCENARIOS[@]}"
-wait_side_stages
-stage integration python -m pytest tests/integration -q -p no:cacheprovider -m lab --durations=30 --junitxml="$COUNTS_DIR/integration.xml"
+wait_chain side
+stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p no:cacheprovider -m lab --durations=30 \
+  --junitxml="$COUNTS_DIR/integration.xml"
 stage scenarios-late role_scenarios "${LATE_ROLE_SCENARIOS[@]}"
+wait_chain twin
 if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then
   stage lab-down molecule destroy --scenario-name default
+  stage twin-down python tests/lab/sparklab -i inventories/lab-twin down
 fi

@@ -350,6 +350,11 @@ def test_stall_timeout_is_in_the_help(capsys):
     assert "--stall-timeout" in capsys.readouterr().out
 
 
+def _signals_as_at_a_terminal():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_an_interrupt_writes_the_partial_report(server, tmp_path, signum, code):
     # Point 1 (2 requests after the warm-up) completes, point 2 stalls until the signal.
@@ -358,8 +363,10 @@ def test_an_interrupt_writes_the_partial_report(server, tmp_path, signum, code):
     argv = [sys.executable, "-m", "sparkctl.bench", "run", "--url", fake.url, "--model", "tiny", "--prompt-tokens", "64",
             "--concurrency", "1,2", "--max-tokens", "8", "--requests-per-stream", "2", "--selftest-seconds", "0.05",
             "--out", str(out), "--progress-file", str(progress)]
+    # The signal as a user's Ctrl-C or `kill` delivers it: a shell's background job (a suite started
+    # with `&`) hands its children SIGINT ignored, and Python then leaves it ignored.
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), preexec_fn=_signals_as_at_a_terminal)
     try:
         deadline = time.monotonic() + 30
         while not (progress.exists() and progress.read_text().strip()):
