@@ -107,7 +107,7 @@ ROLE_SCENARIOS=(preflight direct_link firewall fabric_env linger ssh_mesh checkp
 LATE_ROLE_SCENARIOS=(engine_image)
 SCENARIO_RESULTS=$COUNTS_DIR/scenarios.txt
 # On the lab the whole-site scenario converged, the role scenarios skip what that lab makes
-# redundant (molecule/resources/converged-lab.yml); --quick runs the full sequence.
+# redundant (.config/molecule/converged-lab.yml); --quick runs the full sequence.
 SCENARIO_BASE_CONFIGS=(--base-config .config/molecule/config.yml)
 role_scenarios() {
   local scenario start rc
@@ -134,7 +134,7 @@ real_server() {
 }
 stage real-server real_server
 start_chain side side_stages
-SCENARIO_BASE_CONFIGS+=(--base-config molecule/resources/converged-lab.yml)
+SCENARIO_BASE_CONFIGS+=(--base-config .config/molecule/converged-lab.yml)
 # molecule's test sequence (destroy, syntax, create | converge, idempotence, verify), split
 # so that `--check --diff` runs in between on the lab molecule has just created and nothing
 # has touched yet: it lists a first run's changes and changes nothing. One lab start, not two.
