@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -14,7 +16,49 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SPARKLAB = REPO / "tests" / "lab" / "sparklab"
-LAB_INVENTORY = REPO / "inventories" / "lab" / "hosts.yml"
+sys.path.insert(0, str(SPARKLAB.parent))
+import sparklab  # noqa: E402  (tests/lab/sparklab.py: the lab's naming and plan, one source of truth)
+
+# The lab the tests run against: $SPARKLAB_INVENTORY (a lab inventory's directory or hosts.yml),
+# else inventories/lab. `lab()` runs the lab tool with the same environment, so both agree.
+_inventory = sparklab.inventory_path()
+LAB_INVENTORY = _inventory if _inventory.is_file() else _inventory / "hosts.yml"
+LAB_INVENTORY_DIR = LAB_INVENTORY.parent
+
+
+@functools.cache
+def lab_plan() -> sparklab.Plan:
+    """The lab's plan as the lab tool reads it from LAB_INVENTORY."""
+    return sparklab.load_plan(LAB_INVENTORY)
+
+
+def container(node: str) -> str:
+    """The docker container of a node (spark1 in the default lab, twin-spark1 in the twin)."""
+    return lab_plan().node(node).container
+
+
+def management_address(node: str) -> str:
+    return lab_plan().node(node).mgmt_ip
+
+
+def management_network() -> ipaddress.IPv4Network:
+    return ipaddress.ip_network(lab_plan().network)
+
+
+def read_group_vars(inventory_dir: Path, rewrite=None) -> dict[str, dict]:
+    """group -> its merged vars from inventory_dir/group_vars, the files found and ordered as
+    Ansible finds them (a directory such as the twin's group_vars/all/ included); rewrite(text)
+    may change each file's text before it is parsed."""
+    import yaml
+
+    merged = {}
+    base = Path(inventory_dir) / "group_vars"
+    for name in sparklab.vars_names(base):
+        merged[name] = {}
+        for path in sparklab.vars_files(base, name):
+            text = path.read_text()
+            merged[name].update(yaml.safe_load(rewrite(text) if rewrite else text) or {})
+    return merged
 
 
 @dataclass
@@ -131,10 +175,7 @@ def write_inventory(dest: Path, mutate=None, change: dict | None = None, source:
     change = copy.deepcopy(change or {})
     data = yaml.safe_load(source.read_text())
     children = data["all"]["children"]["sparklab"]["children"]
-    group_vars = {}
-    for path in sorted((source.parent / "group_vars").glob("*.yml")):
-        text = path.read_text().replace("{{ inventory_dir }}/../..", str(REPO))
-        group_vars[path.stem] = yaml.safe_load(text) or {}
+    group_vars = read_group_vars(source.parent, lambda text: text.replace("{{ inventory_dir }}/../..", str(REPO)))
     all_vars = group_vars.setdefault("all", {})
     all_vars["spark_profile_paths"] = [
         p if os.path.isabs(p) else os.path.normpath(os.path.join(str(source.parent), p))
@@ -175,7 +216,7 @@ def inventory_vars(hosts_path: Path, extra_vars: dict | None = None) -> tuple[di
     import yaml
 
     data = yaml.safe_load(Path(hosts_path).read_text())
-    group_vars = {p.stem: yaml.safe_load(p.read_text()) or {} for p in Path(hosts_path).parent.glob("group_vars/*.yml")}
+    group_vars = read_group_vars(Path(hosts_path).parent)
     groups: dict[str, list[str]] = {}
     host_vars: dict[str, dict] = {}
     member_of: dict[str, list[list[str]]] = {}
@@ -203,11 +244,35 @@ def inventory_vars(hosts_path: Path, extra_vars: dict | None = None) -> tuple[di
     return groups, hostvars
 
 
+# The catalogue's addresses on a management network are the default lab's; on another lab
+# (inventories/lab-twin) they move to the same place in that lab's network.
+CATALOGUE_NETWORK = ipaddress.ip_network("172.30.77.0/24")
+_IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
+
+
+def on_this_lab(text: str, network: ipaddress.IPv4Network | None = None) -> str:
+    """text with every address of CATALOGUE_NETWORK moved into the lab's management network."""
+    network = network or management_network()
+    if network == CATALOGUE_NETWORK or network.prefixlen != CATALOGUE_NETWORK.prefixlen:
+        return text
+
+    def move(match: re.Match) -> str:
+        try:
+            address = ipaddress.ip_address(match.group(1))
+        except ValueError:
+            return match.group(1)
+        if address not in CATALOGUE_NETWORK:
+            return match.group(1)
+        return str(network.network_address + (int(address) - int(CATALOGUE_NETWORK.network_address)))
+
+    return _IPV4.sub(move, text)
+
+
 def bad_inputs(path: Path = CATALOGUE) -> list[dict]:
-    """The bad-input catalogue's entries (tests/catalogue/README.md)."""
+    """The bad-input catalogue's entries (tests/catalogue/README.md), on this lab's network."""
     import yaml
 
-    return yaml.safe_load(Path(path).read_text())["entries"]
+    return yaml.safe_load(on_this_lab(Path(path).read_text()))["entries"]
 
 
 # -- node state probe ---------------------------------------------------------------------------

@@ -16,12 +16,12 @@ import socket
 import time
 
 import pytest
-from labrun import node_exec
+from labrun import management_address, node_exec
 
 pytestmark = pytest.mark.lab
 
 HOSTS = ("spark1", "spark2")
-HEAD = "172.30.77.11"
+HEAD = management_address("spark1")
 API_PORT = 8000
 ENGINE_PORT = 8001
 KEY_FILE = "/etc/sparkctl/api-key.env"

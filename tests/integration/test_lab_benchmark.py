@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from labrun import REPO, standin
+from labrun import LAB_INVENTORY_DIR, REPO, standin
 
 pytestmark = pytest.mark.lab
 
@@ -35,7 +35,7 @@ def benchmark(served, report_dir):
     standin("timing", TIMING)
     env = dict(os.environ, SPARKCTL_REPORT_DIR=str(report_dir), ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
     try:
-        proc = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "-i", "inventories/lab", "--json",
+        proc = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "-i", str(LAB_INVENTORY_DIR), "--json",
                                "-e", json.dumps(SETTINGS)], cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=900)
     finally:

@@ -1,7 +1,7 @@
 """The host firewall on the two-node lab (roles/firewall), after site.yml converged.
 
 From the control node (this process: plain sockets to the nodes' management
-addresses, the lab's docker bridge 172.30.77.0/24) Ray's GCS, the raylets' and
+addresses, the lab's docker bridge, 172.30.77.0/24 in the default lab) Ray's GCS, the raylets' and
 the dashboard agents' ports time out (dropped, and counted by the drop rule),
 although they listen on every address; over the cable the other node reaches
 them. ssh and the head's API port answer from the control node. A table deleted
@@ -26,12 +26,12 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from labrun import node_exec
+from labrun import management_address, node_exec
 
 pytestmark = pytest.mark.lab
 
 HOSTS = ("spark1", "spark2")
-MGMT = {"spark1": "172.30.77.11", "spark2": "172.30.77.12"}
+MGMT = {node: management_address(node) for node in HOSTS}
 CABLE = {"spark1": "192.168.100.10", "spark2": "192.168.100.11"}
 PEER = {"spark1": "spark2", "spark2": "spark1"}
 API_PORT = 8000

@@ -16,7 +16,7 @@ import re
 import time
 
 import pytest
-from labrun import lab, node_exec
+from labrun import container, lab, node_exec
 
 pytestmark = pytest.mark.lab
 
@@ -138,7 +138,7 @@ def test_units_stopped_and_started_come_back_by_themselves(converged, run_site):
 def test_reboot_brings_the_cluster_back(converged, run_site):
     import subprocess
 
-    subprocess.run(["docker", "restart", *HOSTS], check=True, timeout=300)
+    subprocess.run(["docker", "restart", *map(container, HOSTS)], check=True, timeout=300)
     lab("up")  # re-creates the cable (the veth pairs die with the containers)
     assert wait_healthy(timeout=180) == (2, 2.0), ray_status()
     assert_quiet(run_site)

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from labrun import REPO, node_exec
+from labrun import LAB_INVENTORY_DIR, REPO, management_address, node_exec
 
 pytestmark = pytest.mark.lab
 
@@ -38,13 +38,13 @@ SEARCHED = ("/etc", "/srv", "/var/lib", "/var/tmp", "/tmp", "/home", "/root", "/
 def secret_run(lab_up, report_dir, tmp_path_factory):
     env = dict(os.environ, SPARKCTL_REPORT_DIR=str(report_dir), ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
     secrets = {"spark_hf_token": TOKEN, "spark_api_key": API_KEY}
-    proc = subprocess.run([sys.executable, "-m", "sparkctl", "up", "-i", "inventories/lab", "-vvv", "--json",
+    proc = subprocess.run([sys.executable, "-m", "sparkctl", "up", "-i", str(LAB_INVENTORY_DIR), "-vvv", "--json",
                            "-e", json.dumps(secrets)], cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     yield proc
     # Back to a generated key: drop the chosen one and let the serve stage make a new one.
     node_exec("spark1", "rm", "-f", KEY_FILE)
     restore = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "playbooks/serve.yml",
-                              "-i", "inventories/lab"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+                              "-i", str(LAB_INVENTORY_DIR)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert restore.returncode == 0, restore.stdout[-3000:]
 
 
@@ -74,7 +74,7 @@ def test_no_secret_in_the_runner_artifacts(secret_run):
     assert checked > 0
     # -vvv really was on: the stage logs hold module invocations.
     stdout = Path(doc["stages"][0]["artifact_dir"]) / "stdout"
-    assert "<172.30.77.11> ESTABLISH SSH CONNECTION" in stdout.read_text()
+    assert f"<{management_address('spark1')}> ESTABLISH SSH CONNECTION" in stdout.read_text()
 
 
 @pytest.mark.parametrize("node", HOSTS)
@@ -104,7 +104,7 @@ def test_the_chosen_key_is_the_one_the_api_takes(secret_run):
 
 def _sparkctl(report_dir, *args):
     env = dict(os.environ, SPARKCTL_REPORT_DIR=str(report_dir), ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args, "-i", "inventories/lab", "-vvv", "--json"],
+    return subprocess.run([sys.executable, "-m", "sparkctl", *args, "-i", str(LAB_INVENTORY_DIR), "-vvv", "--json"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 
 

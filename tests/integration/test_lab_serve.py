@@ -16,7 +16,7 @@ import subprocess
 import time
 
 import pytest
-from labrun import lab, node_exec
+from labrun import container, lab, node_exec
 
 pytestmark = pytest.mark.lab
 
@@ -103,7 +103,7 @@ def test_profile_over_the_nodes_memory_is_refused_before_anything_starts(served,
 
 
 def test_reboot_brings_ray_and_the_engine_back_by_themselves(served, run_site):
-    subprocess.run([os.environ.get("SPARKLAB_DOCKER", "docker"), "restart", "spark1", "spark2"],
+    subprocess.run([os.environ.get("SPARKLAB_DOCKER", "docker"), "restart", container("spark1"), container("spark2")],
                    check=True, capture_output=True, timeout=180)
     up = lab("up", check=False)  # re-creates the cable (the veth pair dies with the containers)
     assert up.returncode == 0, up.stdout + up.stderr

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from labrun import REPO, node_exec, standin
+from labrun import LAB_INVENTORY_DIR, REPO, node_exec, standin
 
 pytestmark = pytest.mark.lab
 
@@ -128,7 +128,7 @@ def test_a_firewall_table_emptied_or_deleted_by_hand_fails_verify(served, run_si
 def test_sparkctl_verify_prints_the_table_and_a_json_document(served, report_dir):
     env = dict(os.environ, SPARKCTL_REPORT_DIR=str(report_dir), ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
     sparkctl = [str(sys.executable), "-m", "sparkctl"]
-    proc = subprocess.run([*sparkctl, "verify", "-i", "inventories/lab", "--json"], cwd=REPO, env=env,
+    proc = subprocess.run([*sparkctl, "verify", "-i", str(LAB_INVENTORY_DIR), "--json"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0 and doc["exit_code"] == 0, proc.stderr[-3000:]

@@ -12,15 +12,18 @@ from pathlib import Path
 import jsonschema
 import pytest
 import labrun
-from labrun import REPO, node_exec
+from labrun import LAB_INVENTORY_DIR, REPO, management_network, node_exec
 from sparkctl.stages import COMMAND_STAGES, UP_STAGES
 
 pytestmark = pytest.mark.lab
 
 SCHEMA = json.loads((REPO / "sparkctl" / "schema" / "run.schema.json").read_text())
 SPARKCTL = Path(sys.executable).with_name("sparkctl")
-# On the lab's management network, assigned to no node: nothing answers there.
-UNUSED_MGMT_ADDRESS = "172.30.77.99"
+# On the lab's management network (172.30.77.99 in the default lab), assigned to no node:
+# nothing answers there.
+UNUSED_MGMT_ADDRESS = str(management_network()[99])
+# The lab the session runs against (labrun: $SPARKLAB_INVENTORY, else inventories/lab).
+INVENTORY = str(LAB_INVENTORY_DIR)
 
 
 @pytest.fixture
@@ -57,7 +60,7 @@ def test_the_console_script_is_installed():
 
 
 def test_doctor_passes_with_both_tables(lab_up, sparkctl):
-    proc = sparkctl("doctor", "-i", "inventories/lab")
+    proc = sparkctl("doctor", "-i", INVENTORY)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line.replace("│", " ").split() for line in proc.stdout.splitlines()]
     assert "preflight: ok in" in proc.stdout
@@ -69,7 +72,7 @@ def test_doctor_passes_with_both_tables(lab_up, sparkctl):
 
 
 def test_doctor_json_validates_against_the_schema(lab_up, sparkctl):
-    doc = json_run(sparkctl, "doctor", "-i", "inventories/lab")
+    doc = json_run(sparkctl, "doctor", "-i", INVENTORY)
     assert doc["exit_code"] == 0
     [stage] = doc["stages"]
     assert (stage["name"], stage["status"], stage["failures"]) == ("preflight", "successful", [])
@@ -104,7 +107,7 @@ def test_unreachable_host_exits_3(lab_up, sparkctl, tmp_path):
 
 def test_a_failing_stage_stops_up(lab_up, sparkctl):
     # --check: even if preflight passed by mistake, no later stage would change the lab.
-    argv = ("up", "--check", "-i", "inventories/lab", "-e", "preflight_driver_min_major=999")
+    argv = ("up", "--check", "-i", INVENTORY, "-e", "preflight_driver_min_major=999")
     doc = json_run(sparkctl, *argv)
     assert doc["exit_code"] == 1
     preflight, *later = doc["stages"]
@@ -129,7 +132,7 @@ def test_a_failing_stage_stops_up(lab_up, sparkctl):
 
 
 def test_provision_check_on_the_converged_lab_changes_nothing(lab_up, sparkctl):
-    doc = json_run(sparkctl, "provision", "--check", "-i", "inventories/lab")
+    doc = json_run(sparkctl, "provision", "--check", "-i", INVENTORY)
     assert doc["exit_code"] == 0, doc["stages"][0]["failures"]
     stats = doc["stages"][0]["stats"]
     assert {host: counts["changed"] for host, counts in stats.items()} == {"localhost": 0, "spark1": 0, "spark2": 0}
@@ -140,13 +143,13 @@ def test_commands_of_later_versions_exit_2(sparkctl):
     if not later:
         pytest.skip("every command has its playbook")
     for command in later:
-        proc = sparkctl(command, "-i", "inventories/lab")
+        proc = sparkctl(command, "-i", INVENTORY)
         assert proc.returncode == 2
         assert f"`{command}` is not available in this version" in proc.stderr
 
 
 def test_api_key_is_shown_on_request_and_only_on_stdout(lab_up, sparkctl):
-    proc = sparkctl("api-key", "-i", "inventories/lab")
+    proc = sparkctl("api-key", "-i", INVENTORY)
     assert proc.returncode == 0, proc.stderr[-3000:]
     key = proc.stdout.strip()
     assert len(key) >= 32 and proc.stdout.count("\n") == 1

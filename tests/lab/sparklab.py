@@ -7,7 +7,13 @@ The node plan comes from the lab inventory (inventories/lab/hosts.yml and
 group_vars/all.yml): node names, groups spark_head/spark_workers, ansible_host (the
 management IP on the docker bridge ``sparklab-mgmt``), spark_link (the direct-cable
 interfaces and their planned addresses), sparklab_roce_gid_index, ansible_user,
-spark_management_network and spark_sysfs_rdma_root.
+spark_management_network, spark_sysfs_rdma_root and sparklab_name.
+
+sparklab_name names a second lab that lives beside the default one (e.g.
+inventories/lab-twin: ``twin``): its containers, network and volumes carry the name, its
+docker label value is the name, and its known_hosts/ssh_config sit in .lab/<name>/, so
+each lab's commands touch only its own objects.  Without it the lab is the default one,
+with the names it always had (containers spark1/spark2, network sparklab-mgmt).
 """
 from __future__ import annotations
 
@@ -37,12 +43,17 @@ REPO = HERE.parent.parent
 NODE_DIR = HERE / "node"
 LAB_DIR = REPO / ".lab"
 DEFAULT_INVENTORY = REPO / "inventories" / "lab"
+# The inventory (its directory or hosts.yml) when -i is not given: test code that runs the
+# tool as a subprocess picks a second lab up from its environment.
+INVENTORY_ENV = "SPARKLAB_INVENTORY"
 
 sys.path.insert(0, str(NODE_DIR))
 import roce_fixture  # noqa: E402  (tests/lab/node/roce_fixture.py)
 
 IMAGE_REPO = "sparkctl-lab-node"
-NETWORK = "sparklab-mgmt"
+NETWORK = "sparklab-mgmt"             # the default lab's; a named lab's is <name>-mgmt
+# Value "1" on the default lab's containers, volumes and network (and on the image, which
+# both labs share); a named lab's objects carry its name as the value instead.
 LABEL = "org.sparkctl.lab"
 HASH_LABEL = "org.sparkctl.lab.image-hash"
 SUITE = "bookworm"
@@ -183,11 +194,12 @@ class Link:
 
 @dataclass
 class Node:
-    name: str
+    name: str               # the inventory host name, also the hostname inside the node
     role: str               # head | worker
     mgmt_ip: str
     links: list[Link]
     gid_index: int
+    container: str = ""     # the docker container: the name itself in the default lab
     pid: int = 0
     host_keys: list[tuple[str, str]] = field(default_factory=list)
 
@@ -199,10 +211,31 @@ class Plan:
     sysfs_root: str
     user: str
     inventory: Path
+    name: str = ""          # sparklab_name; "" is the default lab
 
     @property
     def head(self) -> Node:
         return self.nodes[0]
+
+    @property
+    def label(self) -> str:
+        """The value of LABEL on this lab's docker objects (what `down` selects by)."""
+        return self.name or "1"
+
+    @property
+    def docker_network(self) -> str:
+        return f"{self.name}-mgmt" if self.name else NETWORK
+
+    @property
+    def state_dir(self) -> Path:
+        """Where known_hosts and ssh_config go: two labs may use the same host names (the
+        twin's are spark1/spark2 too), so a named lab keeps its own files.  The key, the
+        lock and the image build log stay shared in .lab/."""
+        return LAB_DIR / self.name if self.name else LAB_DIR
+
+    def volume(self, node: Node) -> str:
+        base = f"sparklab-{node.name}-docker"
+        return f"{self.name}-{base}" if self.name else base
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -232,21 +265,66 @@ def _read_yaml(p: Path) -> dict:
         return yaml.safe_load(fh) or {}
 
 
+VARS_EXTENSIONS = (".yml", ".yaml", ".json")
+
+
+def vars_files(base: Path, name: str) -> list[Path]:
+    """The files Ansible reads for group (or host) `name` under group_vars/ (host_vars/), in
+    load order, as its host_group_vars plugin finds them: the first that exists of the
+    directory `name/` (its files sorted, recursively; hidden and backup files skipped),
+    name.yml, name.yaml, name.json -- a directory hides a file of the same name.  A second
+    lab's inventory uses the directory form to add its own file to symlinked shared ones."""
+    def walk(d: Path) -> list[Path]:
+        found = []
+        for f in sorted(d.iterdir(), key=lambda f: f.name):
+            if f.name.startswith(".") or f.name.endswith("~"):
+                continue
+            if f.is_dir() and not f.suffix:
+                found += walk(f)
+            elif f.is_file() and (not f.suffix or f.suffix in VARS_EXTENSIONS):
+                found.append(f)
+        return found
+
+    for cand in (base / name, *(base / f"{name}{ext}" for ext in VARS_EXTENSIONS)):
+        if cand.is_dir():
+            return walk(cand)
+        if cand.is_file():
+            return [cand]
+    return []
+
+
+def vars_names(base: Path) -> list[str]:
+    """Group (or host) names that have vars under base, sorted."""
+    if not base.is_dir():
+        return []
+    return sorted({f.name if f.is_dir() else f.stem for f in base.iterdir()
+                   if not f.name.startswith(".") and (f.is_dir() or f.suffix in VARS_EXTENSIONS)})
+
+
 def _vars_files(base: Path, name: str) -> dict:
     out: dict = {}
-    for cand in (base / f"{name}.yml", base / f"{name}.yaml"):
-        if cand.is_file():
-            out.update(_read_yaml(cand))
-    d = base / name
-    if d.is_dir():
-        for f in sorted(d.iterdir()):
-            if f.suffix in (".yml", ".yaml"):
-                out.update(_read_yaml(f))
+    for f in vars_files(base, name):
+        out.update(_read_yaml(f))
     return out
 
 
+def inventory_path(given: Path | str | None = None) -> Path:
+    """The inventory to use: `given` (-i), else $SPARKLAB_INVENTORY, else the default lab.
+    Either may name the inventory directory or its hosts file."""
+    if given is None or str(given) == "":
+        given = os.environ.get(INVENTORY_ENV) or DEFAULT_INVENTORY
+    return Path(given).expanduser().resolve()
+
+
+# A lab's name goes into docker object names (<name>-spark1, <name>-mgmt); "sparklab"
+# would give the default lab's network name.
+LAB_NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,30}")
+
+
 def load_plan(inventory: Path) -> Plan:
-    hosts_file = inventory / "hosts.yml"
+    """The plan of the lab an inventory describes; `inventory` is its directory or hosts file."""
+    hosts_file = inventory if inventory.is_file() else inventory / "hosts.yml"
+    inventory = hosts_file.parent
     if not hosts_file.is_file():
         raise LabError(f"inventory not found: {hosts_file}")
     data = _read_yaml(hosts_file)
@@ -319,9 +397,16 @@ def load_plan(inventory: Path) -> Plan:
         nodes.append(Node(h, role, str(v["ansible_host"]), links,
                           int(need(h, v, "sparklab_roce_gid_index"))))
     any_vars = host_vars(heads[0])
+    name = any_vars.get("sparklab_name") or ""
+    if name and (not isinstance(name, str) or not LAB_NAME_RE.fullmatch(name) or name == "sparklab"):
+        raise LabError(f"{inventory}: sparklab_name {name!r} must be lower-case letters, digits and "
+                       "dashes, start with a letter, at most 31 characters, and not 'sparklab' "
+                       "(it prefixes the lab's docker names)")
+    for n in nodes:
+        n.container = f"{name}-{n.name}" if name else n.name
     plan = Plan(nodes, str(need("all", any_vars, "spark_management_network")),
                 str(need("all", any_vars, "spark_sysfs_rdma_root")),
-                str(need("all", any_vars, "ansible_user")), inventory)
+                str(need("all", any_vars, "ansible_user")), inventory, name)
     net = ipaddress.ip_network(plan.network)
     for n in nodes:
         if ipaddress.ip_address(n.mgmt_ip) not in net:
@@ -369,6 +454,8 @@ def parallel(fn, items):
 
 @contextlib.contextmanager
 def lab_lock():
+    """One lock for every lab: `up`/`down`/`image` of two labs queue (they share the image,
+    its build and the key); playbooks and the other commands run beside them."""
     LAB_DIR.mkdir(mode=0o700, exist_ok=True)
     with open(LAB_DIR / ".lock", "w") as fh:
         try:
@@ -557,28 +644,30 @@ def prune_old_images(current_tag: str) -> None:
 # Network and containers
 # ---------------------------------------------------------------------------------
 def ensure_network(plan: Plan) -> None:
-    info = docker_json("network", "inspect", NETWORK)
+    net = plan.docker_network
+    info = docker_json("network", "inspect", net)
     if info:
         subnets = [c.get("Subnet") for c in (info[0].get("IPAM") or {}).get("Config") or []]
         if plan.network not in subnets:
-            raise LabError(f"docker network {NETWORK} exists with subnet {subnets}, the "
+            raise LabError(f"docker network {net} exists with subnet {subnets}, the "
                            f"inventory says {plan.network}: run `sparklab down` first")
         return
     docker("network", "create", "--driver", "bridge", "--subnet", plan.network,
-           "--label", f"{LABEL}=1", NETWORK)
-    say(f"network {NETWORK} {plan.network} created")
+           "--label", f"{LABEL}={plan.label}", net)
+    say(f"network {net} {plan.network} created")
 
 
 def container_args(plan: Plan, node: Node, tag: str, h: str) -> list[str]:
-    args = ["run", "-d", "--name", node.name, "--hostname", node.name,
-            "--network", NETWORK, "--ip", node.mgmt_ip,
-            "--label", f"{LABEL}=1", "--label", f"{LABEL}.node={node.name}",
+    # LABEL overrides the image's own LABEL=1 (both labs share the image).
+    args = ["run", "-d", "--name", node.container, "--hostname", node.name,
+            "--network", plan.docker_network, "--ip", node.mgmt_ip,
+            "--label", f"{LABEL}={plan.label}", "--label", f"{LABEL}.node={node.name}",
             "--label", f"{HASH_LABEL}={h}",
             "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
             "--tmpfs", "/run:rw,nosuid,nodev,exec,mode=755",
             "--tmpfs", "/run/lock:rw,nosuid,nodev,noexec,mode=1777",
             "--security-opt", "seccomp=unconfined",
-            "-v", f"{volume_name(node)}:/var/lib/docker",
+            "-v", f"{plan.volume(node)}:/var/lib/docker",
             "--sysctl", "net.ipv6.conf.all.disable_ipv6=0",
             "--sysctl", "net.ipv6.conf.default.disable_ipv6=0",
             "--stop-signal", "SIGRTMIN+3"]
@@ -587,16 +676,15 @@ def container_args(plan: Plan, node: Node, tag: str, h: str) -> list[str]:
     return args + [tag]
 
 
-def volume_name(node: Node) -> str:
-    return f"sparklab-{node.name}-docker"
-
-
 def inspect_nodes(plan: Plan) -> dict[str, dict]:
+    """node name -> `docker inspect` of its container (absent ones left out)."""
     out = {}
-    p = docker("container", "inspect", *[n.name for n in plan.nodes], check=False)
+    node_of = {n.container: n.name for n in plan.nodes}
+    p = docker("container", "inspect", *node_of, check=False)
     try:
         for c in json.loads(p.stdout or "[]"):
-            out[c["Name"].lstrip("/")] = c
+            name = c["Name"].lstrip("/")
+            out[node_of.get(name, name)] = c
     except json.JSONDecodeError:
         pass
     return out
@@ -609,16 +697,17 @@ def ensure_containers(plan: Plan, tag: str, h: str) -> bool:
     for n in plan.nodes:
         c = info.get(n.name)
         if c is None:
-            docker("volume", "create", "--label", f"{LABEL}=1", volume_name(n))
+            docker("volume", "create", "--label", f"{LABEL}={plan.label}", plan.volume(n))
             docker(*container_args(plan, n, tag, h))
-            say(f"{n.name}: container created ({n.mgmt_ip})")
+            say(f"{n.container}: container created ({n.mgmt_ip})")
             started = True
         else:
             labels = c["Config"].get("Labels") or {}
-            if labels.get(LABEL) != "1":
-                raise LabError(f"a container named {n.name} exists that the lab did not "
-                               "create; remove it or rename the node")
-            ip = ((c["NetworkSettings"].get("Networks") or {}).get(NETWORK) or {}) \
+            if labels.get(LABEL) != plan.label:
+                raise LabError(f"a container named {n.container} exists that this lab did not "
+                               f"create ({LABEL}={labels.get(LABEL)!r}, this lab's is "
+                               f"{plan.label!r}); remove it or rename the node")
+            ip = ((c["NetworkSettings"].get("Networks") or {}).get(plan.docker_network) or {}) \
                 .get("IPAMConfig") or {}
             if ip.get("IPv4Address") != n.mgmt_ip:
                 raise LabError(f"{n.name} exists with management IP {ip.get('IPv4Address')}, "
@@ -628,11 +717,11 @@ def ensure_containers(plan: Plan, tag: str, h: str) -> bool:
                     "sparklab up` to move to the current one")
             st = c["State"]
             if st.get("Paused"):
-                docker("unpause", n.name)
-                say(f"{n.name}: unpaused")
+                docker("unpause", n.container)
+                say(f"{n.container}: unpaused")
             elif not st.get("Running"):
-                docker("start", n.name)
-                say(f"{n.name}: container started again")
+                docker("start", n.container)
+                say(f"{n.container}: container started again")
                 started = True
     info = inspect_nodes(plan)
     for n in plan.nodes:
@@ -704,11 +793,11 @@ def wait_systemd(node: Node, timeout: float = 120) -> str:
     deadline = time.monotonic() + timeout
     state = "?"
     while time.monotonic() < deadline:
-        p = docker("exec", node.name, "systemctl", "is-system-running", check=False, timeout=30)
+        p = docker("exec", node.container, "systemctl", "is-system-running", check=False, timeout=30)
         state = p.stdout.strip() or p.stderr.strip()
         if state in ("running", "degraded"):
             if state == "degraded":
-                failed = docker("exec", node.name, "systemctl", "--failed", "--plain",
+                failed = docker("exec", node.container, "systemctl", "--failed", "--plain",
                                 "--no-legend", check=False).stdout.strip()
                 say(f"WARNING: {node.name} is degraded; failed units:\n{failed}")
             return state
@@ -801,7 +890,7 @@ def sync_node(plan: Plan, node: Node, pubkey: str, ca: str) -> list[str]:
     script = ((NODE_DIR / "roce_fixture.py").read_text().replace(
         'if __name__ == "__main__":', "if False:")
         + f"\nDATA = {base64.b64encode(json.dumps(data).encode()).decode()!r}\n" + SYNC)
-    p = docker("exec", "-i", node.name, "python3", "-", input=script, timeout=60)
+    p = docker("exec", "-i", node.container, "python3", "-", input=script, timeout=60)
     res = json.loads(p.stdout.strip().splitlines()[-1])
     node.host_keys = [tuple(k) for k in res["host_keys"]]
     return res["changed"]
@@ -834,7 +923,8 @@ def write_known_hosts(plan: Plan, timeout: float = 60) -> bool:
             raise LabError(f"{n.name}: scanned host keys differ from /etc/ssh/*.pub in the "
                            "node; something else answers on its address")
     content = "\n".join(sorted(lines)) + "\n"
-    kh = LAB_DIR / "known_hosts"
+    plan.state_dir.mkdir(mode=0o700, exist_ok=True)
+    kh = plan.state_dir / "known_hosts"
     if kh.exists() and kh.read_text() == content:
         return False
     tmp = kh.with_suffix(".tmp")
@@ -848,16 +938,17 @@ def write_ssh_config(plan: Plan) -> None:
     text = "".join(
         f"Host {n.name}\n  HostName {n.mgmt_ip}\n  User {plan.user}\n"
         f"  IdentityFile {LAB_DIR / 'id_ed25519'}\n  IdentitiesOnly yes\n"
-        f"  UserKnownHostsFile {LAB_DIR / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
+        f"  UserKnownHostsFile {plan.state_dir / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
         for n in plan.nodes)
-    p = LAB_DIR / "ssh_config"
+    plan.state_dir.mkdir(mode=0o700, exist_ok=True)
+    p = plan.state_dir / "ssh_config"
     if not p.exists() or p.read_text() != text:
         p.write_text(text)
 
 
 def ssh_cmd(plan: Plan, node: Node, *cmd: str) -> list[str]:
     return ["ssh", "-F", "/dev/null", "-i", str(LAB_DIR / "id_ed25519"),
-            "-o", f"UserKnownHostsFile={LAB_DIR / 'known_hosts'}",
+            "-o", f"UserKnownHostsFile={plan.state_dir / 'known_hosts'}",
             "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes",
             "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
             f"{plan.user}@{node.mgmt_ip}", *cmd]
@@ -890,7 +981,7 @@ def cmd_up(plan: Plan, args) -> int:
             if ch:
                 say(f"{n.name}: wrote {', '.join(ch)}")
         if write_known_hosts(plan):
-            say(f"known_hosts {LAB_DIR / 'known_hosts'} written")
+            say(f"known_hosts {plan.state_dir / 'known_hosts'} written")
         write_ssh_config(plan)
         procs = [(n, subprocess.Popen(ssh_cmd(plan, n, "sudo", "-n", "true"),
                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -902,7 +993,7 @@ def cmd_up(plan: Plan, args) -> int:
                                f"({p.returncode}): {err.strip()}")
         # A cable half can only vanish with a node restart; re-check after the waits.
         ensure_cable(plan)
-    say(f"lab up: {', '.join(f'{n.name} ({n.role}, {n.mgmt_ip})' for n in plan.nodes)}; "
+    say(f"lab{' ' + plan.name if plan.name else ''} up: {', '.join(f'{n.name} ({n.role}, {n.mgmt_ip})' for n in plan.nodes)}; "
         f"ssh as {plan.user} + sudo OK")
     return 0
 
@@ -910,30 +1001,44 @@ def cmd_up(plan: Plan, args) -> int:
 def cmd_down(plan: Plan, args) -> int:
     check_docker()
     with lab_lock():
-        ids = docker("ps", "-aq", "--filter", f"label={LABEL}=1").stdout.split()
-        if ids:
-            docker("rm", "-f", *ids, timeout=120)
-            say(f"removed {len(ids)} container(s)")
-        if docker_json("network", "inspect", NETWORK):
-            docker("network", "rm", NETWORK)
-            say(f"removed network {NETWORK}")
-        if not args.keep_volumes:
-            vols = docker("volume", "ls", "-q", "--filter", f"label={LABEL}=1").stdout.split()
-            if vols:
-                docker("volume", "rm", *vols)
-                say(f"removed volume(s) {', '.join(vols)}")
-        (LAB_DIR / "known_hosts").unlink(missing_ok=True)
+        for kind, names in down_selection(plan).items():
+            if not names:
+                continue
+            if kind == "containers":
+                docker("rm", "-f", *names, timeout=120)
+                say(f"removed {len(names)} container(s)")
+            elif kind == "network":
+                docker("network", "rm", *names)
+                say(f"removed network {names[0]}")
+            elif not args.keep_volumes:
+                docker("volume", "rm", *names)
+                say(f"removed volume(s) {', '.join(names)}")
+        (plan.state_dir / "known_hosts").unlink(missing_ok=True)
         prune_old_images(image_tag(image_hash(plan)))
-    say("lab down (node image kept)")
+    say(f"lab{' ' + plan.name if plan.name else ''} down (node image kept)")
     return 0
+
+
+def down_selection(plan: Plan) -> dict[str, list[str]]:
+    """What `down` removes: this lab's containers and volumes, selected by this lab's own
+    label value (another lab's carry another), and this lab's network.  For the default lab
+    that is what `down` always removed: label 1 and sparklab-mgmt."""
+    sel = f"label={LABEL}={plan.label}"
+    return {
+        "containers": docker("ps", "-aq", "--filter", sel).stdout.split(),
+        "network": [plan.docker_network] if docker_json("network", "inspect", plan.docker_network) else [],
+        "volumes": docker("volume", "ls", "-q", "--filter", sel).stdout.split(),
+    }
 
 
 def cmd_status(plan: Plan, args) -> int:
     check_docker()
     h = image_hash(plan)
+    if plan.name:
+        print(f"lab      {plan.name}  ({plan.inventory})")
     print(f"image    {image_tag(h)}  {'present' if image_exists(h) else 'not built'}")
-    net = docker_json("network", "inspect", NETWORK)
-    print(f"network  {NETWORK} {plan.network}  {'present' if net else 'absent'}")
+    net = docker_json("network", "inspect", plan.docker_network)
+    print(f"network  {plan.docker_network} {plan.network}  {'present' if net else 'absent'}")
     info = inspect_nodes(plan)
     rows = [("NODE", "ROLE", "CONTAINER", "MGMT IP", "SYSTEMD", "DIRECT LINK")]
     for n in plan.nodes:
@@ -942,7 +1047,7 @@ def cmd_status(plan: Plan, args) -> int:
         sysd, links = "-", "-"
         if c and c["State"].get("Running"):
             n.pid = int(c["State"]["Pid"])
-            sysd = docker("exec", n.name, "systemctl", "is-system-running",
+            sysd = docker("exec", n.container, "systemctl", "is-system-running",
                           check=False).stdout.strip() or "?"
             ll, addrs = node_links(n.pid), node_addrs(n.pid)
             parts = []
@@ -957,6 +1062,8 @@ def cmd_status(plan: Plan, args) -> int:
             links = " ".join(parts)
         if c and labels_hash(c) != h:
             state += "(old image)"
+        if plan.name:
+            state = f"{n.container} {state}"
         rows.append((n.name, n.role, state, n.mgmt_ip, sysd, links))
     if all(n.pid for n in plan.nodes) and len(plan.nodes) == 2:
         broken = [x.interface for x, _y, ok in cable_state(plan) if not ok]
@@ -975,15 +1082,15 @@ def labels_hash(c: dict) -> str | None:
 
 
 def cmd_shell(plan: Plan, args) -> int:
-    plan.node(args.node)
+    node = plan.node(args.node)
     tty = ["-it"] if sys.stdin.isatty() else ["-i"]
     os.execvp(DOCKER, [DOCKER, "exec", *tty, "-e", f"TERM={os.environ.get('TERM', 'xterm')}",
-                       *(["-u", args.user] if args.user else []), args.node, "bash", "-l"])
+                       *(["-u", args.user] if args.user else []), node.container, "bash", "-l"])
     return 127
 
 
 def cmd_exec(plan: Plan, args) -> int:
-    plan.node(args.node)
+    node = plan.node(args.node)
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -993,7 +1100,7 @@ def cmd_exec(plan: Plan, args) -> int:
     if sys.stdin.isatty() and sys.stdout.isatty():
         flags = ["-it"]
     p = subprocess.run([DOCKER, "exec", *flags, *(["-u", args.user] if args.user else []),
-                        args.node, *cmd])
+                        node.container, *cmd])
     return p.returncode
 
 
@@ -1008,25 +1115,25 @@ HUB_UNIT = "sparklab-hub"
 def cmd_hub(plan: Plan, args) -> int:
     head = plan.head
     if args.action == "stop":
-        docker("exec", head.name, "systemctl", "stop", HUB_UNIT, check=False)
+        docker("exec", head.container, "systemctl", "stop", HUB_UNIT, check=False)
         say(f"hub stand-in stopped on {head.name}")
         return 0
     repo_dir = f"{HUB_ROOT_IN_NODE}/{args.repo}"
-    docker("exec", head.name, "mkdir", "-p", HUB_DIR_IN_NODE, repo_dir)
+    docker("exec", head.container, "mkdir", "-p", HUB_DIR_IN_NODE, repo_dir)
     for name in ("hubstub.py", "make_checkpoint.py"):
-        docker("cp", str(HERE / "hub" / name), f"{head.name}:{HUB_DIR_IN_NODE}/{name}")
+        docker("cp", str(HERE / "hub" / name), f"{head.container}:{HUB_DIR_IN_NODE}/{name}")
     t0 = time.monotonic()
-    docker("exec", head.name, "python3", f"{HUB_DIR_IN_NODE}/make_checkpoint.py", repo_dir,
+    docker("exec", head.container, "python3", f"{HUB_DIR_IN_NODE}/make_checkpoint.py", repo_dir,
            "--shards", str(args.shards), "--total-gib", str(args.total_gib), timeout=900)
     say(f"checkpoint {args.repo} ({args.shards} shards, {args.total_gib} GiB) ready in {time.monotonic() - t0:.1f}s")
-    docker("exec", head.name, "systemctl", "stop", HUB_UNIT, check=False)
-    docker("exec", head.name, "systemctl", "reset-failed", HUB_UNIT, check=False)
+    docker("exec", head.container, "systemctl", "stop", HUB_UNIT, check=False)
+    docker("exec", head.container, "systemctl", "reset-failed", HUB_UNIT, check=False)
     stub = ["python3", f"{HUB_DIR_IN_NODE}/hubstub.py", "--root", repo_dir, "--repo", args.repo,
             "--host", "127.0.0.1", "--port", str(args.port), "--index-cache", f"{HUB_ROOT_IN_NODE}/.index-cache.json"]
     if args.throttle_bytes_per_s:
         stub += ["--throttle-bytes-per-s", str(args.throttle_bytes_per_s)]
     props = [f"--property=Environment=HUBSTUB_TOKEN={args.token}"] if args.token else []
-    docker("exec", head.name, "systemd-run", f"--unit={HUB_UNIT}", "--quiet", *props, *stub)
+    docker("exec", head.container, "systemd-run", f"--unit={HUB_UNIT}", "--quiet", *props, *stub)
     probe = ("import sys,time,urllib.request\n"
              "for _ in range(120):\n"
              "    try:\n"
@@ -1034,8 +1141,8 @@ def cmd_hub(plan: Plan, args) -> int:
              "    except Exception:\n"
              "        time.sleep(0.5)\n"
              "sys.exit(1)\n")
-    if docker("exec", head.name, "python3", "-c", probe, check=False, timeout=120).returncode != 0:
-        logs = docker("exec", head.name, "journalctl", "-u", HUB_UNIT, "-n", "30", "--no-pager", check=False).stdout
+    if docker("exec", head.container, "python3", "-c", probe, check=False, timeout=120).returncode != 0:
+        logs = docker("exec", head.container, "journalctl", "-u", HUB_UNIT, "-n", "30", "--no-pager", check=False).stdout
         raise LabError(f"hub stand-in did not answer on {head.name}:127.0.0.1:{args.port}:\n{logs}")
     say(f"hub stand-in created on {head.name}: endpoint http://127.0.0.1:{args.port} (inside the node), repo {args.repo}")
     return 0
@@ -1049,22 +1156,25 @@ BASE_IMAGE_TAG = "sparklab/base:1"
 def cmd_base_image(plan: Plan, args) -> int:
     check_docker()
     node = plan.node(args.node) if args.node else plan.head
-    source = f"{IMAGE_REPO}:latest"
+    # This checkout's image, not :latest, which a build for the other lab may move.
+    source = image_tag(image_hash(plan))
+    if not image_exists(image_hash(plan)):
+        source = f"{IMAGE_REPO}:latest"
     want = docker("image", "inspect", "--format", "{{.Id}}", source).stdout.strip()
-    have = docker("exec", node.name, "docker", "image", "inspect", "--format", "{{.Id}}", args.tag,
+    have = docker("exec", node.container, "docker", "image", "inspect", "--format", "{{.Id}}", args.tag,
                   check=False).stdout.strip()
     if have == want:
         say(f"{node.name}: {args.tag} up to date ({want[:19]})")
         return 0
     t0 = time.monotonic()
     save = subprocess.Popen([DOCKER, "save", source], stdout=subprocess.PIPE)
-    load = subprocess.run([DOCKER, "exec", "-i", node.name, "docker", "load"], stdin=save.stdout,
+    load = subprocess.run([DOCKER, "exec", "-i", node.container, "docker", "load"], stdin=save.stdout,
                           capture_output=True, text=True)
     save.stdout.close()
     if save.wait() != 0 or load.returncode != 0:
         raise LabError(f"{node.name}: docker save {source} | docker load failed: {load.stderr.strip()}")
-    docker("exec", node.name, "docker", "tag", source, args.tag)
-    docker("exec", node.name, "docker", "rmi", source, check=False)
+    docker("exec", node.container, "docker", "tag", source, args.tag)
+    docker("exec", node.container, "docker", "rmi", source, check=False)
     say(f"{node.name}: {args.tag} loaded from {source} ({want[:19]}) in {time.monotonic() - t0:.1f}s")
     return 0
 
@@ -1073,9 +1183,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="sparklab", description="The sparkctl two-node lab (systemd containers "
         "standing in for two DGX Sparks joined by a direct ConnectX-7 cable).")
-    ap.add_argument("-i", "--inventory", type=Path,
-                    default=Path(os.environ.get("SPARKLAB_INVENTORY", DEFAULT_INVENTORY)),
-                    help="inventory directory with hosts.yml (default: inventories/lab)")
+    ap.add_argument("-i", "--inventory", type=Path, default=None,
+                    help=f"inventory directory with hosts.yml, or its hosts file (default: ${INVENTORY_ENV}, "
+                    "else inventories/lab)")
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="build/start everything (idempotent)").set_defaults(fn=cmd_up)
     d = sub.add_parser("down", help="remove containers, network, volumes (keeps the image)")
@@ -1113,7 +1223,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if os.geteuid() != 0 and args.command in ("up", "down", "image", "status"):
             raise LabError("sparklab needs root (debootstrap, nsenter, ip link)")
-        plan = load_plan(args.inventory.resolve())
+        plan = load_plan(inventory_path(args.inventory))
         return args.fn(plan, args)
     except LabError as e:
         print(f"sparklab: error: {e}", file=sys.stderr)
