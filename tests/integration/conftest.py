@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
@@ -10,6 +12,55 @@ from pathlib import Path
 
 import pytest
 from labrun import LAB_INVENTORY, REPO, PlaybookRun, format_table, lab, parse_recap
+
+# The suite runs two labs' integration tests side by side on one machine (tests/suite.sh).
+# A test marked `timing` judges measured times or memory: while it runs, the other session
+# starts no test (each takes the machine lock shared, a timing test or module takes it
+# alone). The turnstile, taken briefly on the way in, lets a waiting timing test in ahead
+# of the other session's next tests.
+MACHINE_LOCK = REPO / ".lab" / "integration-machine.lock"
+TURNSTILE = REPO / ".lab" / "integration-machine.turnstile"
+
+
+@contextlib.contextmanager
+def _machine(mode: int):
+    MACHINE_LOCK.parent.mkdir(exist_ok=True)
+    with open(TURNSTILE, "a") as turnstile, open(MACHINE_LOCK, "a") as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(machine, mode)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
+
+
+def _module_is_timing(node) -> bool:
+    module = node.getparent(pytest.Module)
+    return module is not None and any(marker.name == "timing" for marker in module.own_markers)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _machine_to_a_timing_module(request):
+    """A module marked timing (its module-scoped fixtures measure too) has the machine to itself."""
+    if not _module_is_timing(request.node):
+        yield
+        return
+    with _machine(fcntl.LOCK_EX):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _machine_per_test(request):
+    """Any other test shares the machine, except a test marked timing, which has it to itself."""
+    if _module_is_timing(request.node):
+        yield  # the module holds the machine already
+        return
+    alone = any(marker.name == "timing" for marker in request.node.own_markers)
+    with _machine(fcntl.LOCK_EX if alone else fcntl.LOCK_SH):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,8 @@ import sys
 import pytest
 from labrun import LAB_INVENTORY_DIR, REPO, standin
 
-pytestmark = pytest.mark.lab
+# Rates within a few percent of the stand-in's model: the machine to itself (conftest.py).
+pytestmark = [pytest.mark.lab, pytest.mark.timing]
 
 TIMING = {"ttft_s": 0.3, "ttft_per_token_s": 0.0002, "token_rate": 40.0, "max_total_token_rate": 100.0}
 # The stand-in's defaults (tests/lab/engine/README.md), put back afterwards.

@@ -233,6 +233,8 @@ def _restore_after_nftables(node: str, nat: str) -> None:
     node_exec(node, "systemctl", "start", "sparkctl-firewall.service")
 
 
+# Judged on a 5 s wait: the machine to itself (conftest.py).
+@pytest.mark.timing
 def test_a_restarted_nftables_brings_the_table_back_without_a_run(converged):
     node, gcs = "spark1", 6379
     assert _probe(MGMT[node], gcs) == "timeout"
