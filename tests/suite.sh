@@ -158,8 +158,10 @@ molecule_converge() {
 # first, fresh, converged and checked idempotent in the background; the integration test
 # files below then run on it, beside the others on the first lab.
 TWIN_INVENTORY=$REPO/inventories/lab-twin/hosts.yml
+# About half the integration time each (the twin's chain starts its tests earlier: it has no
+# fresh check, role scenarios or whole-site verify to run first).
 TWIN_TESTS=(tests/integration/test_lab_faults.py tests/integration/test_lab_checkpoint.py
-            tests/integration/test_lab_runtime_image.py)
+            tests/integration/test_lab_runtime_image.py tests/integration/test_lab_bad_inputs.py)
 twin_create() {
   python tests/lab/sparklab down
   python tests/lab/sparklab up
