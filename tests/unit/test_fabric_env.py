@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkctl.spark.plugins.filter.fabric_env import env_file_lines, env_file_text, fabric_env
+from ansible_collections.sparkctl.spark.plugins.filter.env_file import env_file_lines, env_file_text
+from ansible_collections.sparkctl.spark.plugins.filter.fabric_env import fabric_env
 from golden_files import assert_golden_text
 
 GOLDEN = Path(__file__).parent / "golden" / "fabric_env"

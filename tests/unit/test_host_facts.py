@@ -345,6 +345,7 @@ SOCKET_UNITS_JSON = json.dumps(
     [
         {"listen": "/run/dbus/system_bus_socket", "unit": "dbus.socket", "activates": "dbus.service"},
         {"listen": "[::ffff:127.0.0.1]:8000", "unit": "sparkctl-api.socket", "activates": "-"},
+        {"listen": "[::ffff:7f00:1]:8001", "unit": "sparkctl-hex.socket", "activates": "-"},
         {"listen": "192.168.100.11:8730", "unit": "sparkctl-rsyncd.socket", "activates": "-"},
         {"listen": "[fe80::1%enp1s0f1np1]:8731", "unit": "scoped.socket", "activates": "-"},
         {"listen": "route 1361", "unit": "systemd-networkd.socket", "activates": "systemd-networkd.service"},
@@ -353,9 +354,18 @@ SOCKET_UNITS_JSON = json.dumps(
 )
 
 
-def test_socket_units_parsed_from_systemctl_json():
+@pytest.fixture(params=["this_python", "hex_groups"])
+def ipv6_spelling(request):
+    """Run a test as this interpreter spells IPv4-mapped addresses and as older ones do."""
+    if request.param == "hex_groups":
+        request.getfixturevalue("hex_group_ipv6")
+
+
+def test_socket_units_parsed_from_systemctl_json(ipv6_spelling):
+    # Both spellings in, one out, whichever way this Python prints the address.
     assert host.parse_socket_units(SOCKET_UNITS_JSON) == {
         ("::ffff:127.0.0.1", 8000): "sparkctl-api.socket",
+        ("::ffff:127.0.0.1", 8001): "sparkctl-hex.socket",
         ("192.168.100.11", 8730): "sparkctl-rsyncd.socket",
         ("fe80::1", 8731): "scoped.socket",
     }

@@ -1,10 +1,12 @@
 """Every module's DOCUMENTATION, with its doc fragments merged as ansible-doc merges them, names the options its
 argument_spec takes, with the same type, default, choices and required flag, and declares its check mode support
-the way AnsibleModule is told; the top-level README names every module."""
+the way AnsibleModule is told, its diff and facts support as it behaves, and what it shares with other modules through
+the attributes doc fragment only; the top-level README names every module."""
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,40 @@ def test_documentation_matches_the_argument_spec(name, monkeypatch):
     assert doc["attributes"]["platform"]["platforms"] in ("linux", "posix")
     yaml.safe_load(module.EXAMPLES)
     yaml.safe_load(module.RETURN)
+
+
+ATTRIBUTES = importlib.import_module("ansible_collections.sparkctl.spark.plugins.doc_fragments.attributes").ModuleDocFragment
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_attributes_come_from_the_shared_fragment(name):
+    """The support a module shares with others is stated once, in the attributes fragment;
+    a copy in a module would drift from it unnoticed. What the module states itself must
+    differ from the fragment (its own details, or diff support the fragment does not give)."""
+    module = importlib.import_module(f"ansible_collections.sparkctl.spark.plugins.modules.{name}")
+    own = yaml.safe_load(module.DOCUMENTATION)
+    fragments = own.get("extends_documentation_fragment") or []
+    variants = [f for f in fragments if f.startswith("sparkctl.spark.attributes.")]
+
+    assert "ansible.builtin.action_common_attributes" in fragments
+    assert len(variants) == 1, variants
+    shared = yaml.safe_load(getattr(ATTRIBUTES, variants[0].rsplit(".", 1)[1].upper()))["attributes"]
+    restated = [f"{attribute}.{key}" for attribute, keys in (own.get("attributes") or {}).items()
+                for key, value in keys.items() if shared.get(attribute, {}).get(key) == value]
+    assert restated == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_diff_and_facts_support_match_what_the_module_does(name):
+    """The fragment says no diff and no facts; a module that shows a diff or returns facts
+    must say so, and only such a module."""
+    module = importlib.import_module(f"ansible_collections.sparkctl.spark.plugins.modules.{name}")
+    attributes = documentation(module)["attributes"]
+    shows_diff = "module._diff" in inspect.getsource(module)
+    returns_facts = "ansible_facts" in yaml.safe_load(module.RETURN)
+
+    assert (attributes["diff_mode"]["support"] != "none") == shows_diff
+    assert (attributes.get("facts", {}).get("support", "none") != "none") == returns_facts
 
 
 def test_the_readme_names_every_module():

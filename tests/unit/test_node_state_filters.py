@@ -1,5 +1,6 @@
-"""The filters that build node_state's arguments, and the API key file text both the
-read and the write use (a difference would rewrite the key file on every run)."""
+"""The filters that build node_state's arguments, the API key file text both the read and
+the write use (a difference would rewrite the key file on every run), and the key read back
+out of such a file."""
 
 from __future__ import annotations
 
@@ -66,3 +67,23 @@ def test_a_chosen_key_is_compared_by_checksum_a_generated_one_only_by_owner_and_
     assert "checksum" not in generated[0]
     with pytest.raises(AnsibleFilterError):
         ak.api_key_file_states(["x"], "", "spark")
+
+
+@pytest.mark.parametrize("text, key", [
+    ("VLLM_API_KEY=abcDEF123\n", "abcDEF123"),
+    ("api-key: abcDEF123\n", "abcDEF123"),
+    ("# comment\nexport VLLM_API_KEY='quoted key'\n", "quoted key"),
+    ('api-key: "k"\n', "k"),
+    ("OTHER=1\n", None),
+    ("VLLM_API_KEY=\n", None),
+    ("", None),
+])
+def test_the_key_comes_out_of_either_engine_file(text, key):
+    assert api_key_from_text(text) == key
+
+
+def test_a_key_file_without_a_key_fails_without_echoing_it():
+    with pytest.raises(AnsibleFilterError) as err:
+        ak.api_key_value("NOT_THE_KEY=sentinel-secret-value")
+    assert "sentinel" not in str(err.value) and "serve stage" in str(err.value)
+    assert ak.api_key_value("VLLM_API_KEY=abc") == "abc"

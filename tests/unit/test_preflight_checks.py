@@ -234,20 +234,6 @@ def test_report_marks_unjudged_hosts_and_overall_verdict():
     assert preflight_report(["spark1"], hostvars)["ok"] is True
 
 
-def test_checkpoint_room_uses_the_size_it_is_given():
-    from ansible_collections.sparkctl.spark.plugins.filter.preflight_checks import checkpoint_room
-
-    gib = 1024**3
-    facts = {"disks": {"/srv/m": {"free_bytes": 20 * gib, "used_bytes": 5 * gib, "checked_path": "/srv"}}}
-    fits = checkpoint_room(facts, "/srv/m", 20 * gib, 4 * gib)  # 15 GiB more + 4 reserve <= 20
-    too_big = checkpoint_room(facts, "/srv/m", 22 * gib, 4 * gib)  # 17 + 4 > 20
-
-    assert fits["status"] == "pass" and "5.0 GiB of it already in place" in fits["detail"]
-    assert too_big["status"] == "fail" and "21.0 GiB needed" in too_big["detail"]
-    assert "spark_checkpoint_dir" in too_big["fix"]
-    assert checkpoint_room({}, "/srv/m", 1, 0)["status"] == "fail"
-
-
 # --- The firewall's SSH ports against where sshd listens -------------------------------------
 
 SSH_REQ = dict(REQUIREMENTS, firewall_enabled=True, firewall_ssh_ports=[22], ssh_port=22, ssh_connection=True)

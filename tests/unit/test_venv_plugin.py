@@ -1,8 +1,8 @@
 """sparkctl.spark.venv_plugin: an out-of-tree plugin installed into a venv's site-packages
 with .orig backups and a manifest. Install, converged re-run, drift repaired (hand edit,
 engine reinstalled), check mode, diff, absent restores, backups never overwritten,
-missing source; and the role's filters (missing pins, Python, local sources, the
-registration probe, golden for vLLM)."""
+missing source; the missing pins and the Python probe venv_state runs; and the role's
+filters (Python, local sources, the registration probe, golden for vLLM)."""
 
 from __future__ import annotations
 
@@ -246,7 +246,7 @@ def test_present_requires_src_and_files(venv, capsys):
     (["pkg==1.0; python_version > '3'"], [{"name": "pkg", "version": "1.0"}], []),
 ])
 def test_missing_packages(packages, installed, missing):
-    assert F.venv_missing_packages(packages, installed) == missing
+    assert V.missing_packages(packages, installed) == missing
 
 
 def test_the_ray_sparkctl_adds_counts_as_installed_so_pip_does_not_run_again():
@@ -257,15 +257,15 @@ def test_the_ray_sparkctl_adds_counts_as_installed_so_pip_does_not_run_again():
     assert P.RAY_REQUIREMENT in packages
     version = P.RAY_REQUIREMENT.split("==", 1)[1]
     installed = [{"name": "ray", "version": version}, {"name": "sparklab_engine", "version": "0.2.0"}]
-    assert F.venv_missing_packages(packages, installed) == []
-    assert F.venv_missing_packages(packages, installed[1:]) == [P.RAY_REQUIREMENT]
+    assert V.missing_packages(packages, installed) == []
+    assert V.missing_packages(packages, installed[1:]) == [P.RAY_REQUIREMENT]
 
 
 # ------------------------------------------------------------------------------ Python
 
 
 def test_python_probe_runs_and_reports_the_system_python(tmp_path):
-    argv = F.venv_python_probe("3", str(tmp_path / "venv"))
+    argv = V.python_probe_argv("3", str(tmp_path / "venv"))
     argv[0] = sys.executable
     out = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
     assert out["system"][:2] == list(sys.version_info[:2]) and out["venv"] is None

@@ -1,17 +1,15 @@
-"""Filters sparkctl.spark.version_parity, memory_headroom and meminfo_bytes: the verify
+"""Filters sparkctl.spark.version_parity and memory_headroom: the verify
 stage's cross-node checks."""
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import verify_checks as vc
 from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import empty_versions
 
-PROC = Path(__file__).parent / "fixtures" / "proc"
 GIB = 1024 ** 3
 GUARD = 8 * GIB
 MARGIN = 4 * GIB
@@ -151,16 +149,7 @@ def test_the_input_is_not_modified():
     assert per_host == before
 
 
-# --- meminfo_bytes and memory_headroom -----------------------------------------------------
-
-
-def test_meminfo_bytes_parses_proc_meminfo_in_bytes():
-    parsed = vc.meminfo_bytes((PROC / "meminfo_gb10.txt").read_text())
-
-    assert parsed["MemTotal"] == 125489508 * 1024
-    assert parsed["MemAvailable"] == 118606228 * 1024
-    assert set(parsed) == {"MemTotal", "MemFree", "MemAvailable", "SwapTotal", "SwapFree"}
-    assert vc.meminfo_bytes("")["MemAvailable"] is None
+# --- memory_headroom -----------------------------------------------------------------------
 
 
 def test_headroom_ok_warn_and_fail_around_the_guard_line():
@@ -194,11 +183,11 @@ def test_one_byte_over_the_margin_is_ok_and_one_byte_over_the_guard_warns():
     assert "of" not in result["rows"][0]["message"].split("GiB")[1]
 
 
-def test_headroom_reads_meminfo_bytes_and_host_facts_keys():
-    from_text = vc.meminfo_bytes((PROC / "meminfo_gb10.txt").read_text())
+def test_headroom_reads_proc_meminfo_names_and_host_facts_keys():
+    by_name = {"MemAvailable": 118606228 * 1024, "MemTotal": 125489508 * 1024}
     from_facts = {"mem_available_bytes": 6 * GIB, "mem_total_bytes": 119 * GIB}
 
-    result = vc.memory_headroom({"spark1": from_text, "spark2": from_facts}, GUARD, MARGIN)
+    result = vc.memory_headroom({"spark1": by_name, "spark2": from_facts}, GUARD, MARGIN)
 
     assert [row["status"] for row in result["rows"]] == ["ok", "fail"]
     assert result["rows"][0]["available_bytes"] == 118606228 * 1024
@@ -221,5 +210,4 @@ def test_headroom_refuses_limits_that_are_not_byte_counts(guard, margin):
 def test_the_filters_are_registered():
     filters = vc.FilterModule().filters()
 
-    assert filters == {"version_parity": vc.version_parity, "memory_headroom": vc.memory_headroom,
-                       "meminfo_bytes": vc.meminfo_bytes}
+    assert filters == {"version_parity": vc.version_parity, "memory_headroom": vc.memory_headroom}

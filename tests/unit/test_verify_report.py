@@ -1,12 +1,9 @@
-"""The verify stage's verdict document and summary, and the benchmark stage's small filters."""
+"""The verify stage's verdict document and summary, and the benchmark stage's progress line."""
 
 import json
 
-import pytest
-from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkctl.spark.plugins.filter.benchmark import api_key_value, bench_progress_line
+from ansible_collections.sparkctl.spark.plugins.filter.benchmark import bench_progress_line
 from ansible_collections.sparkctl.spark.plugins.filter.verify_report import verify_lines, verify_report
-from ansible_collections.sparkctl.spark.plugins.module_utils.api_key import api_key_from_text
 
 PASSING_PROBE = {"checks": [
     {"name": "health", "ok": True, "skipped": False, "message": "health: 200"},
@@ -66,26 +63,6 @@ def test_summary_has_one_line_per_piece_of_evidence_and_the_verdict():
     assert lines[-1] == "verify PASSED with 1 warning(s)"
     failed = verify_lines(verify_report({"checks": [{"name": "auth", "ok": False, "message": "auth: open"}]}))
     assert failed[0].startswith("FAIL auth") and failed[-1] == "verify FAILED: 1 failure(s)"
-
-
-@pytest.mark.parametrize("text, key", [
-    ("VLLM_API_KEY=abcDEF123\n", "abcDEF123"),
-    ("api-key: abcDEF123\n", "abcDEF123"),
-    ("# comment\nexport VLLM_API_KEY='quoted key'\n", "quoted key"),
-    ('api-key: "k"\n', "k"),
-    ("OTHER=1\n", None),
-    ("VLLM_API_KEY=\n", None),
-    ("", None),
-])
-def test_the_key_comes_out_of_either_engine_file(text, key):
-    assert api_key_from_text(text) == key
-
-
-def test_a_key_file_without_a_key_fails_without_echoing_it():
-    with pytest.raises(AnsibleFilterError) as err:
-        api_key_value("NOT_THE_KEY=sentinel-secret-value")
-    assert "sentinel" not in str(err.value) and "serve stage" in str(err.value)
-    assert api_key_value("VLLM_API_KEY=abc") == "abc"
 
 
 def test_progress_line_reads_the_last_record():

@@ -1,49 +1,38 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Small pieces the benchmark stage needs around its client: the key out of the head's
-key file, and the client's progress file as one line."""
+"""The benchmark client's progress file as one line, for the stage that waits for it."""
 
 from __future__ import annotations
 
 import json
 
-from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkctl.spark.plugins.module_utils.api_key import api_key_from_text
-
 DOCUMENTATION = r"""
-name: api_key_value
-short_description: The API key out of the text of the engine's key file
+name: bench_progress_line
+short_description: The benchmark client's last progress record as one line
 version_added: 0.1.0
 description:
-  - Reads C(VLLM_API_KEY=KEY) (vLLM's environment file) or C(api-key: KEY) (SGLang's C(--config) YAML).
-  - Fails without echoing the text when it holds no key. Use it only in C(no_log) tasks.
+  - Reads the progress file of C(python -m sparkctl.bench run --progress-file), one JSON line per finished measurement
+    point, and returns the last point as one line (which point of how many, its prompt tokens and streams, the
+    seconds since the start, the client's message); lines that are not JSON are skipped.
+  - Before the first point has finished it says the client is warming up.
 options:
   _input:
-    description: The file's text.
+    description: The progress file's text (or its lines joined).
     type: str
     required: true
 """
 
 EXAMPLES = r"""
-- name: Run the client with the key in its environment
-  ansible.builtin.command: python -m sparkctl.bench run --url http://head:8000 --model m --out /tmp/b
-  environment:
-    SPARKCTL_API_KEY: "{{ key_file.content | b64decode | sparkctl.spark.api_key_value }}"
-  no_log: true
+- name: Show how far the benchmark got
+  ansible.builtin.debug:
+    msg: "{{ progress_slurp.content | b64decode | sparkctl.spark.bench_progress_line }}"
 """
 
 RETURN = r"""
 _value:
-  description: The key.
+  description: The line.
   type: str
 """
-
-
-def api_key_value(text):
-    key = api_key_from_text(text)
-    if not key:
-        raise AnsibleFilterError("the API key file holds no VLLM_API_KEY= or api-key: line; run the serve stage to write it")
-    return key
 
 
 def bench_progress_line(text):
@@ -64,4 +53,4 @@ def bench_progress_line(text):
 
 class FilterModule:
     def filters(self):
-        return {"api_key_value": api_key_value, "bench_progress_line": bench_progress_line}
+        return {"bench_progress_line": bench_progress_line}

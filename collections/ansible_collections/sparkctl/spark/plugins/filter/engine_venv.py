@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The engine venv role's decisions, in Python: which Python to build the venv with,
-which pinned packages are missing, where the profile's local files go, and how to ask
-the engine in the venv whether it registers the architecture."""
+"""The engine venv role's decisions, in Python: whether the node's Python is the one to
+build the venv with, where the profile's local files go, and how to ask the engine in
+the venv whether it registers the architecture."""
 
 from __future__ import annotations
 
@@ -12,39 +12,39 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.module_utils import venv_plugin, venv_state
 
 DOCUMENTATION = r"""
-name: venv_missing_packages
-short_description: The pinned packages a venv lacks, from pip's JSON listing
+name: venv_python_check
+short_description: Judge the node's Python against the profile's runtime.venv.python
 version_added: 0.1.0
 description:
-  - Compares the profile's pinned packages (C(name==version), extras allowed, or C(name @ url)) with the output of
-    C(python -m pip list --format=json) in the venv (PEP 503 names, PEP 440 versions), so the role runs pip only
-    when something is missing and C(--check) reports exactly that.
-  - Companion filters in this file, documented in RETURN, are C(venv_python_probe) (input the requested
-    C(runtime.venv.python); argument the venv path), C(venv_python_check) (input the output of the
-    role's Python probe parsed from JSON; arguments the requested C(runtime.venv.python) and the host name),
-    C(venv_local_sources) (input C(runtime.venv); arguments the profile directory and the node's staging
-    directory), C(venv_local_source_problems) (input the former's result; argument the plugin's files),
-    C(venv_pip_extra_args) (input the extra index URLs; argument the node-side find_links), C(venv_registry)
-    (input the engine kind; argument C(runtime.venv.registry) or nothing), C(venv_registry_probe) (input the
-    venv's python; arguments registry, architecture, modules to import), C(venv_probe_verdict) (input the
-    registered probe result), C(venv_upload_trees) (input the uploads, C({controller, node}) each).
+  - Takes what the node's Python probe found (the C(python) return value of C(sparkctl.spark.venv_state)) and says
+    whether the requested Python is there, which C(python3.X-venv) package it needs, and whether an existing venv
+    was built by another Python and must be rebuilt.
+  - Companion filters in this file, documented in RETURN, are C(venv_local_sources) (input C(runtime.venv); arguments
+    the profile directory and the node's staging directory), C(venv_local_source_problems) (input the former's
+    result; argument the plugin's files), C(venv_pip_extra_args) (input the extra index URLs; argument the node-side
+    find_links), C(venv_registry) (input the engine kind; argument C(runtime.venv.registry) or nothing),
+    C(venv_registry_probe) (input the venv's python; arguments registry, architecture, modules to import),
+    C(venv_probe_verdict) (input the registered probe result), C(venv_upload_trees) (input the uploads,
+    C({controller, node}) each).
 options:
   _input:
-    description: The pinned package specs (C(runtime.venv.packages)).
-    type: list
-    elements: str
+    description: The probe's output (C(system), C(requested), C(venv)).
+    type: dict
     required: true
-  installed:
-    description: C(pip list --format=json) output, parsed (a list of C({name, version})).
-    type: list
-    elements: dict
+  requested:
+    description: The profile's C(runtime.venv.python), C("3") for the system python3 or C("3.X") for that minor.
+    type: str
     required: true
+  host:
+    description: The host name the message starts with.
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""
-- name: Decide whether pip must run
+- name: Judge the node's Python against the profile
   ansible.builtin.set_fact:
-    engine_venv_missing: "{{ engine_venv_packages | sparkctl.spark.venv_missing_packages(pip_list.stdout | from_json) }}"
+    engine_venv_python_found: "{{ venv_node.python | sparkctl.spark.venv_python_check('3.12', inventory_hostname) }}"
 
 - name: Ask the venv's vLLM whether it registers the plugin's architecture
   ansible.builtin.command:
@@ -58,9 +58,6 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description:
-    - C(venv_missing_packages) returns the specs not satisfied (empty when the venv is complete).
-    - C(venv_python_probe) returns an argv list (the node's python3, C(-c), a script that finds the requested Python
-      and the version of an existing venv, printing JSON).
     - C(venv_python_check) returns C({ok, message, executable, version, venv_package, rebuild_venv}).
     - >-
       C(venv_local_sources) returns C({find_links: [{controller, node}], plugin: {controller, node} | null});
@@ -87,16 +84,6 @@ def _filter(func):
             raise AnsibleFilterError(f"{func.__name__}: {exc}") from exc
 
     return call
-
-
-@_filter
-def venv_missing_packages(packages, installed):
-    return venv_plugin.missing_packages(list(packages or []), list(installed or []))
-
-
-@_filter
-def venv_python_probe(requested, venv):
-    return venv_plugin.python_probe_argv(str(requested), str(venv))
 
 
 @_filter
@@ -144,8 +131,6 @@ def venv_upload_trees(uploads):
 class FilterModule:
     def filters(self):
         return {
-            "venv_missing_packages": venv_missing_packages,
-            "venv_python_probe": venv_python_probe,
             "venv_python_check": venv_python_check,
             "venv_local_sources": venv_local_sources,
             "venv_local_source_problems": venv_local_source_problems,

@@ -133,17 +133,6 @@ def fabric_env(roce, head_address, max_jobs=4, nccl_net="IB", path=None, nccl_pr
     return env
 
 
-def env_file_lines(env):
-    """KEY=value lines, readable by systemd's EnvironmentFile and docker's --env-file alike."""
-    return [f"{name}={value}" for name, value in env.items()]
-
-
-def env_file_text(env):
-    """The whole environment file: one KEY=value line each, newline-terminated; empty for no variables."""
-    lines = env_file_lines(env or {})
-    return "\n".join(lines) + "\n" if lines else ""
-
-
 class FilterModule:
     def filters(self):
-        return {"fabric_env": fabric_env, "env_file_lines": env_file_lines, "env_file_text": env_file_text}
+        return {"fabric_env": fabric_env}

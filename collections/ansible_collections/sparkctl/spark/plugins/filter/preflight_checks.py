@@ -38,10 +38,10 @@ _value:
   type: list
   elements: dict
   contains:
-    id: {description: Stable identifier of the check, e.g. C(gpu.driver)., type: str}
+    id: {description: "Stable identifier of the check, e.g. C(gpu.driver).", type: str}
     title: {description: What is checked., type: str}
-    status: {description: C(pass), C(fail), C(warn) or C(skip)., type: str}
-    detail: {description: What was found, with the numbers., type: str}
+    status: {description: "C(pass), C(fail), C(warn) or C(skip).", type: str}
+    detail: {description: "What was found, with the numbers.", type: str}
     fix: {description: How to fix a failure; empty when it passed., type: str}
 """
 
@@ -391,20 +391,10 @@ def preflight_report(hosts, hostvars, ignore_errors=False):
     return report
 
 
-def checkpoint_room(host_facts, path, size_bytes, reserve_bytes):
-    """The disk check alone, for a stage that knows the checkpoint's real size (the hub's
-    manifest) once the estimate preflight used is no longer the best figure: host_facts is one
-    node's spark_host_facts with path among its disks. Returns one result as check_disk does."""
-    req = {"disk_path": path, "checkpoint_size_bytes": size_bytes, "disk_reserve_bytes": reserve_bytes}
-    return check_disk({"host": host_facts or {}}, req)[0]
-
-
 class FilterModule:
     def filters(self):
         return {
             "preflight_checks": preflight_checks,
-            "preflight_summary": preflight_summary,
             "preflight_lines": preflight_lines,
             "preflight_report": preflight_report,
-            "checkpoint_room": checkpoint_room,
         }

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Model profiles for playbooks: load one (user directories first), list what is wrong
-with it, render the engine's argv, environment and systemd units, and derive the
-checkpoint and memory variables the other stages read."""
+"""Model profiles for playbooks: load one (user directories first), render the engine's
+argv, environment and systemd units, and derive the checkpoint and memory variables the
+other stages read."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ description:
   - Follows C(extends:) (a profile may state only what differs from another), then deep-merges O(overrides)
     (C(spark_profile_overrides)); mappings merge key by key, lists and scalars replace, C(null) removes a key.
   - Fails naming the profile and the fix when the file is missing or not YAML. Schema and trap problems are not raised
-    here; ask C(profile_problems) for them (the validation play does, before any host is touched).
-  - Companion filters in this file, documented in RETURN, are C(profile_problems) (same arguments, returns the list of
-    problems), C(profile_render) (input a loaded profile, argument C(cluster); returns argv, env, units, secret_files),
+    here; C(sparkctl.spark.inventory_problems) lists them (the validation play runs it before any host is touched),
+    and C(profile_render) refuses a profile that has any.
+  - Companion filters in this file, documented in RETURN, are C(profile_render) (input a loaded profile, argument
+    C(cluster); returns argv, env, units, secret_files),
     C(profile_checkpoint) (a loaded profile to the C(spark_checkpoint) mapping), C(profile_node_memory_bytes)
     (weights per rank + KV pool + overhead), C(profile_engine_port) (the engine's port behind the API proxy),
     C(profile_venv_packages) (a loaded profile to the pins its venv runtime installs, namely C(runtime.venv.packages) plus
@@ -52,13 +53,6 @@ EXAMPLES = r"""
     spark_profile_resolved: >-
       {{ spark_model_profile | sparkctl.spark.profile_load(spark_profile_paths, spark_profile_overrides, inventory_dir) }}
 
-- name: Refuse a profile with a schema error or a trap
-  ansible.builtin.assert:
-    that: problems | length == 0
-    fail_msg: "{{ problems }}"
-  vars:
-    problems: "{{ spark_model_profile | sparkctl.spark.profile_problems(spark_profile_paths, spark_profile_overrides, inventory_dir) }}"
-
 - name: Render the engine's units
   ansible.builtin.set_fact:
     engine_rendered: >-
@@ -74,8 +68,6 @@ _value:
   description:
     - C(profile_load) returns the resolved profile (a mapping with C(name), C(_sources), C(_dir) and the schema's
       sections).
-    - C(profile_problems) returns a list of sentences, each naming the profile, the key path and the fix; empty when the
-      profile is sound.
     - C(profile_render) returns C(argv) (list, the head's engine process), C(command_line) (the same, shell-quoted),
       C(env) (the engine's own variables; the fabric environment stays in C(/etc/sparkctl/fabric.env)), C(units)
       (host name to unit file name to text), C(secret_files) (path to C(format), C(key), C(mode) for the API key),
@@ -94,11 +86,6 @@ def profile_load(name, paths=None, overrides=None, base_dir=""):
         return profiles.load_profile(name, list(paths or []), dict(overrides or {}), base_dir or None)
     except profiles.ProfileError as exc:
         raise AnsibleFilterError(str(exc)) from exc
-
-
-def profile_problems(name, paths=None, overrides=None, base_dir=""):
-    return profiles.resolve(name, list(paths or []), dict(overrides or {}) if isinstance(overrides, dict) else overrides,
-                            base_dir or None)[1]
 
 
 def profile_render(profile, cluster):
@@ -179,7 +166,6 @@ class FilterModule:
     def filters(self):
         return {
             "profile_load": profile_load,
-            "profile_problems": profile_problems,
             "profile_render": profile_render,
             "profile_checkpoint": profile_checkpoint,
             "profile_node_memory_bytes": profile_node_memory_bytes,

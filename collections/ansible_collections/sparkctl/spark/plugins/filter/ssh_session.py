@@ -8,56 +8,61 @@ from __future__ import annotations
 import re
 
 DOCUMENTATION = r"""
-name: ssh_session
-short_description: Summarise an ssh -v probe
+name: ssh_probe_report
+short_description: Judge a loop of ssh -v probes of the SSH mesh
 version_added: 0.1.0
 description:
-  - Reads the result of C(ssh -v -o BatchMode=yes HOST true) (a registered C(ansible.builtin.command) result, or a dict with
-    C(rc) and C(stderr)) and returns the outcome, the negotiated ciphers, the key that authenticated and whether the
-    host key was verified against C(known_hosts).
-  - The outcome is one of C(ok) (authenticated and the remote command exited 0), C(auth_refused) (every key was
-    refused), C(host_key_unknown) (strict checking and no pinned key), C(host_key_changed) (the pinned key differs),
-    C(unreachable) (no TCP connection or no name), C(stalled) (TCP connected, then the exchange timed out),
+  - Reads the registered results of C(ssh -v -o BatchMode=yes HOST true) probes (an C(ansible.builtin.command) loop
+    or C(sparkctl.spark.probe_commands)) whose items carry C(peer), C(address), C(path) and C(expect) (C(ok), or
+    C(refused) for a probe that must be refused), and returns one verdict per probe with a readable C(line) and the
+    C(fix).
+  - Each probe's C(outcome) is one of C(ok) (authenticated and the remote command exited 0), C(auth_refused) (every
+    key was refused), C(host_key_unknown) (strict checking and no pinned key), C(host_key_changed) (the pinned key
+    differs), C(unreachable) (no TCP connection or no name), C(stalled) (TCP connected, then the exchange timed out),
     C(remote_failed) (authenticated, remote command failed) or C(error).
-  - A session that went through an existing C(ControlMaster) shows no key exchange; C(multiplexed) is then true and
-    the cipher fields are null. Probe with C(-o ControlPath=none) to always see them.
-  - The companion filter C(sparkctl.spark.ssh_probe_report(cipher, source)) judges a registered loop of such probes
-    whose items carry C(peer), C(address), C(path) and C(expect) (C(ok), or C(refused) for a probe that must be
-    refused), and returns one dict per probe with C(status) (C(pass), C(fail), or C(warn) when a probe that must be
-    refused could not reach the peer), a readable C(line) and the C(fix).
+  - A probe expected to get in passes only with the negotiated cipher O(cipher) (when given) both ways and a host key
+    verified against C(known_hosts). A session that went through an existing C(ControlMaster) shows no key exchange
+    and fails; probe with C(-o ControlPath=none).
+  - A probe that must be refused passes on C(auth_refused), fails when the key was accepted, and warns when it could
+    not reach the peer (nothing to judge).
 options:
   _input:
-    description: The registered command result (C(rc), C(stderr)).
-    type: dict
+    description: The registered loop results (C(rc), C(stderr), C(item)); skipped items are left out.
+    type: list
+    elements: dict
     required: true
+  cipher:
+    description: The cipher every session must negotiate; not judged when omitted.
+    type: str
+  source:
+    description: The node the probes ran on, for the lines.
+    type: str
 """
 
 EXAMPLES = r"""
-- name: Judge the probe
+- name: Judge the probes
   ansible.builtin.set_fact:
-    session: "{{ probe | sparkctl.spark.ssh_session }}"
+    ssh_mesh_sessions: "{{ ssh_mesh_probes.results | sparkctl.spark.ssh_probe_report('aes128-gcm@openssh.com', inventory_hostname) }}"
 """
 
 RETURN = r"""
 _value:
-  description: The summary.
-  type: dict
+  description: One verdict per probe, in loop order.
+  type: list
+  elements: dict
   contains:
+    source: {description: The node the probe ran on (O(source))., type: str}
+    peer: {description: The item's C(peer)., type: str}
+    address: {description: The item's C(address)., type: str}
+    path: {description: The item's C(path) (C(link) unless given)., type: str}
+    expect: {description: C(ok) or C(refused)., type: str}
+    status: {description: "C(pass), C(fail) or C(warn).", type: str}
     outcome: {description: See the description., type: str}
-    message: {description: One line for humans (the ssh error line when it failed)., type: str}
-    rc: {description: The exit code of ssh., type: int}
-    authenticated: {description: ssh reported C(Authenticated to ...)., type: bool}
-    auth_method: {description: The method that succeeded, e.g. C(publickey)., type: str}
+    cipher: {description: Negotiated cipher client to server., type: str}
     identity: {description: Path of the key the server accepted., type: str}
-    cipher_client_to_server: {description: Negotiated cipher client to server., type: str}
-    cipher_server_to_client: {description: Negotiated cipher server to client., type: str}
-    mac: {description: Negotiated MAC (C(<implicit>) for AEAD ciphers)., type: str}
-    compression: {description: Negotiated compression (C(none) when off)., type: str}
-    kex: {description: Key exchange algorithm., type: str}
-    host_key_type: {description: Host key algorithm offered by the server., type: str}
-    host_key_fingerprint: {description: SHA256 fingerprint of the server's host key., type: str}
     host_key_verified: {description: The host key matched a C(known_hosts) entry., type: bool}
-    multiplexed: {description: The session reused an existing master connection., type: bool}
+    line: {description: One line for humans., type: str}
+    fix: {description: What to do about a probe that did not pass; empty when it passed., type: str}
 """
 
 _PATTERNS = {
@@ -90,6 +95,10 @@ def _lines(text):
 
 
 def ssh_session(result):
+    """What one probe shows: outcome and message (see DOCUMENTATION), rc, authenticated, auth_method, identity,
+    the negotiated cipher_client_to_server, cipher_server_to_client, mac, compression and kex, host_key_type,
+    host_key_fingerprint, host_key_verified, and multiplexed (the session reused a master, so the fields of the
+    key exchange are None)."""
     if not isinstance(result, dict):
         result = {}
     rc = result.get("rc")
@@ -259,4 +268,4 @@ def ssh_probe_report(results, cipher=None, source=None):
 
 class FilterModule:
     def filters(self):
-        return {"ssh_session": ssh_session, "ssh_probe_report": ssh_probe_report}
+        return {"ssh_probe_report": ssh_probe_report}

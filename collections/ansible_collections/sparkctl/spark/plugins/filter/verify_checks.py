@@ -6,7 +6,6 @@ far is each node's free memory from the OOM guard's line while the engine serves
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkctl.spark.plugins.module_utils.host import MEMINFO_FIELDS, parse_meminfo
 from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import VERSION_ITEMS
 
 DOCUMENTATION = r"""
@@ -23,7 +22,7 @@ description:
   - Companion filters in this file, documented in RETURN, are C(memory_headroom) (input a mapping of host to
     C(MemAvailable) and C(MemTotal) in bytes, or the C(mem_available_bytes) / C(mem_total_bytes) keys of
     C(spark_host_facts.meminfo); arguments C(guard_bytes), the OOM guard's C(MemAvailable) line, and
-    C(warn_margin_bytes)) and C(meminfo_bytes) (input the text of C(/proc/meminfo); no arguments).
+    C(warn_margin_bytes)).
   - C(memory_headroom) fails a host whose C(MemAvailable) is at or below the guard line (the guard is about to kill
     the engine) and warns when it is within C(warn_margin_bytes) above it.
 options:
@@ -55,7 +54,7 @@ EXAMPLES = r"""
     verify_headroom: >-
       {{ verify_meminfo_by_host | sparkctl.spark.memory_headroom(8589934592, 4294967296) }}
   vars:
-    verify_meminfo_by_host: "{{ {inventory_hostname: (meminfo_slurp.content | b64decode | sparkctl.spark.meminfo_bytes)} }}"
+    verify_meminfo_by_host: "{{ {inventory_hostname: ansible_facts['spark_host_facts']['meminfo']} }}"
 """
 
 RETURN = r"""
@@ -67,8 +66,6 @@ _value:
     - "C(memory_headroom): C(ok) (no host failed), C(rows) (one C({host, available_bytes, total_bytes, guard_bytes,
       margin_bytes, status, message}) per host, C(status) V(ok), V(warn) or V(fail), C(margin_bytes) =
       available - guard), C(failed) and C(warned) (host names)."
-    - "C(meminfo_bytes): C({MemTotal, MemFree, MemAvailable, SwapTotal, SwapFree}) in bytes, V(null) for a field the
-      kernel did not print."
   type: dict
 """
 
@@ -207,11 +204,6 @@ def memory_headroom(per_host, guard_bytes, warn_margin_bytes):
             "warned": [row["host"] for row in rows if row["status"] == "warn"]}
 
 
-def meminfo_bytes(text):
-    parsed = parse_meminfo(text)
-    return dict((field, parsed[key]) for field, key in MEMINFO_FIELDS)
-
-
 class FilterModule:
     def filters(self):
-        return {"version_parity": version_parity, "memory_headroom": memory_headroom, "meminfo_bytes": meminfo_bytes}
+        return {"version_parity": version_parity, "memory_headroom": memory_headroom}

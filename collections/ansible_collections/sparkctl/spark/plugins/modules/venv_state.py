@@ -16,8 +16,8 @@ extends_documentation_fragment:
 description:
   - Reads what installing an engine venv depends on and what it leaves, so that the role runs each writing step only
     for what differs and a node in sync costs one module run.
-  - The node's Python for O(python) and the Python of an existing venv (as the C(venv_python_probe) filter's script
-    reports them), the apt packages of O(apt_packages) and the profile Python's C(python3.X-venv) that are not
+  - The node's Python for O(python) and the Python of an existing venv (as the probe script of the collection's
+    C(venv_plugin) module utility reports them), the apt packages of O(apt_packages) and the profile Python's C(python3.X-venv) that are not
     installed, the distributions the venv holds (read from their metadata, as C(pip list) names them, without
     starting pip) and which pins of O(packages) they do not satisfy.
   - Each directory of O(trees) compared file by file with the SHA-1s of the controller's copy, as an upload with
@@ -117,7 +117,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 python:
-  description: What the C(venv_python_probe) filter's script prints (C(system), C(requested), C(venv)).
+  description: What the Python probe script prints (C(system), C(requested), C(venv)).
   returned: always
   type: dict
 apt_missing:

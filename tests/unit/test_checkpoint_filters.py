@@ -1,6 +1,7 @@
-"""The progress line the checkpoint role prints while the transfer runs."""
+"""The checkpoint role's filters: the progress line it prints while the transfer runs, and
+the disk check it repeats once the checkpoint's real size is known."""
 
-from ansible_collections.sparkctl.spark.plugins.filter.checkpoint_progress import checkpoint_progress_line
+from ansible_collections.sparkctl.spark.plugins.filter.checkpoint import checkpoint_progress_line, checkpoint_room
 
 
 def test_line_names_phase_head_and_each_worker():
@@ -27,3 +28,15 @@ def test_line_names_phase_head_and_each_worker():
 
 def test_empty_progress_still_reads():
     assert checkpoint_progress_line({}) == "[?] 0 s | head 0/0 files verified, 0 B downloaded of 0 B"
+
+
+def test_checkpoint_room_uses_the_size_it_is_given():
+    gib = 1024**3
+    facts = {"disks": {"/srv/m": {"free_bytes": 20 * gib, "used_bytes": 5 * gib, "checked_path": "/srv"}}}
+    fits = checkpoint_room(facts, "/srv/m", 20 * gib, 4 * gib)  # 15 GiB more + 4 reserve <= 20
+    too_big = checkpoint_room(facts, "/srv/m", 22 * gib, 4 * gib)  # 17 + 4 > 20
+
+    assert fits["status"] == "pass" and "5.0 GiB of it already in place" in fits["detail"]
+    assert too_big["status"] == "fail" and "21.0 GiB needed" in too_big["detail"]
+    assert "spark_checkpoint_dir" in too_big["fix"]
+    assert checkpoint_room({}, "/srv/m", 1, 0)["status"] == "fail"

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Addresses and subnets of a host's direct-cable plan (spark_link), with the
-standard library's ipaddress so no extra collection (ansible.utils) is needed."""
+"""The addresses of a host's direct-cable plan (spark_link), with the standard library's
+ipaddress so no extra collection (ansible.utils) is needed."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import ipaddress
 from ansible.errors import AnsibleFilterError
 
 DOCUMENTATION = r"""
-name: link_subnets
-short_description: The subnets of a host's cable halves
+name: link_ips
+short_description: The bare addresses of a host's cable halves
 version_added: 0.1.0
 description:
-  - Takes a host's C(spark_link) list (items with C(interface) and C(address) in CIDR form) and returns the subnet of
-    each cable half, in cable-half order, without duplicates, e.g. C(['192.168.100.0/24', '192.168.101.0/24']).
-  - The companion filter C(sparkctl.spark.link_ips) returns the bare addresses (no prefix length) in the same order.
+  - Takes a host's C(spark_link) list (items with C(interface) and C(address) in CIDR form) and returns each cable
+    half's address without its prefix length, in cable-half order, without duplicates, e.g.
+    C(['192.168.100.10', '192.168.101.10']).
+  - Fails naming the item when an address lacks its prefix or is not an address.
 options:
   _input:
     description: A host's C(spark_link) list.
@@ -26,10 +27,6 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Restrict a key to the cable's subnets
-  ansible.builtin.set_fact:
-    from_option: 'from="{{ spark_link | sparkctl.spark.link_subnets | join(",") }}"'
-
 - name: The peer's link addresses, for ssh
   ansible.builtin.set_fact:
     peer_addresses: "{{ hostvars['spark2'].spark_link | sparkctl.spark.link_ips }}"
@@ -37,7 +34,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: Subnets in CIDR notation (C(link_subnets)) or bare addresses (C(link_ips)), in cable-half order.
+  description: Bare addresses, in cable-half order.
   type: list
   elements: str
 """
@@ -66,14 +63,10 @@ def _unique(values):
     return seen
 
 
-def link_subnets(link):
-    return _unique(str(iface.network) for iface in _interfaces(link))
-
-
 def link_ips(link):
     return _unique(str(iface.ip) for iface in _interfaces(link))
 
 
 class FilterModule:
     def filters(self):
-        return {"link_subnets": link_subnets, "link_ips": link_ips}
+        return {"link_ips": link_ips}

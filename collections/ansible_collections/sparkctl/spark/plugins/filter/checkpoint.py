@@ -1,9 +1,12 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""One readable line from the progress file sparkctl.spark.checkpoint_sync keeps
-while it runs in the background."""
+"""The checkpoint stage's filters: one readable line from the progress file
+sparkctl.spark.checkpoint_sync keeps while it runs in the background, and whether a node
+has room for the checkpoint once its real size is known."""
 
 from __future__ import annotations
+
+from ansible_collections.sparkctl.spark.plugins.filter.preflight_checks import check_disk
 
 DOCUMENTATION = r"""
 name: checkpoint_progress_line
@@ -12,6 +15,10 @@ version_added: 0.1.0
 description:
   - Turns the JSON progress file of C(sparkctl.spark.checkpoint_sync) into one line with the phase, elapsed time,
     files and bytes verified on the head, per worker files and bytes mirrored and what is in flight, and the last event.
+  - The companion filter C(checkpoint_room) (input one node's C(spark_host_facts) with the checkpoint directory among
+    its C(disks); arguments the directory, the checkpoint's real size and the reserve, in bytes) returns preflight's
+    C(disk.checkpoint) result (C(id), C(title), C(status), C(detail), C(fix)) for that size, counting what is already
+    in the directory as in place.
 options:
   _input:
     description: The parsed progress file.
@@ -27,8 +34,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: The line.
-  type: str
+  description: The line (C(checkpoint_progress_line)) or the disk check's result (C(checkpoint_room)).
+  type: raw
 """
 
 
@@ -62,6 +69,14 @@ def checkpoint_progress_line(progress):
     return " | ".join(parts)
 
 
+def checkpoint_room(host_facts, path, size_bytes, reserve_bytes):
+    """Preflight's disk check alone, with the checkpoint's real size (the hub's manifest), which
+    replaces the estimate preflight judged by: host_facts is one node's spark_host_facts with
+    path among its disks."""
+    req = {"disk_path": path, "checkpoint_size_bytes": size_bytes, "disk_reserve_bytes": reserve_bytes}
+    return check_disk({"host": host_facts or {}}, req)[0]
+
+
 class FilterModule:
     def filters(self):
-        return {"checkpoint_progress_line": checkpoint_progress_line}
+        return {"checkpoint_progress_line": checkpoint_progress_line, "checkpoint_room": checkpoint_room}
