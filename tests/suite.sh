@@ -75,15 +75,18 @@ wait_chain() {
   while read -r name seconds; do STAGE_NAMES+=("$name"); STAGE_SECONDS+=("$seconds"); done < "$REPO/.lab/$chain.times"
   return "$rc"
 }
-# A failing stage ends the suite; no chain is left running behind it.
+# A failing stage ends the suite; no chain is left running behind it, and what each wrote is shown.
 kill_tree() {
   local child
   for child in $(pgrep -P "$1"); do kill_tree "$child"; done
   kill "$1" 2> /dev/null || true
 }
 stop_chains() {
-  local pid
-  for pid in "${CHAIN_PIDS[@]}"; do kill_tree "$pid"; wait "$pid" 2> /dev/null || true; done
+  local chain
+  for chain in "${!CHAIN_PIDS[@]}"; do
+    kill_tree "${CHAIN_PIDS[$chain]}"
+    wait_chain "$chain" || true
+  done
 }
 trap 'stop_chains; report_times' EXIT
 
@@ -101,10 +104,11 @@ side_stages() {
 }
 
 # Every role scenario (molecule/<role>/), in the order site.yml runs the roles. The image
-# runtime's comes after the integration tests, which install that profile's image anyway.
+# runtime's runs with its prepare (Docker, the lab's base image): the whole-site scenario runs
+# the default profile, a venv, so nothing on this lab has put them in place.
 ROLE_SCENARIOS=(preflight direct_link firewall fabric_env linger ssh_mesh checkpoint engine_venv
                 oom_guard ray_cluster api_proxy engine_service verify)
-LATE_ROLE_SCENARIOS=(engine_image)
+PREPARED_ROLE_SCENARIOS=(engine_image)
 SCENARIO_RESULTS=$COUNTS_DIR/scenarios.txt
 # On the lab the whole-site scenario converged, the role scenarios skip what that lab makes
 # redundant (.config/molecule/converged-lab.yml); --quick runs the full sequence.
@@ -115,6 +119,16 @@ role_scenarios() {
     start=$SECONDS
     rc=0
     molecule "${SCENARIO_BASE_CONFIGS[@]}" test --scenario-name "$scenario" || rc=$?
+    echo "$scenario $rc $((SECONDS - start))" >> "$SCENARIO_RESULTS"
+    [[ $rc == 0 ]] || return "$rc"
+  done
+}
+prepared_role_scenarios() {
+  local scenario start rc
+  for scenario in "$@"; do
+    start=$SECONDS
+    rc=0
+    molecule --base-config .config/molecule/config.yml test --scenario-name "$scenario" || rc=$?
     echo "$scenario $rc $((SECONDS - start))" >> "$SCENARIO_RESULTS"
     [[ $rc == 0 ]] || return "$rc"
   done
@@ -196,7 +210,7 @@ stage scenarios role_scenarios "${ROLE_SCENARIOS[@]}"
 wait_chain side
 stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p no:cacheprovider -m lab --durations=30 \
   --junitxml="$COUNTS_DIR/integration.xml"
-stage scenarios-late role_scenarios "${LATE_ROLE_SCENARIOS[@]}"
+stage scenarios-prepared prepared_role_scenarios "${PREPARED_ROLE_SCENARIOS[@]}"
 wait_chain twin
 if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then
   stage lab-down molecule destroy --scenario-name default

@@ -72,7 +72,7 @@ def test_the_whole_site_verify_is_every_role_verify_the_default_profile_reaches(
 def test_the_suite_runs_every_role_scenario_once():
     suite = (REPO / "tests" / "suite.sh").read_text()
     listed = []
-    for name in ("ROLE_SCENARIOS", "LATE_ROLE_SCENARIOS"):
+    for name in ("ROLE_SCENARIOS", "PREPARED_ROLE_SCENARIOS"):
         body = re.search(rf"^{name}=\(([^)]*)\)", suite, flags=re.M).group(1)
         listed += body.split()
     assert sorted(listed) == sorted(_scenarios())
