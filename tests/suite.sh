@@ -110,25 +110,19 @@ ROLE_SCENARIOS=(preflight direct_link firewall fabric_env linger ssh_mesh checkp
                 oom_guard ray_cluster api_proxy engine_service verify)
 PREPARED_ROLE_SCENARIOS=(engine_image)
 SCENARIO_RESULTS=$COUNTS_DIR/scenarios.txt
-# On the lab the whole-site scenario converged, the role scenarios skip what that lab makes
-# redundant (.config/molecule/converged-lab.yml); --quick runs the full sequence.
-SCENARIO_BASE_CONFIGS=(--base-config .config/molecule/config.yml)
+# role_scenarios full|converged SCENARIO...: `full` is molecule's whole test sequence with each
+# role's prepare (--quick; the image runtime, whose prerequisites the whole-site converge does
+# not put in place); `converged` runs on the lab the whole-site scenario converged and skips
+# what that lab makes redundant (.config/molecule/converged-lab.yml).
 role_scenarios() {
-  local scenario start rc
+  local sequence=$1 scenario start rc
+  shift
+  local configs=(--base-config .config/molecule/config.yml)
+  if [[ $sequence == converged ]]; then configs+=(--base-config .config/molecule/converged-lab.yml); fi
   for scenario in "$@"; do
     start=$SECONDS
     rc=0
-    molecule "${SCENARIO_BASE_CONFIGS[@]}" test --scenario-name "$scenario" || rc=$?
-    echo "$scenario $rc $((SECONDS - start))" >> "$SCENARIO_RESULTS"
-    [[ $rc == 0 ]] || return "$rc"
-  done
-}
-prepared_role_scenarios() {
-  local scenario start rc
-  for scenario in "$@"; do
-    start=$SECONDS
-    rc=0
-    molecule --base-config .config/molecule/config.yml test --scenario-name "$scenario" || rc=$?
+    molecule "${configs[@]}" test --scenario-name "$scenario" || rc=$?
     echo "$scenario $rc $((SECONDS - start))" >> "$SCENARIO_RESULTS"
     [[ $rc == 0 ]] || return "$rc"
   done
@@ -136,7 +130,7 @@ prepared_role_scenarios() {
 
 if [[ $QUICK == 1 ]]; then
   start_chain side side_stages
-  stage scenario role_scenarios "$QUICK_SCENARIO"
+  stage scenario role_scenarios full "$QUICK_SCENARIO"
   wait_chain side
   exit 0
 fi
@@ -148,7 +142,6 @@ real_server() {
 }
 stage real-server real_server
 start_chain side side_stages
-SCENARIO_BASE_CONFIGS+=(--base-config .config/molecule/converged-lab.yml)
 # molecule's test sequence (destroy, syntax, create | converge, idempotence, verify), split
 # so that `--check --diff` runs in between on the lab molecule has just created and nothing
 # has touched yet: it lists a first run's changes and changes nothing. One lab start, not two.
@@ -206,11 +199,11 @@ stage lab-create molecule_create
 start_chain twin twin_stages
 stage fresh-check python -m pytest tests/integration -q -p no:cacheprovider -m fresh --junitxml="$COUNTS_DIR/fresh-check.xml"
 stage molecule molecule_converge
-stage scenarios role_scenarios "${ROLE_SCENARIOS[@]}"
+stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"
 wait_chain side
 stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p no:cacheprovider -m lab --durations=30 \
   --junitxml="$COUNTS_DIR/integration.xml"
-stage scenarios-prepared prepared_role_scenarios "${PREPARED_ROLE_SCENARIOS[@]}"
+stage scenarios-prepared role_scenarios full "${PREPARED_ROLE_SCENARIOS[@]}"
 wait_chain twin
 if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then
   stage lab-down molecule destroy --scenario-name default
