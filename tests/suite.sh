@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian machine as root: set-up, the tests that judge
 # measured times (alone), the real-server tests, then beside each other the unit tests and
-# lint on one side and on the other check mode on a fresh lab, the whole-site molecule
+# lint and ansible-test sanity on one side and on the other check mode on a fresh lab, the whole-site molecule
 # scenario and every role scenario; then the lab integration tests. Prints the wall time
 # of each stage and the count of what ran at the end. CI runs exactly this.
 #
-# --quick [SCENARIO]: set-up, unit tests, lint, a syntax check of every playbook and one
+# --quick [SCENARIO]: set-up, unit tests, lint, ansible-test sanity, a syntax check of every playbook and one
 # role scenario (default: linger) on the shared lab, created if it is not up and left up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -90,7 +90,7 @@ stop_chains() {
 }
 trap 'stop_chains; report_times' EXIT
 
-# The unit tests but the timed ones, lint and a syntax check of every playbook: no lab.
+# The unit tests but the timed ones, lint, ansible-test sanity and a syntax check of every playbook: no lab.
 syntax_check() {
   local playbook
   for playbook in site.yml playbooks/*.yml; do
@@ -101,7 +101,7 @@ unit_stage() {
   chain_stage unit python -m pytest tests/unit -q -p no:cacheprovider -m "not timing" --junitxml="$COUNTS_DIR/unit.xml"
 }
 static_stages() {
-  chain_stage lint ansible-lint --nocolor -q && chain_stage syntax syntax_check
+  chain_stage lint ansible-lint --nocolor -q && chain_stage sanity bash tests/sanity/run.sh && chain_stage syntax syntax_check
 }
 side_stages() {
   unit_stage && static_stages

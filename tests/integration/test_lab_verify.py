@@ -51,7 +51,7 @@ def test_verify_passes_on_the_healthy_lab_and_changes_nothing(served, run_site, 
     assert startup["kv_cache_tokens"]["value"] == 65536 and startup["kv_cache_tokens"]["ok"]
     assert startup["max_concurrency"]["value"] == pytest.approx(1.6)
     # One "Model loading took" line per rank: the head's and the worker's (Ray-forwarded).
-    assert len(startup["model_loading_gib"]["values"]) == 2
+    assert len(startup["model_loading_gib"]["matched_values"]) == 2
     assert {row["host"] for row in report["memory"]["rows"]} == set(HOSTS)
     items = {row["item"] for row in report["parity"]["rows"]}
     assert {"driver", "cuda", "venv_lock_sha256", "packages.sparklab-engine", "packages.ray"} <= items

@@ -34,9 +34,9 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import api_proxy as api_proxy_filter
-from ansible_collections.sparkctl.spark.plugins.module_utils import api_proxy as A
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import api_proxy as A
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_probe as ep
-from ansible_collections.sparkctl.spark.plugins.module_utils import profile as P
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as P
 from golden_files import assert_golden_tree
 
 REPO = Path(__file__).resolve().parents[2]

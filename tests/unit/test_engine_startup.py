@@ -14,7 +14,7 @@ import pytest
 import yaml
 from ansible.module_utils import basic
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_startup as es
-from ansible_collections.sparkctl.spark.plugins.module_utils import profile as P
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as P
 from ansible_collections.sparkctl.spark.plugins.modules import engine_startup_facts
 
 LOGS = Path(__file__).parent / "fixtures" / "engine_startup"
@@ -78,11 +78,11 @@ def test_vllm_ray_log_meets_the_solar_open2_profile():
     assert result["failed"] == [] and result["warnings"] == []
     assert [item["name"] for item in result["startup"]] == ["moe_backend", "model_loading_gib", "kv_cache_tokens", "max_concurrency"]
     assert all(item["ok"] for item in result["startup"])
-    assert items["kv_cache_tokens"]["values"] == [1089536.0] and items["kv_cache_tokens"]["value"] == 1089536.0
+    assert items["kv_cache_tokens"]["matched_values"] == [1089536.0] and items["kv_cache_tokens"]["value"] == 1089536.0
     assert items["kv_cache_tokens"]["message"] == "kv_cache_tokens: 1089536 tokens >= min 1048576"
     assert items["max_concurrency"]["value"] == 1.04
     # One line per tensor-parallel rank, the second one behind Ray's worker prefix.
-    assert items["model_loading_gib"]["found"] == 2 and items["model_loading_gib"]["values"] == [71.48, 71.48]
+    assert items["model_loading_gib"]["found"] == 2 and items["model_loading_gib"]["matched_values"] == [71.48, 71.48]
     assert items["model_loading_gib"]["message"] == "model_loading_gib: rank values 71.48, 71.48 GiB within 71.48 +/- 0.5"
     assert "ip=192.168.100.11" in items["model_loading_gib"]["lines"][1]
     assert items["moe_backend"]["found"] == 2
@@ -96,7 +96,7 @@ def test_one_rank_that_loaded_other_weights_is_a_warning_naming_both_values():
     result = es.evaluate(lines, SOLAR_RULES)
     item = by_name(result)["model_loading_gib"]
 
-    assert item["ok"] is False and item["values"] == [71.48, 65.1]
+    assert item["ok"] is False and item["matched_values"] == [71.48, 65.1]
     assert item["message"] == "model_loading_gib: rank values 71.48, 65.10 GiB; expected 71.48 +/- 0.5"
     assert result["warnings"] == ["model_loading_gib"] and result["failed"] == []
 
@@ -136,7 +136,7 @@ def test_an_empty_log_fails_and_warns_by_the_profiles_choice():
 
     assert result["failed"] == ["kv_cache_tokens", "max_concurrency"]
     assert result["warnings"] == ["moe_backend", "model_loading_gib"]
-    assert all(item["found"] == 0 and item["values"] == [] and item["value"] is None for item in result["startup"])
+    assert all(item["found"] == 0 and item["matched_values"] == [] and item["value"] is None for item in result["startup"])
 
 
 # --- the stand-in's lines and the lab profile ----------------------------------------------
@@ -148,7 +148,7 @@ def test_standin_lines_meet_the_lab_profile():
 
     assert [item["ok"] for item in result["startup"]] == [True, True, True, True]
     assert items["kv_cache_tokens"]["message"] == "kv_cache_tokens: 16384 tokens >= min 4096"
-    assert items["model_loading_gib"]["values"] == [0.5, 0.5]
+    assert items["model_loading_gib"]["matched_values"] == [0.5, 0.5]
 
 
 def test_a_rank_off_by_more_than_the_tolerance_is_reported_per_rank():
@@ -203,10 +203,10 @@ def test_the_standin_engine_itself_prints_what_the_lab_profile_expects(tmp_path,
     items = by_name(result)
 
     assert result["failed"] == [] and result["warnings"] == [], [item["message"] for item in result["startup"]]
-    assert items["model_loading_gib"]["values"] == [0.5, 0.5]
+    assert items["model_loading_gib"]["matched_values"] == [0.5, 0.5]
     assert items["model_loading_gib"]["lines"][1].startswith("(VllmWorker rank=1 pid=")
-    assert items["kv_cache_tokens"]["values"] == [16384.0]
-    assert items["max_concurrency"]["values"] == [4.0]
+    assert items["kv_cache_tokens"]["matched_values"] == [16384.0]
+    assert items["max_concurrency"]["matched_values"] == [4.0]
 
 
 # --- rule semantics ------------------------------------------------------------------------
@@ -267,7 +267,7 @@ def test_a_string_expectation_compares_the_first_group_on_every_rank():
     ok = es.evaluate_rule(good, rule)
     bad = es.evaluate_rule(mixed, rule)
 
-    assert ok["ok"] is True and ok["values"] == ["FLASHINFER_CUTLASS", "FLASHINFER_CUTLASS"]
+    assert ok["ok"] is True and ok["matched_values"] == ["FLASHINFER_CUTLASS", "FLASHINFER_CUTLASS"]
     assert ok["message"] == "moe_backend: FLASHINFER_CUTLASS as expected"
     assert bad["ok"] is False and bad["message"] == "moe_backend: MARLIN; expected FLASHINFER_CUTLASS"
 
@@ -277,7 +277,7 @@ def test_a_group_that_is_not_a_number_fails_the_rule_instead_of_raising():
 
     item = es.evaluate_rule(["GPU KV cache size: lots tokens"], rule)
 
-    assert item["ok"] is False and item["values"] == ["lots"]
+    assert item["ok"] is False and item["matched_values"] == ["lots"]
     assert item["message"].startswith("kv_cache_tokens: 'lots' is not a number")
 
 
@@ -297,7 +297,7 @@ def test_rays_folded_lines_are_counted_and_do_not_break_anchored_regexes():
 
     item = es.evaluate_rule([line], rule)
 
-    assert item["ok"] is True and item["values"] == [4.0] and item["folded"] == 2
+    assert item["ok"] is True and item["matched_values"] == [4.0] and item["folded"] == 2
     assert item["message"] == "max_concurrency: 4 >= min 1.0 (Ray folded 2 more similar lines)"
 
 

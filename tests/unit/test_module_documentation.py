@@ -88,3 +88,22 @@ def test_every_plugins_documentation_is_yaml_ansible_doc_can_read(path):
         if text is not None:
             namespace[part] = yaml.safe_load(text)
     assert isinstance(namespace["DOCUMENTATION"], dict) and namespace["DOCUMENTATION"].get("name")
+    # A list item such as "- Pure evaluation: it never ..." is valid YAML, but a mapping, and
+    # ansible-doc fails on it when it formats the text.
+    assert _descriptions_that_are_not_text(namespace) == []
+
+
+def _descriptions_that_are_not_text(node, where="") -> list[str]:
+    found = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{where}.{key}" if where else str(key)
+            if key in ("description", "short_description", "notes"):
+                lines = value if isinstance(value, list) else [value]
+                found += [here for line in lines if not isinstance(line, str)]
+            else:
+                found += _descriptions_that_are_not_text(value, here)
+    elif isinstance(node, list):
+        for index, item in enumerate(node):
+            found += _descriptions_that_are_not_text(item, f"{where}[{index}]")
+    return found

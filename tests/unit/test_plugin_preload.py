@@ -73,7 +73,7 @@ def test_preload_loads_every_filter_and_test_file_into_the_loader_caches(tmp_pat
     for stem in plugin_files(TEST_DIR):
         assert f"{PREFIX}test.{stem}" in result["after"], stem
     # The module_utils the filters import come along with them.
-    assert f"{PREFIX}module_utils.profile" in result["after"]
+    assert f"{PREFIX}plugin_utils.profile" in result["after"]
     # The builtin filter and test wrappers (to_json, is match...) are cached too.
     assert result["builtin_wrappers"] > 0 and result["builtin_tests"] > 0
 

@@ -16,7 +16,7 @@ import module_runner
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import engine_venv as F
-from ansible_collections.sparkctl.spark.plugins.module_utils import profile as P
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as P
 from ansible_collections.sparkctl.spark.plugins.module_utils import venv_plugin as V
 from ansible_collections.sparkctl.spark.plugins.modules import venv_plugin
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: plugin_preload
 type: aggregate
-author: sparkctl contributors
+author: sparkctl developers (!UNKNOWN)
 short_description: Load the filters and tests once, before Ansible forks its task workers
 version_added: 0.1.0
 description:

@@ -60,4 +60,3 @@ options:
         description: The target a link should have, as written in it.
         type: str
 """
-

@@ -6,8 +6,8 @@ for playbooks: its configuration, unit and validate commands, and the include ho
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkctl.spark.plugins.module_utils import api_proxy
-from ansible_collections.sparkctl.spark.plugins.module_utils import profile as profiles
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import api_proxy
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 
 DOCUMENTATION = r"""
 name: api_proxy_render
@@ -31,7 +31,7 @@ options:
     type: dict
     default: {}
   options:
-    description: Overrides of the defaults in C(module_utils/api_proxy.py) (paths, worker user and count, connections
+    description: Overrides of the defaults in C(plugin_utils/api_proxy.py) (paths, worker user and count, connections
       per worker, body size, timeouts, per-client limits C(max_connections_per_client),
       C(requests_per_second_per_client) and C(request_burst_per_client), 0 turning the first two off).
     type: dict

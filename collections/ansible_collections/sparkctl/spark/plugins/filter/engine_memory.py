@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import profile as profiles
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 
 DOCUMENTATION = r"""
 name: engine_memory_fit

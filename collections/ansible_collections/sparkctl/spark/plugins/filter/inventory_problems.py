@@ -9,10 +9,10 @@ import os
 import posixpath
 import re
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import api_proxy
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import api_proxy
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall
 from ansible_collections.sparkctl.spark.plugins.module_utils import hub_access
-from ansible_collections.sparkctl.spark.plugins.module_utils import profile as profiles
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 
 DOCUMENTATION = r"""
 name: inventory_problems

@@ -124,7 +124,7 @@ def assignments(text, section="Login"):
             continue
         if current != section or "=" not in line:
             continue  # outside any section or malformed: logind ignores it
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
             value = value[1:-1]
@@ -172,9 +172,9 @@ def order_files(items, config_dirs=CONFIG_DIRS):
             mains.append((_priority(directory, config_dirs), path, text))
     ordered = []
     if mains:
-        _, path, text = min(mains, key=lambda m: m[0])
+        _rank, path, text = min(mains, key=lambda m: m[0])
         ordered.append((path, text))
-    ordered.extend((path, text) for _, (_, path, text) in sorted(dropins.items()))
+    ordered.extend((path, text) for _name, (_rank, path, text) in sorted(dropins.items()))
     return plain + ordered
 
 

@@ -14,7 +14,7 @@ version_added: 0.1.0
 description:
   - Takes the facts gathered on one node (distribution, GPU, link, memory, disk, ports, sudo) and the requirements,
     and returns one result per check with C(status) C(pass), C(fail), C(warn) or C(skip), what was found, and the fix.
-  - Pure evaluation: it never contacts the node, so the same verdict can be unit-tested on recorded facts.
+  - "Pure evaluation: it never contacts the node, so the same verdict can be unit-tested on recorded facts."
 options:
   _input:
     description: Facts of one node, see the preflight role's tasks/facts.yml for the keys.

@@ -7,7 +7,7 @@ other stages read."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkctl.spark.plugins.module_utils import profile as profiles
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 
 DOCUMENTATION = r"""
 name: profile_load
@@ -136,7 +136,7 @@ def profile_cluster(groups, hostvars, service_user, checkpoint_dir, api_key_file
         if not links:
             raise AnsibleFilterError("profile_cluster: %s has no spark_link" % host)
         # The interface lets the Ray units wait for the cable half before binding to it.
-        return {"name": host, "link_ip": str(links[0]["address"]).split("/")[0], "interface": links[0]["interface"]}
+        return {"name": host, "link_ip": str(links[0]["address"]).split("/", maxsplit=1)[0], "interface": links[0]["interface"]}
 
     cluster = {
         "head": node(head),

@@ -152,7 +152,7 @@ _ADDRESS = re.compile(r"^[0-9A-Fa-f:.]+$")
 def mesh_key_options(source_addresses, extra_options=()):
     """The options of an authorized mesh key: `restrict` (no forwarding of any kind, no
     pty, no ~/.ssh/rc), `from=` the source's cable addresses, then extra_options."""
-    addresses = [str(a).split("/")[0] for a in source_addresses or []]
+    addresses = [str(a).split("/", maxsplit=1)[0] for a in source_addresses or []]
     if not addresses or not all(_ADDRESS.match(a) for a in addresses):
         raise AnsibleFilterError(f"mesh_key_options: the source's cable addresses must be IP addresses, got {source_addresses!r}")
     return ",".join(["restrict", 'from="' + ",".join(addresses) + '"'] + [str(o) for o in extra_options or []])

@@ -18,11 +18,9 @@ import time
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.log_scrub import scrub_lines
 
-try:  # Python 3 stdlib; the module must not need requests
-    from urllib.error import HTTPError, URLError
-    from urllib.request import Request, urlopen
-except ImportError:  # pragma: no cover
-    HTTPError = URLError = Exception
+from urllib.error import HTTPError, URLError
+
+from ansible.module_utils.urls import open_url
 
 # (kind, pattern): the first matching line of each kind is reported. Ordered from the most
 # specific cause to the most generic, and matched case-sensitively on purpose: these are the
@@ -94,7 +92,7 @@ def unit_verdict(props):
 def probe_health(url, timeout=5.0):
     """(http status or None, error text or None) of GET url."""
     try:
-        response = urlopen(Request(url, method="GET"), timeout=timeout)
+        response = open_url(url, method="GET", timeout=timeout)
         try:
             return response.status, None
         finally:

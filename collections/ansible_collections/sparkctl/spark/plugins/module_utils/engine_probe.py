@@ -303,8 +303,8 @@ class Api:
                     # The body ended without data: [DONE]. After a finish_reason or a usage chunk that
                     # is a clean end (the OpenAI client accepts it); before either, the stream was cut.
                     if outcome["finish_reason"] is None and outcome["usage_tokens"] is None and chunks:
-                        outcome.update(kind="error", error="the stream ended after %d token chunk(s) without a "
-                                                            "finish_reason or data: [DONE] (cut off)" % chunks)
+                        cut = "the stream ended after %d token chunk(s) without a finish_reason or data: [DONE] (cut off)"
+                        outcome.update(kind="error", error=cut % chunks)
                     break
                 line = line.strip()
                 if not line.startswith(b"data:"):

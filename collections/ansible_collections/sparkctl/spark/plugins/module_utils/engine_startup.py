@@ -131,7 +131,7 @@ def evaluate_rule(lines, rule):
     result = {
         "name": name,
         "found": 0,
-        "values": [],
+        "matched_values": [],
         "value": None,
         "expect": rule.get("expect"),
         "min": rule.get("min"),
@@ -171,11 +171,11 @@ def evaluate_rule(lines, rule):
         numbers = [parse_number(text) for text in raw]
         bad = [text for text, number in zip(raw, numbers) if number is None]
         if bad:
-            result["values"] = raw
+            result["matched_values"] = raw
             result["value"] = raw[0]
             result["message"] = "%s: %r is not a number (in: %s)" % (name, bad[0], result["lines"][0])
             return result
-        result["values"], result["value"] = numbers, numbers[0]
+        result["matched_values"], result["value"] = numbers, numbers[0]
         unit = _unit_of(name)
         checks = _numeric_checks(rule)
         failed = [expected for _ok_text, expected, test in checks if not all(test(v) for v in numbers)]
@@ -188,7 +188,7 @@ def evaluate_rule(lines, rule):
             result["message"] = "%s: %s%s%s" % (name, values_text, " " + criteria if criteria else "", folded_note)
         return result
 
-    result["values"], result["value"] = raw, raw[0]
+    result["matched_values"], result["value"] = raw, raw[0]
     expect = rule.get("expect")
     if expect is not None:
         wrong = sorted(set(v for v in raw if v != str(expect)))
@@ -236,7 +236,8 @@ def read_first_lines(argv, limit, timeout=120):
     printed `limit` lines: the startup lines come first in the invocation's log, and an engine
     that has served for days has a journal far longer than anyone needs to read. rc is None when
     the command was stopped early."""
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    # Not run_command: it reads the whole output before returning, which is what this must not do.
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,  # pylint: disable=ansible-bad-function
                                universal_newlines=True, errors="replace")
     lines = []
     stopped = False

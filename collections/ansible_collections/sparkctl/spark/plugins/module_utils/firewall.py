@@ -349,6 +349,11 @@ def normalise(objects):
     return model
 
 
+def _rule_key(rule):
+    """A rule as one comparable string, for lining up the rendered rules with the live ones."""
+    return json.dumps(rule, sort_keys=True)
+
+
 def _rule_label(rule):
     comment = rule.get("comment")
     if comment:
@@ -379,8 +384,7 @@ def differences(live, expected):
     for chain in sorted(set(expected["rules"]) | set(live["rules"]), key=str):
         want = expected["rules"].get(chain, [])
         got = live["rules"].get(chain, [])
-        key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731 - a local sort key
-        matcher = difflib.SequenceMatcher(a=[key(r) for r in want], b=[key(r) for r in got], autojunk=False)
+        matcher = difflib.SequenceMatcher(a=[_rule_key(r) for r in want], b=[_rule_key(r) for r in got], autojunk=False)
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "equal":
                 continue
@@ -585,7 +589,7 @@ def arm_and_load(run, write, nft, content, candidate_file, revert_file, seconds,
     run([systemctl, "stop", REVERT_TIMER])
     run([systemctl, "reset-failed", REVERT_TIMER, f"{REVERT_UNIT}.service"])
     rc, out, err = run([systemd_run, f"--unit={REVERT_UNIT}", f"--on-active={seconds}s", "--timer-property=AccuracySec=1s",
-                        f"--description=sparkctl: put the previous firewall table back unless a run confirms the new one",
+                        "--description=sparkctl: put the previous firewall table back unless a run confirms the new one",
                         nft, "-f", revert_file])
     if rc != 0:
         raise FirewallStateError(f"cannot arm the revert timer (systemd-run rc {rc}): {err.strip() or out.strip()}; "

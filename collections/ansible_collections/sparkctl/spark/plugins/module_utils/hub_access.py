@@ -278,7 +278,7 @@ def _verdict(result):
     where = f"{repo}@{revision}"
     if result.get("endpoint_problem"):
         problem = result["endpoint_problem"]
-        detail, _, fix = problem.partition(": ")
+        detail, _sep, fix = problem.partition(": ")
         return {"status": "fail", "detail": f"{detail}.", "fix": fix[:1].upper() + fix[1:]}
     if not result["reachable"]:
         return {

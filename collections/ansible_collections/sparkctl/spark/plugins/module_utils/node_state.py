@@ -255,7 +255,7 @@ def parse_dpkg_query(text):
     """`dpkg-query -W -f='${Package}\\t${db:Status-Status}\\n'` output -> the packages installed."""
     installed = set()
     for line in str(text or "").splitlines():
-        name, _, status = line.partition("\t")
+        name, _sep, status = line.partition("\t")
         if status.strip() == "installed":
             installed.add(name.split(":", 1)[0].strip())
     return installed
@@ -269,7 +269,7 @@ def missing_packages(names, run, dpkg_query):
         return []
     installed = set()
     if dpkg_query:
-        _, out, _ = run([dpkg_query, "-W", "-f=${Package}\t${db:Status-Status}\n", "--"] + list(names))
+        _rc, out, _err = run([dpkg_query, "-W", "-f=${Package}\t${db:Status-Status}\n", "--"] + list(names))
         installed = parse_dpkg_query(out)
     return [name for name in names if name not in installed]
 

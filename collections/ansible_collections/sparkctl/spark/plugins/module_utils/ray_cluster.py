@@ -53,7 +53,7 @@ def query_nodes(address, timeout=10):
     """(nodes, error): every node the GCS knows (ALIVE and DEAD), or the reason it could not
     be asked. Needs Ray: call it only from the venv's python."""
     # Ray's own client waits ~40 s for a GCS that is not there; a plain TCP connect says so at once.
-    host, _, port = str(address).rpartition(":")
+    host, _sep, port = str(address).rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=min(3, timeout)).close()
     except (OSError, ValueError) as exc:

@@ -15,7 +15,6 @@ Pure except for read_show() and mtimes(), which read systemd and the file system
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 
 PROPERTIES = (
@@ -116,13 +115,10 @@ def mtimes(paths):
     return result
 
 
-def assess(units, extra_inputs=None, run=None, now=None):
+def assess(units, extra_inputs, run, now=None):
     """{unit: judge(...)} for every unit; extra_inputs maps a unit to files it reads that
-    systemd does not know of (a --config file, a docker --env-file)."""
-    if run is None:
-        def run(argv):
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-            return proc.returncode, proc.stdout, proc.stderr
+    systemd does not know of (a --config file, a docker --env-file). run(argv) -> (rc, out, err)
+    is the module's run_command."""
     now_real, now_mono = now if now is not None else (time.time(), time.monotonic())
     result = {}
     for unit in units:

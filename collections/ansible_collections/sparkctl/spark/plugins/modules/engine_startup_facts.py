@@ -86,13 +86,13 @@ startup:
       description: How many log lines matched.
       type: int
       sample: 1
-    values:
+    matched_values:
       description: The value of every matching line (numbers for numeric rules, else the first group or the match).
       type: list
       elements: raw
       sample: [1089536.0]
     value:
-      description: The first of RV(startup[].values), V(null) when nothing matched.
+      description: The first of RV(startup[].matched_values), V(null) when nothing matched.
       type: raw
       sample: 1089536.0
     expect:

@@ -103,7 +103,7 @@ reason:
   description: Why the hub could not be reached (null when it answered).
   type: str
   returned: always
-  sample: "<urlopen error [Errno 111] Connection refused>"
+  sample: "[Errno 111] Connection refused"
 endpoint:
   description: The hub asked.
   type: str

@@ -528,8 +528,8 @@ def _check_engine_env(c, kind):
     if not isinstance(env, dict) or not manifests:
         return
     version = engine_version(c.profile, kind)
-    prefixes = tuple(sorted(_for_release({v: set(found) for v, (found, _) in manifests.items()}, version)))
-    names = _for_release({v: found for v, (_, found) in manifests.items()}, version) | _provided(c.profile, "env")
+    prefixes = tuple(sorted(_for_release({v: set(release_prefixes) for v, (release_prefixes, _names) in manifests.items()}, version)))
+    names = _for_release({v: release_names for v, (_prefixes, release_names) in manifests.items()}, version) | _provided(c.profile, "env")
     if version in manifests:
         verdict = f"{kind} {version} reads no such variable"
     else:
@@ -622,7 +622,7 @@ def registered_parsers(profile):
     version = engine_version(profile, kind)
     own = plugin_parsers(profile)
     found = {}
-    for section, (_, provides_key) in PARSER_SECTIONS.items():
+    for section, (_what, provides_key) in PARSER_SECTIONS.items():
         names = _for_release({v: m[section] for v, m in manifests.items()}, version)
         found[section] = (label, names | own[section] | _provided(profile, provides_key))
     return found
@@ -743,8 +743,7 @@ def _check_runtime(c):
     elif kind == "venv":
         venv = c.mapping("runtime.venv")
         if venv is not None:
-            c.unknown("runtime.venv", venv, ("python", "packages", "extra_index_urls", "find_links", "plugin",
-                                              "registry"))
+            c.unknown("runtime.venv", venv, ("python", "packages", "extra_index_urls", "find_links", "plugin", "registry"))
             c.string("runtime.venv.python", pattern=_PYTHON_RE,
                      hint=': write "3" for the system python3 or "3.X" for that minor (e.g. "3.12")')
             packages = c.strings("runtime.venv.packages")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import profile as profiles
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 from ansible_collections.sparkctl.spark.plugins.module_utils.api_key import api_key_from_text
 
 UNIT_NAME = "sparkctl-api-proxy.service"
