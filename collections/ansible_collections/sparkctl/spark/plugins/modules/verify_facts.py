@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: verify_facts
 short_description: Read what the verify stage judges on a node with one module run
-version_added: 0.2.0
+version_added: 0.1.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - sparkctl.spark.attributes.info_linux
