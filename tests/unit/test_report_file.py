@@ -25,6 +25,8 @@ def test_creates_the_missing_directories_and_writes(tmp_path, capsys):
     rc, result = run(capsys, path=str(path), content='{"ok": true}\n')
 
     assert rc == 0 and result["changed"] is True
+    # The sparkctl wrapper knows a run's reports by the results' dest (sparkctl/events.py).
+    assert result["dest"] == str(path)
     assert result["created_directories"] == [str(tmp_path / "sparkctl"), str(tmp_path / "sparkctl" / "reports")]
     assert path.read_text() == '{"ok": true}\n'
     assert mode_of(path) == 0o640

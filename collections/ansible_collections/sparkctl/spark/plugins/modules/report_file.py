@@ -52,8 +52,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-path:
-  description: The file written.
+dest:
+  description:
+    - The file written, under the name M(ansible.builtin.copy) gives it, which the C(sparkctl) wrapper reads to know the
+      reports of its run.
   type: str
   returned: always
   sample: /home/me/sparkctl/.sparkctl/reports/preflight.json
@@ -137,7 +139,7 @@ def main():
             os.replace(temporary, path)
         else:
             os.chmod(path, mode)
-    module.exit_json(changed=changed, path=path, created_directories=created)
+    module.exit_json(changed=changed, dest=path, created_directories=created)
 
 
 if __name__ == "__main__":
