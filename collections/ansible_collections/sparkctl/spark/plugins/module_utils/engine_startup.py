@@ -256,3 +256,71 @@ def read_first_lines(argv, limit, timeout=120):
             process.kill()
             _out, err = process.communicate()
     return (None if stopped else process.returncode), lines, err or ""
+
+
+class StartupLogError(Exception):
+    """Why the log of the unit's current start could not be read (msg, and the command's rc when one failed)."""
+
+    def __init__(self, msg, rc=None):
+        super().__init__(msg)
+        self.msg = msg
+        self.rc = rc
+
+
+def read_invocation_lines(module, unit, log_lines):
+    """(invocation id, the first log_lines lines of the unit's current invocation), as an
+    AnsibleModule reads them: engine_startup_facts' and verify_facts' one reader. Raises
+    StartupLogError when the unit has no current invocation or a command fails."""
+    if log_lines < 1:
+        raise StartupLogError("log_lines must be at least 1, got %d." % log_lines)
+    systemctl = module.get_bin_path("systemctl", required=True)
+    journalctl = module.get_bin_path("journalctl", required=True)
+    rc, out, err = module.run_command([systemctl, "show", "-p", "InvocationID", "--value", unit], check_rc=False)
+    if rc != 0:
+        raise StartupLogError("systemctl show %s failed: %s" % (unit, (err or out).strip()), rc)
+    invocation_id = out.strip() or None
+    if not invocation_id:
+        raise StartupLogError("%s is not running (systemd has no current invocation of it), so there is no startup "
+                              "log to read. Start the engine (the serve stage) before verifying it." % unit)
+    rc, lines, err = read_first_lines(journal_argv(journalctl, invocation_id), log_lines)
+    if rc not in (0, None):
+        raise StartupLogError("journalctl could not read the log of %s: %s" % (unit, err.strip()), rc)
+    return invocation_id, lines
+
+
+def startup_result(lines, rules, invocation_id=None):
+    """The engine_startup_facts result of evaluating rules on lines (startup, failed_rules, warned_rules,
+    invocation_id, lines_read): the keys are not failed/warnings, which Ansible reads as the task's own."""
+    result = evaluate(lines, rules)
+    return {
+        "startup": result["startup"],
+        "failed_rules": result["failed"],
+        "warned_rules": result["warnings"],
+        "invocation_id": invocation_id,
+        "lines_read": len(lines),
+    }
+
+
+def unit_active_state(module, unit):
+    """The unit's ActiveState (active, inactive, failed...) from systemctl, None when systemctl cannot tell."""
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        return None
+    rc, out, _err = module.run_command([systemctl, "show", "-p", "ActiveState", "--value", unit], check_rc=False)
+    return (out.strip() or None) if rc == 0 else None
+
+
+def read_unit_startup(module, unit, rules, log_lines, check_mode=False):
+    """(startup result or {}, error message or None, ActiveState) of the unit, for verify_facts.
+
+    No rules: nothing to read. A check run reads only an active unit (on a cluster not served yet
+    there is no engine, which the verdict says); a real run that cannot read the log reports why,
+    and the role stops on it after the endpoint probe, as engine_startup_facts' failure did."""
+    state = unit_active_state(module, unit)
+    if not rules or (check_mode and state != "active"):
+        return {}, None, state
+    try:
+        invocation_id, lines = read_invocation_lines(module, unit, log_lines)
+    except StartupLogError as exc:
+        return {}, exc.msg, state
+    return startup_result(lines, rules, invocation_id), None, state

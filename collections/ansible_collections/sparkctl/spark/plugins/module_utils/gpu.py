@@ -211,3 +211,20 @@ def gather_gpu_facts(run_command, nvidia_smi_path, nvcc_path):
     facts["cuda_driver_version"] = _probe_cuda_driver_version(run_command, nvidia_smi_path)
     facts["cuda_driver_major"] = version_major(facts["cuda_driver_version"])
     return facts
+
+
+def find_first_executable(module, candidates):
+    """The first of candidates an AnsibleModule finds (names in PATH and EXTRA_BIN_DIRS, absolute paths as they are)."""
+    for candidate in candidates:
+        path = module.get_bin_path(candidate, opt_dirs=list(EXTRA_BIN_DIRS))
+        if path:
+            return path
+    return None
+
+
+def read_gpu_facts(module, nvidia_smi="nvidia-smi", nvcc=("/usr/local/cuda/bin/nvcc", "nvcc")):
+    """The spark_gpu_facts fact as an AnsibleModule reads it: gpu_facts' and preflight_facts' one reader."""
+    def run_command(args):
+        return module.run_command(args, check_rc=False)
+
+    return gather_gpu_facts(run_command, find_first_executable(module, [nvidia_smi]), find_first_executable(module, nvcc))

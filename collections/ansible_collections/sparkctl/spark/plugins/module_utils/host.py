@@ -420,3 +420,25 @@ def gather_host_facts(paths, ports, proc_root="/proc", systemctl_version_output=
             "version": parse_systemd_version(systemctl_version_output),
         },
     }
+
+
+def read_host_facts(module, paths, ports, proc_root="/proc"):
+    """The spark_host_facts fact as an AnsibleModule reads it (systemctl for its version and the
+    socket units): host_facts' and preflight_facts' one reader."""
+    systemctl_version_output = socket_units_output = None
+    systemctl_path = module.get_bin_path("systemctl")
+    if systemctl_path:
+        rc, stdout, stderr = module.run_command([systemctl_path, "--version"], check_rc=False)
+        if rc == 0:
+            systemctl_version_output = stdout
+        # Listeners systemd holds for socket activation belong to PID 1; this names their unit.
+        rc, stdout, stderr = module.run_command([systemctl_path, "list-sockets", "--all", "--output=json"], check_rc=False)
+        if rc == 0:
+            socket_units_output = stdout
+    return gather_host_facts(
+        paths,
+        ports,
+        proc_root=proc_root,
+        systemctl_version_output=systemctl_version_output,
+        socket_units_output=socket_units_output,
+    )

@@ -21,6 +21,7 @@ import re
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_image import HASH_LABEL
 from ansible_collections.sparkctl.spark.plugins.module_utils.gpu import (
+    EXTRA_BIN_DIRS,
     first_output_line,
     gather_gpu_facts,
 )
@@ -262,3 +263,24 @@ def _gather_image(run_command, docker_path, image, versions, problems):
         return
     versions["image_id"] = inspected["id"]
     versions["image_context_hash"] = inspected["context_hash"]
+
+
+def read_runtime_versions(module, runtime_kind, venv_path=None, packages=(), image=None, nccl_preload=None,
+                          image_nccl_version=None, nvidia_smi="nvidia-smi", docker="docker"):
+    """gather_runtime_versions as an AnsibleModule runs it (the executables found in PATH and
+    EXTRA_BIN_DIRS): runtime_versions' and verify_facts' one reader."""
+    def run_command(argv):
+        return module.run_command(argv, check_rc=False)
+
+    docker_path = module.get_bin_path(docker, opt_dirs=list(EXTRA_BIN_DIRS)) if runtime_kind == "image" else None
+    return gather_runtime_versions(
+        run_command,
+        runtime_kind,
+        module.get_bin_path(nvidia_smi, opt_dirs=list(EXTRA_BIN_DIRS)),
+        venv_path=venv_path,
+        packages=packages,
+        docker_path=docker_path,
+        image=image,
+        nccl_preload=nccl_preload,
+        image_nccl_version=image_nccl_version,
+    )

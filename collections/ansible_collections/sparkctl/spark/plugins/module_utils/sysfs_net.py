@@ -468,3 +468,17 @@ def resolve_links_gids(links, sysfs_root="/sys", rdma_sysfs_root=None, wait_time
         if not errors or remaining <= 0 or not all(exc.transient for exc in errors):
             return summarize_roce(resolved), errors, round(waited, 3)
         sleep(min(poll_interval, remaining))
+
+
+def read_link_facts(module, interfaces, sysfs_root="/sys", rdma_sysfs_root=None):
+    """The spark_link_facts fact as an AnsibleModule reads it (ip for the addresses): link_facts'
+    and preflight_facts' one reader."""
+    ip_path = module.get_bin_path("ip")
+
+    def run_ip_addr(interface):
+        if ip_path is None:
+            return None, "ip not found"
+        rc, stdout, stderr = module.run_command(ip_addr_command(ip_path, interface), check_rc=False)
+        return ip_addr_outcome(rc, stdout, stderr)
+
+    return gather_link_facts(interfaces, sysfs_root=sysfs_root, rdma_sysfs_root=rdma_sysfs_root, run_ip_addr=run_ip_addr)

@@ -153,9 +153,9 @@ lines_read:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_startup import (
-    evaluate,
-    journal_argv,
-    read_first_lines,
+    StartupLogError,
+    read_invocation_lines,
+    startup_result,
 )
 
 
@@ -174,31 +174,11 @@ def main():
     if params["lines"] is not None:
         lines = params["lines"]
     else:
-        if params["log_lines"] < 1:
-            module.fail_json(msg="log_lines must be at least 1, got %d." % params["log_lines"])
-        systemctl = module.get_bin_path("systemctl", required=True)
-        journalctl = module.get_bin_path("journalctl", required=True)
-        rc, out, err = module.run_command([systemctl, "show", "-p", "InvocationID", "--value", params["unit"]],
-                                          check_rc=False)
-        if rc != 0:
-            module.fail_json(msg="systemctl show %s failed: %s" % (params["unit"], (err or out).strip()), rc=rc)
-        invocation_id = out.strip() or None
-        if not invocation_id:
-            module.fail_json(msg="%s is not running (systemd has no current invocation of it), so there is no startup "
-                                 "log to read. Start the engine (the serve stage) before verifying it." % params["unit"])
-        rc, lines, err = read_first_lines(journal_argv(journalctl, invocation_id), params["log_lines"])
-        if rc not in (0, None):
-            module.fail_json(msg="journalctl could not read the log of %s: %s" % (params["unit"], err.strip()), rc=rc)
-
-    result = evaluate(lines, params["rules"])
-    module.exit_json(
-        changed=False,
-        startup=result["startup"],
-        failed_rules=result["failed"],
-        warned_rules=result["warnings"],
-        invocation_id=invocation_id,
-        lines_read=len(lines),
-    )
+        try:
+            invocation_id, lines = read_invocation_lines(module, params["unit"], params["log_lines"])
+        except StartupLogError as exc:
+            module.fail_json(msg=exc.msg, **({} if exc.rc is None else {"rc": exc.rc}))
+    module.exit_json(changed=False, **startup_result(lines, params["rules"], invocation_id))
 
 
 if __name__ == "__main__":

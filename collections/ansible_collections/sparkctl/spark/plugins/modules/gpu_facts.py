@@ -190,18 +190,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.gpu import (
-    EXTRA_BIN_DIRS,
-    gather_gpu_facts,
-)
-
-
-def _find_first_executable(module, candidates):
-    for candidate in candidates:
-        path = module.get_bin_path(candidate, opt_dirs=list(EXTRA_BIN_DIRS))
-        if path:
-            return path
-    return None
+from ansible_collections.sparkctl.spark.plugins.module_utils.gpu import read_gpu_facts
 
 
 def main():
@@ -212,14 +201,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-
-    nvidia_smi_path = _find_first_executable(module, [module.params["nvidia_smi"]])
-    nvcc_path = _find_first_executable(module, module.params["nvcc"])
-
-    def run_command(args):
-        return module.run_command(args, check_rc=False)
-
-    facts = gather_gpu_facts(run_command, nvidia_smi_path, nvcc_path)
+    facts = read_gpu_facts(module, module.params["nvidia_smi"], module.params["nvcc"])
     module.exit_json(changed=False, ansible_facts=dict(spark_gpu_facts=facts))
 
 

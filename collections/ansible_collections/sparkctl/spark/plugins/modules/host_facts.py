@@ -231,7 +231,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.host import gather_host_facts
+from ansible_collections.sparkctl.spark.plugins.module_utils.host import read_host_facts
 
 PROC_ROOT = "/proc"
 
@@ -244,25 +244,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-
-    systemctl_version_output = socket_units_output = None
-    systemctl_path = module.get_bin_path("systemctl")
-    if systemctl_path:
-        rc, stdout, stderr = module.run_command([systemctl_path, "--version"], check_rc=False)
-        if rc == 0:
-            systemctl_version_output = stdout
-        # Listeners systemd holds for socket activation belong to PID 1; this names their unit.
-        rc, stdout, stderr = module.run_command([systemctl_path, "list-sockets", "--all", "--output=json"], check_rc=False)
-        if rc == 0:
-            socket_units_output = stdout
-
-    facts = gather_host_facts(
-        module.params["paths"],
-        module.params["ports"],
-        proc_root=PROC_ROOT,
-        systemctl_version_output=systemctl_version_output,
-        socket_units_output=socket_units_output,
-    )
+    facts = read_host_facts(module, module.params["paths"], module.params["ports"], proc_root=PROC_ROOT)
     module.exit_json(changed=False, ansible_facts=dict(spark_host_facts=facts))
 
 

@@ -194,11 +194,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import PATHS_ARGUMENT, assess_paths
-from ansible_collections.sparkctl.spark.plugins.module_utils.sysfs_net import (
-    gather_link_facts,
-    ip_addr_command,
-    ip_addr_outcome,
-)
+from ansible_collections.sparkctl.spark.plugins.module_utils.sysfs_net import read_link_facts
 
 
 def main():
@@ -211,20 +207,11 @@ def main():
         ),
         supports_check_mode=True,
     )
-
-    ip_path = module.get_bin_path("ip")
-
-    def run_ip_addr(interface):
-        if ip_path is None:
-            return None, "ip not found"
-        rc, stdout, stderr = module.run_command(ip_addr_command(ip_path, interface), check_rc=False)
-        return ip_addr_outcome(rc, stdout, stderr)
-
-    facts = gather_link_facts(
+    facts = read_link_facts(
+        module,
         module.params["interfaces"],
         sysfs_root=module.params["sysfs_root"],
         rdma_sysfs_root=module.params["rdma_sysfs_root"],
-        run_ip_addr=run_ip_addr,
     )
     module.exit_json(changed=False, ansible_facts=dict(spark_link_facts=facts), **assess_paths(module.params["paths"]))
 

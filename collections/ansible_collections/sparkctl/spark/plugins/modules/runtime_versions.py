@@ -170,8 +170,7 @@ nccl_preload:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.gpu import EXTRA_BIN_DIRS
-from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import gather_runtime_versions
+from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import read_runtime_versions
 
 
 def main():
@@ -189,27 +188,7 @@ def main():
         required_if=[("runtime_kind", "venv", ["venv_path"]), ("runtime_kind", "image", ["image"])],
         supports_check_mode=True,
     )
-    params = module.params
-
-    def run_command(argv):
-        return module.run_command(argv, check_rc=False)
-
-    docker_path = None
-    if params["runtime_kind"] == "image":
-        docker_path = module.get_bin_path(params["docker"], opt_dirs=list(EXTRA_BIN_DIRS))
-
-    result = gather_runtime_versions(
-        run_command,
-        params["runtime_kind"],
-        module.get_bin_path(params["nvidia_smi"], opt_dirs=list(EXTRA_BIN_DIRS)),
-        venv_path=params["venv_path"],
-        packages=params["packages"],
-        docker_path=docker_path,
-        image=params["image"],
-        nccl_preload=params["nccl_preload"],
-        image_nccl_version=params["image_nccl_version"],
-    )
-    module.exit_json(changed=False, **result)
+    module.exit_json(changed=False, **read_runtime_versions(module, **module.params))
 
 
 if __name__ == "__main__":

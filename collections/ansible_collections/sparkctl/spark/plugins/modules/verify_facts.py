@@ -1,0 +1,195 @@
+#!/usr/bin/python
+# Copyright (c) sparkctl developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: verify_facts
+short_description: Read what the verify stage judges on a node with one module run
+version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.info_linux
+description:
+  - Reads, with the same code and in one module run, what M(sparkctl.spark.runtime_versions) (the versions that must
+    match on every node), M(sparkctl.spark.host_facts) (C(/proc/meminfo)) and, on the head,
+    M(ansible.builtin.stat) (the API key file), M(ansible.builtin.systemd_service) (the engine unit's
+    C(ActiveState)) and M(sparkctl.spark.engine_startup_facts) (the startup facts) read. A module run is what a
+    no-op run pays for (docs/performance.md).
+  - The startup facts are read when O(startup_rules) is not empty. In check mode only from an active unit (a cluster
+    not served yet has no engine). A unit without a current invocation, or a log that cannot be read, is not a
+    module failure; RV(startup_error) says why, and the caller decides (the verify role stops on it after probing the
+    endpoint).
+  - A missing C(nvidia-smi), venv, docker or image is not a module failure either; RV(problems) says why, as
+    M(sparkctl.spark.runtime_versions) does.
+  - Reads only.
+author:
+  - sparkctl developers (!UNKNOWN)
+options:
+  runtime_kind:
+    description: The profile's C(runtime.kind), as O(sparkctl.spark.runtime_versions#module:runtime_kind).
+    type: str
+    required: true
+    choices: [venv, image]
+  venv_path:
+    description: The engine's virtual environment. Required with O(runtime_kind=venv).
+    type: path
+  packages:
+    description: Distributions whose versions are reported, as O(sparkctl.spark.runtime_versions#module:packages).
+    type: list
+    elements: str
+    default: []
+  image:
+    description: The engine image for O(runtime_kind=image). Required then.
+    type: str
+  image_nccl_version:
+    description: The NCCL version the image ships, as O(sparkctl.spark.runtime_versions#module:image_nccl_version).
+    type: str
+  nccl_preload:
+    description: The profile's C(nccl.preload), as O(sparkctl.spark.runtime_versions#module:nccl_preload).
+    type: dict
+    suboptions:
+      version:
+        description: The declared NCCL version of the library.
+        type: str
+      path:
+        description: The library on the node. Empty means no preload.
+        type: str
+  nvidia_smi:
+    description: Name or absolute path of C(nvidia-smi).
+    type: str
+    default: nvidia-smi
+  docker:
+    description: Name or absolute path of the C(docker) client, for O(runtime_kind=image).
+    type: str
+    default: docker
+  api_key_file:
+    description: The API key file whose presence RV(api_key_file) reports (the head's). Its content is not read.
+    type: path
+  startup_unit:
+    description: The engine's systemd unit, whose C(ActiveState) RV(unit) reports and whose log holds the startup lines.
+    type: str
+  startup_rules:
+    description:
+      - The profile's C(startup_log) rules, as O(sparkctl.spark.engine_startup_facts#module:rules). Needs O(startup_unit).
+    type: list
+    elements: dict
+    default: []
+  startup_log_lines:
+    description: How many lines of the invocation's log are read, as O(sparkctl.spark.engine_startup_facts#module:log_lines).
+    type: int
+    default: 20000
+seealso:
+  - module: sparkctl.spark.runtime_versions
+  - module: sparkctl.spark.engine_startup_facts
+  - module: sparkctl.spark.engine_probe
+notes:
+  - Reading the engine's journal and the key file's directory needs root; run it with C(become).
+"""
+
+EXAMPLES = r"""
+- name: Read this node for the verdict (the head's key and engine unit too)
+  sparkctl.spark.verify_facts:
+    runtime_kind: venv
+    venv_path: /opt/sparkctl/venvs/solar-open2
+    packages: "{{ spark_profile.runtime.venv.packages + ['torch'] }}"
+    api_key_file: "{{ spark_api_key_file if inventory_hostname == spark_cluster.head.name else omit }}"
+    startup_unit: "{{ 'sparkctl-engine.service' if inventory_hostname == spark_cluster.head.name else omit }}"
+    startup_rules: "{{ spark_profile.startup_log if inventory_hostname == spark_cluster.head.name else [] }}"
+  become: true
+  register: verify_node
+"""
+
+RETURN = r"""
+versions:
+  description: What must match across nodes, as M(sparkctl.spark.runtime_versions) returns it.
+  type: dict
+  returned: always
+problems:
+  description: Why a version could not be read, as M(sparkctl.spark.runtime_versions) returns it.
+  type: list
+  elements: str
+  returned: always
+nccl_preload:
+  description: The preload as found, as M(sparkctl.spark.runtime_versions) returns it.
+  type: dict
+  returned: always
+meminfo:
+  description: Memory counters from C(/proc/meminfo), as RV(sparkctl.spark.host_facts#module:ansible_facts.spark_host_facts.meminfo).
+  type: dict
+  returned: always
+  sample: {mem_total_bytes: 128501256192, mem_available_bytes: 121452777472}
+api_key_file:
+  description: The key file's path and whether it exists (a link counts as it stands); V(null) without O(api_key_file).
+  type: dict
+  returned: always
+  sample: {path: /etc/sparkctl/api-key.env, exists: true}
+unit:
+  description: The engine unit's name and C(ActiveState) (V(null) when systemctl cannot tell); V(null) without O(startup_unit).
+  type: dict
+  returned: always
+  sample: {name: sparkctl-engine.service, active_state: active}
+startup:
+  description:
+    - The startup facts as M(sparkctl.spark.engine_startup_facts) returns them (C(startup), C(failed_rules),
+      C(warned_rules), C(invocation_id), C(lines_read)); empty when they were not read.
+  type: dict
+  returned: always
+startup_error:
+  description: Why the startup facts could not be read, V(null) when they were or were not to be read.
+  type: str
+  returned: always
+  sample: null
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkctl.spark.plugins.module_utils.engine_startup import read_unit_startup
+from ansible_collections.sparkctl.spark.plugins.module_utils.host import parse_meminfo, read_text
+from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import read_runtime_versions
+
+PROC_ROOT = "/proc"
+RUNTIME_OPTIONS = ("runtime_kind", "venv_path", "packages", "image", "image_nccl_version", "nccl_preload",
+                   "nvidia_smi", "docker")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            runtime_kind=dict(type="str", required=True, choices=["venv", "image"]),
+            venv_path=dict(type="path"),
+            packages=dict(type="list", elements="str", default=[]),
+            image=dict(type="str"),
+            image_nccl_version=dict(type="str"),
+            nccl_preload=dict(type="dict", options=dict(version=dict(type="str"), path=dict(type="str"))),
+            nvidia_smi=dict(type="str", default="nvidia-smi"),
+            docker=dict(type="str", default="docker"),
+            api_key_file=dict(type="path"),
+            startup_unit=dict(type="str"),
+            startup_rules=dict(type="list", elements="dict", default=[]),
+            startup_log_lines=dict(type="int", default=20000),
+        ),
+        required_if=[("runtime_kind", "venv", ["venv_path"]), ("runtime_kind", "image", ["image"])],
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["startup_rules"] and not params["startup_unit"]:
+        module.fail_json(msg="startup_rules needs startup_unit: the rules are read against that unit's log.")
+    result = read_runtime_versions(module, **dict((name, params[name]) for name in RUNTIME_OPTIONS))
+    result["meminfo"] = parse_meminfo(read_text(os.path.join(PROC_ROOT, "meminfo")))
+    key = params["api_key_file"]
+    result["api_key_file"] = dict(path=key, exists=os.path.lexists(key)) if key else None
+    result.update(unit=None, startup={}, startup_error=None)
+    if params["startup_unit"]:
+        startup, error, state = read_unit_startup(module, params["startup_unit"], params["startup_rules"],
+                                                  params["startup_log_lines"], check_mode=module.check_mode)
+        result.update(unit=dict(name=params["startup_unit"], active_state=state), startup=startup, startup_error=error)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

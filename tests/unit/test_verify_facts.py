@@ -1,0 +1,107 @@
+"""sparkctl.spark.verify_facts: a node's part of the verify verdict read with one module run
+(the runtime versions, memory, and on the head the key file, the engine unit and its startup facts)."""
+
+from __future__ import annotations
+
+import stat
+import sys
+from pathlib import Path
+
+import module_runner
+import pytest
+from ansible.module_utils import basic
+from ansible_collections.sparkctl.spark.plugins.modules import verify_facts
+from test_host_facts import make_proc
+
+KIB = 1024
+UNIT = "sparkctl-engine.service"
+RULES = [{"name": "kv_cache_tokens", "regex": r"GPU KV cache size: ([\d,]+) tokens", "min": 1000, "on_mismatch": "fail"}]
+
+
+@pytest.fixture
+def node(monkeypatch, tmp_path):
+    """No nvidia-smi; systemctl answers from the test; journalctl prints one startup line."""
+    state = {"active": "active\n", "invocation": "abc\n", "calls": []}
+    journalctl = tmp_path / "journalctl"
+    journalctl.write_text(f"#!{sys.executable}\nprint('INFO GPU KV cache size: 65,536 tokens')\n")
+    journalctl.chmod(journalctl.stat().st_mode | stat.S_IXUSR)
+
+    def run_command(self, argv, check_rc=False, **kwargs):
+        state["calls"].append(list(argv))
+        if argv[:2] == ["/usr/bin/systemctl", "show"]:
+            return 0, state["active"] if "ActiveState" in argv else state["invocation"], ""
+        return 1, "", "not here"
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        return {"systemctl": "/usr/bin/systemctl", "journalctl": str(journalctl)}.get(name)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
+    monkeypatch.setattr(verify_facts, "PROC_ROOT", str(make_proc(tmp_path / "proc", {})))
+    return state
+
+
+def run(capsys, **args):
+    return module_runner.run_module(verify_facts.main, dict({"runtime_kind": "venv", "venv_path": "/nonexistent"}, **args),
+                                    capsys)
+
+
+def test_a_worker_reports_versions_and_memory(node, capsys):
+    rc, result = run(capsys, packages=["torch"])
+
+    assert rc == 0 and result["changed"] is False and not result.get("failed")
+    assert result["versions"]["driver"] is None and result["versions"]["packages"] == {"torch": None}
+    assert "nvidia-smi: nvidia-smi not found" in result["problems"]
+    assert result["meminfo"]["mem_total_bytes"] == 125489508 * KIB
+    assert result["api_key_file"] is None and result["unit"] is None
+    assert result["startup"] == {} and result["startup_error"] is None
+    assert node["calls"] == []
+
+
+def test_the_head_reports_its_key_unit_and_startup_facts(node, capsys, tmp_path):
+    key = tmp_path / "api-key.env"
+    key.write_text("SPARKCTL_API_KEY=secret\n")
+
+    rc, result = run(capsys, api_key_file=str(key), startup_unit=UNIT, startup_rules=RULES)
+
+    assert rc == 0 and not result.get("failed")
+    assert result["api_key_file"] == {"path": str(key), "exists": True}
+    assert result["unit"] == {"name": UNIT, "active_state": "active"}
+    assert result["startup_error"] is None
+    assert result["startup"]["invocation_id"] == "abc" and result["startup"]["lines_read"] == 1
+    assert result["startup"]["failed_rules"] == []
+    assert result["startup"]["startup"][0]["value"] == 65536
+    assert "secret" not in str(result)
+
+
+def test_a_stopped_engine_is_reported_not_failed(node, capsys):
+    node.update(active="inactive\n", invocation="\n")
+
+    rc, result = run(capsys, api_key_file="/nonexistent/key", startup_unit=UNIT, startup_rules=RULES)
+
+    assert rc == 0 and not result.get("failed")
+    assert result["api_key_file"]["exists"] is False
+    assert result["startup"] == {}
+    assert result["startup_error"].startswith(f"{UNIT} is not running (systemd has no current invocation of it)")
+
+
+def test_check_mode_reads_no_log_of_an_inactive_unit(node, capsys):
+    node.update(active="inactive\n", invocation="\n")
+
+    rc, result = run(capsys, startup_unit=UNIT, startup_rules=RULES, _ansible_check_mode=True)
+
+    assert rc == 0 and result["startup"] == {} and result["startup_error"] is None
+    assert result["unit"]["active_state"] == "inactive"
+
+
+def test_without_rules_no_log_is_read(node, capsys):
+    rc, result = run(capsys, startup_unit=UNIT)
+
+    assert rc == 0 and result["startup"] == {} and result["unit"]["active_state"] == "active"
+    assert not any("InvocationID" in call for call in node["calls"])
+
+
+def test_rules_need_a_unit(node, capsys):
+    rc, result = run(capsys, startup_rules=RULES)
+
+    assert rc == 1 and "startup_rules needs startup_unit" in result["msg"]
