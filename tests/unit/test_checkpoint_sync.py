@@ -868,3 +868,15 @@ def test_through_the_daemon_only_what_an_earlier_manifest_listed_is_deleted(hub,
     assert not (served / "old-shard.safetensors").exists()
     for path, data in planted.items():
         assert path.read_bytes() == data, path
+
+
+@pytest.mark.parametrize("patterns", [None, [], "*.json", ["*.safetensors"], ["sub/"], ["sub\\"], ["*.JSON"],
+                                      ["config.json", "sub/*.bin"], [".cache/*"]])
+def test_the_files_a_transfer_takes_are_huggingface_hubs_allow_patterns_less_the_bookkeeping(patterns):
+    from huggingface_hub.utils import filter_repo_objects
+
+    names = ["config.json", "model-00001-of-00002.safetensors", "sub/a.bin", "sub/deeper/b.bin", "README.md",
+             ".sparkctl-manifest.json", ".cache/huggingface/x.lock", "Tokenizer.JSON"]
+    ignored = checkpoint_sync.compile_ignore(checkpoint_sync.DEFAULT_IGNORE)
+    expected = [name for name in filter_repo_objects(names, allow_patterns=patterns or None) if not ignored(name)]
+    assert checkpoint_sync.select_repo_files(names, patterns) == expected

@@ -1,12 +1,14 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The checkpoint stage's filters: one readable line from the progress file
-sparkctl.spark.checkpoint_sync keeps while it runs in the background, and whether a node
-has room for the checkpoint once its real size is known."""
+sparkctl.spark.checkpoint_sync keeps while it runs in the background, whether a node
+has room for the checkpoint once its real size is known, and whether the manifest an
+earlier run kept is the checkpoint this run asks for (the stage's no-op path)."""
 
 from __future__ import annotations
 
 from ansible_collections.sparkctl.spark.plugins.filter.preflight_checks import check_disk
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_sync import kept_manifest_standing
 
 DOCUMENTATION = r"""
 name: checkpoint_progress_line
@@ -19,6 +21,12 @@ description:
     its C(disks); arguments the directory, the checkpoint's real size and the reserve, in bytes) returns preflight's
     C(disk.checkpoint) result (C(id), C(title), C(status), C(detail), C(fix)) for that size, counting what is already
     in the directory as in place.
+  - The companion filter C(checkpoint_manifest_standing) (input the manifest an earlier run kept, parsed, or an empty
+    mapping; arguments the transfer's source, C(sparkctl.spark.hub_access)'s result and why the hub is out of reach,
+    empty when it is not) returns C(current), C(reason) and C(notes). C(current) says whether that manifest is the one
+    a transfer would build now, of the same repo and revision and, with the hub in reach, of the commit the hub names
+    with the same files after C(allow_patterns); with the hub out of reach the same repo and revision suffice.
+    C(reason) says why not; C(notes) are lines to show, such as a branch checked offline that may have moved.
 options:
   _input:
     description: The parsed progress file.
@@ -77,6 +85,15 @@ def checkpoint_room(host_facts, path, size_bytes, reserve_bytes):
     return check_disk({"host": host_facts or {}}, req)[0]
 
 
+def checkpoint_manifest_standing(manifest, source, hub_answer=None, hub_unreachable=""):
+    """kept_manifest_standing (module_utils/checkpoint_sync.py, the transfer's own rules) with the
+    hub's answer as hub_access returned it; a skipped or failed access check names no commit."""
+    hub_answer = hub_answer if isinstance(hub_answer, dict) else {}
+    return kept_manifest_standing(manifest or {}, source, hub_commit=hub_answer.get("commit"),
+                                  hub_files=hub_answer.get("files"), hub_unreachable=hub_unreachable or None)
+
+
 class FilterModule:
     def filters(self):
-        return {"checkpoint_progress_line": checkpoint_progress_line, "checkpoint_room": checkpoint_room}
+        return {"checkpoint_progress_line": checkpoint_progress_line, "checkpoint_room": checkpoint_room,
+                "checkpoint_manifest_standing": checkpoint_manifest_standing}

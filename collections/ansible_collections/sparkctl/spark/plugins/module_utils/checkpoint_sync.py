@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from fnmatch import fnmatchcase
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
     DEFAULT_IGNORE,
@@ -176,18 +177,40 @@ def foreign_note(dest, foreign):
 # --- manifest ------------------------------------------------------------------------------------
 
 
+def select_repo_files(names, allow_patterns=None):
+    """The repo files a transfer takes, in the order given: huggingface_hub's allow_patterns
+    filter (`filter_repo_objects`: case-sensitive fnmatch, a pattern ending in '/' takes the
+    directory's files; none means all), less this module's and huggingface_hub's own
+    bookkeeping (DEFAULT_IGNORE). The transfer builds its manifest from these and the stage's
+    no-op check compares a kept manifest's files with them, so both agree on what is wanted."""
+    patterns = allow_patterns or None
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if patterns is not None:
+        patterns = [p.replace("\\", "/") for p in patterns]
+        patterns = [p + "*" if p.endswith("/") else p for p in patterns]
+    ignored = compile_ignore(DEFAULT_IGNORE)
+    chosen = []
+    for name in names:
+        path = name.replace("\\", "/")
+        if patterns is not None and not any(fnmatchcase(path, pattern) for pattern in patterns):
+            continue
+        if not ignored(name):  # would collide with this module's or huggingface_hub's bookkeeping
+            chosen.append(name)
+    return chosen
+
+
 def hub_manifest(repo_id, revision, allow_patterns=None, endpoint=None, token=None, hub=None):
     """The files of repo_id at revision (filtered like huggingface_hub's allow_patterns) with sizes,
     LFS sha256 (None for files stored in git) and git blob ids, and the resolved commit."""
     hub = hub or import_hub()
     info = hub.HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True, token=token)
-    ignored = compile_ignore(DEFAULT_IGNORE)
-    siblings = list(hub.utils.filter_repo_objects(info.siblings, allow_patterns=allow_patterns or None, key=lambda s: s.rfilename))
+    wanted = set(select_repo_files([sibling.rfilename for sibling in info.siblings], allow_patterns))
     files = {}
-    for sibling in siblings:
+    for sibling in info.siblings:
         rel = sibling.rfilename
-        if ignored(rel):
-            continue  # would collide with this module's or huggingface_hub's bookkeeping
+        if rel not in wanted:
+            continue
         if sibling.size is None:
             raise SyncError("the hub gave no size for %s (model_info without files_metadata?)" % rel)
         lfs = sibling.lfs
@@ -199,6 +222,66 @@ def hub_manifest(repo_id, revision, allow_patterns=None, endpoint=None, token=No
     if not files:
         raise SyncError("%s@%s has no files matching allow_patterns %s" % (repo_id, revision, allow_patterns))
     return build_manifest(files, repo_id=repo_id, revision=revision, commit=info.sha, source="hub")
+
+
+def kept_manifest_refusal(manifest, source):
+    """Why the manifest an earlier run kept is not of this hub source (repo and revision as
+    asked), or None when it is."""
+    where = "%s@%s" % (source["repo_id"], source["revision"])
+    kept = (manifest.get("source"), manifest.get("repo_id"), manifest.get("revision"))
+    if kept != ("hub", source["repo_id"], source["revision"]):
+        return "the earlier run's manifest is of %s@%s, not %s" % (kept[1] or manifest.get("path") or "?", kept[2] or "?", where)
+    return None
+
+
+def offline_notes(manifest, source, hub_unreachable):
+    """What to say when the hub is out of reach and the kept manifest stands in for it: a branch
+    or tag (anything but the commit the manifest names) may have moved on the hub since."""
+    if manifest.get("commit") == source["revision"]:
+        return []
+    return ["the hub is out of reach (%s): %s@%s is checked against the commit %s of the earlier run; the branch or tag "
+            "%r may have moved on the hub since (pin a commit in spark_checkpoint.revision to make this exact)"
+            % (hub_unreachable, source["repo_id"], source["revision"], manifest.get("commit"), source["revision"])]
+
+
+def kept_manifest_standing(manifest, source, hub_commit=None, hub_files=None, hub_unreachable=None):
+    """Whether the manifest an earlier run kept is the one a transfer would build now, so a node
+    whose copy verifies against it holds the checkpoint this run asks for.
+
+    source is the transfer's (type hub or path); with the hub in reach, hub_commit and hub_files
+    are the hub's answer for the revision (hub_access: the commit it resolves to and its file
+    names), and the kept manifest stands only for that same commit and the same files after
+    allow_patterns; with the hub out of reach (hub_unreachable, the reason) it stands for the same
+    repo and revision, as the transfer's own offline run takes it (a branch may have moved: a
+    note says so). A path source is never vouched for here: only reading the source tells.
+    Returns {current: bool, reason: why not (empty when current), notes: [lines to show]}."""
+
+    def no(reason):
+        return {"current": False, "reason": reason, "notes": []}
+
+    if not isinstance(source, dict) or source.get("type") != "hub":
+        return no("a path source is read again by the transfer")
+    if not manifest:
+        return no("no manifest of an earlier run")
+    try:
+        files = normalize_manifest(dict(manifest))
+    except (CheckpointError, TypeError, ValueError, AttributeError) as exc:
+        return no("the earlier run's manifest cannot be used: %s" % exc)
+    refusal = kept_manifest_refusal(manifest, source)
+    if refusal:
+        return no(refusal)
+    if hub_unreachable:
+        return {"current": True, "reason": "", "notes": offline_notes(manifest, source, hub_unreachable)}
+    if not hub_commit or hub_files is None:
+        return no("the hub named no commit or files for %s@%s" % (source["repo_id"], source["revision"]))
+    if hub_commit != manifest.get("commit"):
+        return no("%s@%s is commit %s on the hub, the earlier run's manifest is of %s"
+                  % (source["repo_id"], source["revision"], hub_commit, manifest.get("commit")))
+    wanted = set(select_repo_files(hub_files, source.get("allow_patterns")))
+    if wanted != set(files):
+        return no("the hub's files after allow_patterns differ from the earlier run's manifest (%d wanted, %d kept)"
+                  % (len(wanted), len(files)))
+    return {"current": True, "reason": "", "notes": []}
 
 
 def build_manifest(files, repo_id=None, revision=None, commit=None, source=None, path=None):
@@ -808,15 +891,10 @@ class CheckpointSync:
                             "needs the hub" % (self.manifest_file, where))
         except (OSError, ValueError, CheckpointError) as exc:
             raise SyncError(cannot + "the earlier run's manifest %s cannot be used: %s" % (self.manifest_file, exc))
-        kept = (manifest.get("source"), manifest.get("repo_id"), manifest.get("revision"))
-        if kept != ("hub", source["repo_id"], source["revision"]):
-            raise SyncError(cannot + "the earlier run's manifest is of %s@%s, not %s: the new checkpoint needs the hub"
-                            % (kept[1] or manifest.get("path") or "?", kept[2] or "?", where))
-        if manifest.get("commit") != source["revision"]:
-            self.notes.append(
-                "the hub is out of reach (%s): %s is checked against the commit %s of the earlier run; the branch or tag "
-                "%r may have moved on the hub since (pin a commit in spark_checkpoint.revision to make this exact)"
-                % (self.hub_unreachable, where, manifest.get("commit"), source["revision"]))
+        refusal = kept_manifest_refusal(manifest, source)
+        if refusal:
+            raise SyncError(cannot + refusal + ": the new checkpoint needs the hub")
+        self.notes.extend(offline_notes(manifest, source, self.hub_unreachable))
         return manifest
 
     # -- head ----------------------------------------------------------------------------------

@@ -195,6 +195,7 @@ def probe(repo_id, revision, token=None, endpoint=None, timeout=15, opener=None)
         "info_error_message": None,
         "gated": False,
         "commit": None,
+        "files": None,
         "file": None,
         "content_status": None,
         "content_error_code": None,
@@ -220,6 +221,10 @@ def probe(repo_id, revision, token=None, endpoint=None, timeout=15, opener=None)
         data = {}
     result["gated"] = data.get("gated") or False
     result["commit"] = data.get("sha")
+    # The repo's file names at that commit: the checkpoint stage compares them with the manifest
+    # an earlier run kept (after allow_patterns) instead of reading the hub's file list again.
+    siblings = data.get("siblings") if isinstance(data.get("siblings"), list) else []
+    result["files"] = sorted(s["rfilename"] for s in siblings if isinstance(s, dict) and isinstance(s.get("rfilename"), str))
     wanted = _probe_file(data.get("siblings"))
     result["file"] = wanted
     if wanted is None:

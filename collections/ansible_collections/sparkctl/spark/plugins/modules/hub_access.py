@@ -123,6 +123,12 @@ content_status:
   type: int
   returned: always
   sample: 206
+files:
+  description: The repo's file names at RV(commit), sorted (null when the hub did not answer with the repo's metadata).
+  type: list
+  elements: str
+  returned: always
+  sample: [config.json, model-00001-of-00051.safetensors]
 file:
   description: The file whose first byte was read.
   type: str
