@@ -38,7 +38,6 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
     CheckpointError,
     FileInfo,
     compile_ignore,
-    expected_digest,
     git_blob_sha1_file,
     is_racy,
     manifest_digest,
@@ -493,7 +492,9 @@ class Rsync:
         if target is not None and is_daemon_target(target) and self.password:
             env = dict(os.environ, RSYNC_PASSWORD=self.password)
         stdin = subprocess.PIPE if input_text is not None else subprocess.DEVNULL
-        process = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, env=env)
+        # Not run_command: the streams run side by side, and a stop must reach each process.
+        process = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,  # pylint: disable=ansible-bad-function
+                                   universal_newlines=True, env=env)
         with self.lock:
             self.processes.add(process)
         try:
@@ -701,7 +702,7 @@ class WorkerMirror:
                 self.fresh.add(rel)
             if fresh or lacks is None or rel in lacks:
                 self.jobs.put(rel)
-        for _ in range(self.sync.streams):
+        for _stream in range(self.sync.streams):
             self.jobs.put(None)
 
     def _copy_loop(self, target):
@@ -1100,7 +1101,7 @@ class CheckpointSync:
             lock.release()
 
     def _run(self, started, manifest_s):
-        verified, fetch, to_hash, self.stamp_files, digest, stale, foreign, _ = self._head_state()
+        verified, fetch, to_hash, self.stamp_files, digest, stale, foreign, _present = self._head_state()
         if self.source["type"] == "path" and self.same_tree:
             # The manifest was hashed from this very tree a moment ago.
             verified, to_hash = sorted(verified + to_hash), []
@@ -1189,7 +1190,7 @@ class CheckpointSync:
     def _plan(self, started, manifest_s):
         """Check mode: what a run would download, copy and delete; nothing is written."""
         self.previous_files = self._read_previous_files()
-        verified, fetch, to_hash, _, _, stale, foreign, _ = self._head_state()
+        verified, fetch, to_hash, _stamp_files, _digest, stale, foreign, _present = self._head_state()
         bad = [rel for rel in to_hash if not self._check_file(rel)[0]]
         would_fetch = sorted(fetch + bad)
         if foreign:

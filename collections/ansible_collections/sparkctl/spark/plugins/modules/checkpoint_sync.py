@@ -116,8 +116,8 @@ options:
         required: true
       alternate_targets:
         description:
-          - The same tree through the worker's other cable halves, of the same kind as O(target). The O(streams)
-            copies are spread over O(target) and these (stream i on target i mod n), so both halves carry data.
+          - The same tree through the worker's other cable halves, of the same kind as O(workers[].target). The O(streams)
+            copies are spread over O(workers[].target) and these (stream i on target i mod n), so both halves carry data.
         type: list
         elements: str
         default: []
