@@ -265,6 +265,20 @@ def _gather_image(run_command, docker_path, image, versions, problems):
     versions["image_context_hash"] = inspected["context_hash"]
 
 
+# The options read_runtime_versions takes, as runtime_versions and verify_facts declare them.
+RUNTIME_ARGUMENT_SPEC = dict(
+    runtime_kind=dict(type="str", required=True, choices=["venv", "image"]),
+    venv_path=dict(type="path"),
+    packages=dict(type="list", elements="str", default=[]),
+    image=dict(type="str"),
+    image_nccl_version=dict(type="str"),
+    nccl_preload=dict(type="dict", options=dict(version=dict(type="str"), path=dict(type="str"))),
+    nvidia_smi=dict(type="str", default="nvidia-smi"),
+    docker=dict(type="str", default="docker"),
+)
+RUNTIME_REQUIRED_IF = [("runtime_kind", "venv", ["venv_path"]), ("runtime_kind", "image", ["image"])]
+
+
 def read_runtime_versions(module, runtime_kind, venv_path=None, packages=(), image=None, nccl_preload=None,
                           image_nccl_version=None, nvidia_smi="nvidia-smi", docker="docker"):
     """gather_runtime_versions as an AnsibleModule runs it (the executables found in PATH and

@@ -170,22 +170,17 @@ nccl_preload:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import read_runtime_versions
+from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import (
+    RUNTIME_ARGUMENT_SPEC,
+    RUNTIME_REQUIRED_IF,
+    read_runtime_versions,
+)
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            runtime_kind=dict(type="str", required=True, choices=["venv", "image"]),
-            venv_path=dict(type="path"),
-            packages=dict(type="list", elements="str", default=[]),
-            image=dict(type="str"),
-            image_nccl_version=dict(type="str"),
-            nccl_preload=dict(type="dict", options=dict(version=dict(type="str"), path=dict(type="str"))),
-            nvidia_smi=dict(type="str", default="nvidia-smi"),
-            docker=dict(type="str", default="docker"),
-        ),
-        required_if=[("runtime_kind", "venv", ["venv_path"]), ("runtime_kind", "image", ["image"])],
+        argument_spec=RUNTIME_ARGUMENT_SPEC,
+        required_if=RUNTIME_REQUIRED_IF,
         supports_check_mode=True,
     )
     module.exit_json(changed=False, **read_runtime_versions(module, **module.params))

@@ -150,36 +150,31 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_startup import read_unit_startup
 from ansible_collections.sparkctl.spark.plugins.module_utils.host import parse_meminfo, read_text
-from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import read_runtime_versions
+from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import (
+    RUNTIME_ARGUMENT_SPEC,
+    RUNTIME_REQUIRED_IF,
+    read_runtime_versions,
+)
 
 PROC_ROOT = "/proc"
-RUNTIME_OPTIONS = ("runtime_kind", "venv_path", "packages", "image", "image_nccl_version", "nccl_preload",
-                   "nvidia_smi", "docker")
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            runtime_kind=dict(type="str", required=True, choices=["venv", "image"]),
-            venv_path=dict(type="path"),
-            packages=dict(type="list", elements="str", default=[]),
-            image=dict(type="str"),
-            image_nccl_version=dict(type="str"),
-            nccl_preload=dict(type="dict", options=dict(version=dict(type="str"), path=dict(type="str"))),
-            nvidia_smi=dict(type="str", default="nvidia-smi"),
-            docker=dict(type="str", default="docker"),
+            RUNTIME_ARGUMENT_SPEC,
             api_key_file=dict(type="path"),
             startup_unit=dict(type="str"),
             startup_rules=dict(type="list", elements="dict", default=[]),
             startup_log_lines=dict(type="int", default=20000),
         ),
-        required_if=[("runtime_kind", "venv", ["venv_path"]), ("runtime_kind", "image", ["image"])],
+        required_if=RUNTIME_REQUIRED_IF,
         supports_check_mode=True,
     )
     params = module.params
     if params["startup_rules"] and not params["startup_unit"]:
         module.fail_json(msg="startup_rules needs startup_unit: the rules are read against that unit's log.")
-    result = read_runtime_versions(module, **dict((name, params[name]) for name in RUNTIME_OPTIONS))
+    result = read_runtime_versions(module, **dict((name, params[name]) for name in RUNTIME_ARGUMENT_SPEC))
     result["meminfo"] = parse_meminfo(read_text(os.path.join(PROC_ROOT, "meminfo")))
     key = params["api_key_file"]
     result["api_key_file"] = dict(path=key, exists=os.path.lexists(key)) if key else None
