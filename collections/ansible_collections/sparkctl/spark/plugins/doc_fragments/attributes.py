@@ -11,8 +11,15 @@ C(check_mode.details): Ansible merges each attribute's keys, the module's winnin
 
 from __future__ import annotations
 
-# Check mode reports the change a real run would make, without making it; no module shows a diff.
-_CHANGES = r"""
+# Each variant is written out whole: ansible-test's documentation checks read a fragment's
+# text from the source, so a fragment built from shared pieces cannot be checked.
+# Check mode reports the change a real run would make, without making it; no module shows a
+# diff. A read-only module does the same in check mode. The platform is Linux for modules that
+# read /proc, sysfs, systemd or nftables, POSIX for the others.
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
 attributes:
   check_mode:
     support: full
@@ -20,8 +27,27 @@ attributes:
     support: none
 """
 
-# A module that only reads: check mode is a normal run.
-_READ_ONLY = r"""
+    LINUX = r"""
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: linux
+"""
+
+    POSIX = r"""
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+"""
+
+    INFO_LINUX = r"""
 attributes:
   check_mode:
     support: full
@@ -29,20 +55,46 @@ attributes:
       - The module only reads; it does the same in check mode.
   diff_mode:
     support: none
+  platform:
+    platforms: linux
 """
 
-# Indented entries that extend the attributes mapping above.
-_FACTS = "  facts:\n    support: full\n"
-# Linux-only interfaces (/proc, sysfs, systemd, nftables) against no more than a POSIX target.
-_LINUX = "  platform:\n    platforms: linux\n"
-_POSIX = "  platform:\n    platforms: posix\n"
+    INFO_POSIX = r"""
+attributes:
+  check_mode:
+    support: full
+    details:
+      - The module only reads; it does the same in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+"""
 
+    FACTS_LINUX = r"""
+attributes:
+  check_mode:
+    support: full
+    details:
+      - The module only reads; it does the same in check mode.
+  diff_mode:
+    support: none
+  facts:
+    support: full
+  platform:
+    platforms: linux
+"""
 
-class ModuleDocFragment:
-    DOCUMENTATION = _CHANGES
-    LINUX = _CHANGES + _LINUX
-    POSIX = _CHANGES + _POSIX
-    INFO_LINUX = _READ_ONLY + _LINUX
-    INFO_POSIX = _READ_ONLY + _POSIX
-    FACTS_LINUX = _READ_ONLY + _FACTS + _LINUX
-    FACTS_POSIX = _READ_ONLY + _FACTS + _POSIX
+    FACTS_POSIX = r"""
+attributes:
+  check_mode:
+    support: full
+    details:
+      - The module only reads; it does the same in check mode.
+  diff_mode:
+    support: none
+  facts:
+    support: full
+  platform:
+    platforms: posix
+"""
