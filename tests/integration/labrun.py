@@ -37,6 +37,27 @@ def container(node: str) -> str:
     return lab_plan().node(node).container
 
 
+def lab_profile_pins() -> dict[str, str]:
+    """The lab profile's venv pins by PEP 503 name ({'ray': '2.60.0', ...}): what the venv
+    runtime installs (the profile's packages, plus the Ray sparkctl supplies), read through the
+    collection so a test never keeps its own copy of a version."""
+    collections = str(REPO / "collections")
+    if collections not in sys.path:
+        sys.path.insert(0, collections)
+    from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile
+
+    settings = read_group_vars(LAB_INVENTORY_DIR)["all"]
+    loaded = profile.load_profile(settings["spark_model_profile"], settings.get("spark_profile_paths"),
+                                  base_dir=str(LAB_INVENTORY_DIR))
+    return dict(pep503_pin(spec) for spec in profile.venv_packages(loaded))
+
+
+def pep503_pin(spec: str) -> tuple[str, str]:
+    """'Ray[default]==2.60.0' or pip freeze's 'sparklab_engine==0.2.0' -> (PEP 503 name, version)."""
+    name, _, version = spec.partition("==")
+    return re.sub(r"[-_.]+", "-", re.sub(r"\[.*\]", "", name).strip()).lower(), version.strip()
+
+
 def management_address(node: str) -> str:
     return lab_plan().node(node).mgmt_ip
 

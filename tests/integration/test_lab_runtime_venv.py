@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from labrun import node_exec
+from labrun import lab_profile_pins, node_exec, pep503_pin
 
 pytestmark = pytest.mark.lab
 
@@ -71,10 +71,13 @@ def _repaired_on_spark2_only(run_site):
 
 
 def test_every_node_has_the_venv_the_engine_and_the_plugin(converged, site_packages):
+    pins = lab_profile_pins()
+    assert set(pins) >= {"ray", "sparklab-engine"}, pins
     for node in HOSTS:
         assert node_exec(node, "stat", "-c", "%U:%G %a", VENV).stdout.split() == ["root:root", "755"]
         freeze = node_exec(node, f"{VENV}/bin/python", "-m", "pip", "freeze").stdout.splitlines()
-        assert "ray==2.60.0" in freeze and "sparklab-engine==0.2.0" in freeze, freeze
+        installed = dict(pep503_pin(line) for line in freeze if "==" in line)
+        assert {name: installed.get(name) for name in pins} == pins, freeze
         assert ARCH in _archs(node)
         assert "SparklabStandinForCausalLM" in _read(node, f"{site_packages}/{REGISTRY}")
         assert ARCH not in _read(node, f"{site_packages}/{REGISTRY}.orig")
