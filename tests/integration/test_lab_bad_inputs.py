@@ -67,6 +67,11 @@ def _stage_problems(entry: dict, run) -> list[str]:
         if set(run.recap) != {"localhost"}:
             problems.append(f"hosts other than the control node ran tasks: {sorted(run.recap)}")
         return problems
+    if stage == "arguments":
+        problems = [] if "Validation of arguments failed" in run.output else ["no 'Validation of arguments failed'"]
+        if roles - {"spark"}:
+            problems.append(f"roles after the argument check ran: {sorted(roles - {'spark'})}")
+        return problems
     if stage == "preflight":
         problems = [] if "Preflight failed on " in run.output else ["no 'Preflight failed on'"]
         if roles - {"spark", "preflight"}:

@@ -22,7 +22,7 @@ import labrun  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRIES = labrun.bad_inputs()
-STAGES = ("validation", "preflight", "checkpoint-before-write")
+STAGES = ("validation", "arguments", "preflight", "checkpoint-before-write")
 PRODUCE_KEYS = {"groups", "host_vars", "group_vars", "extra_vars", "profile_overrides", "profile_files", "hub"}
 REQUIRES = {"hub", "checkpoint-tools"}
 LAB_NODES = ("spark1", "spark2")
@@ -93,7 +93,7 @@ def test_validation_refuses_with_the_variable_and_the_fix(entry, tmp_path):
         assert secret not in text, f"{entry['id']}: {secret!r} shown"
 
 
-@pytest.mark.parametrize("entry", _by_stage("preflight") + _by_stage("checkpoint-before-write"))
+@pytest.mark.parametrize("entry", _by_stage("arguments") + _by_stage("preflight") + _by_stage("checkpoint-before-write"))
 def test_later_stage_entries_pass_validation(entry, tmp_path):
     assert _problems(entry, tmp_path) == []
 

@@ -39,7 +39,9 @@ def defaults(role):
 
 def spec_options(role):
     specs = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text(encoding="utf-8"))
-    return specs["argument_specs"]["main"].get("options") or {}
+    # The spark role's spec is its `validate` entry point, checked once per run (roles/spark/tasks/main.yml).
+    entry_points = specs["argument_specs"]
+    return (entry_points["main"] if "main" in entry_points else entry_points["validate"]).get("options") or {}
 
 
 def undefaulted_in_comments(role):
