@@ -73,3 +73,20 @@ def test_a_mode_that_is_not_octal_fails(tmp_path, capsys):
 @pytest.mark.parametrize("text, mode", [("0640", 0o640), ("750", 0o750)])
 def test_octal_mode(text, mode):
     assert report_file.octal_mode(text) == mode
+
+
+def test_a_failed_write_leaves_the_old_report_and_no_temporary_file(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "verify.json"
+    path.write_text('{"old": true}\n')
+    path.chmod(0o640)
+
+    def refuse(source, destination):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    rc, result = run(capsys, path=str(path), content='{"new": true}\n')
+
+    assert rc == 1 and result["failed"] is True
+    assert str(path) in result["msg"] and "No space left on device" in result["msg"]
+    assert path.read_text() == '{"old": true}\n'
+    assert os.listdir(tmp_path) == ["verify.json"]

@@ -25,9 +25,10 @@ import os
 import posixpath
 import re
 import stat
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_bytes_and_mode, write_file_atomic
 
 STAMP_NAME = ".sparkctl-verified.json"
 STAMP_VERSION = 1
@@ -618,44 +619,6 @@ def render_stamp(files, digest):
     return (json.dumps(payload, sort_keys=True, indent=1) + "\n").encode("utf-8")
 
 
-def write_file_atomic(path, data, mode=STAMP_MODE):
-    """Write data to path through a temp file in the same directory and a rename."""
-    directory = os.path.dirname(path) or "."
-    fd, temp_path = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), mode)
-        os.replace(temp_path, path)
-    except BaseException:
-        try:
-            os.unlink(temp_path)
-        except OSError:
-            pass
-        raise
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
-
-
-def _current_bytes_and_mode(path):
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-        return data, stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        return None, None
-
-
 # --- problems ------------------------------------------------------------------------------------
 
 
@@ -899,12 +862,16 @@ def verify_checkpoint(
             if expected_digest(entry) is None and rel in present:
                 stamp_files[rel] = stamp_entry(present[rel], None)
         data = render_stamp(stamp_files, digest)
-        current, mode = _current_bytes_and_mode(stamp_file)
+        try:
+            current, mode = read_bytes_and_mode(stamp_file)
+        except OSError:
+            # Unreadable: written anew below, whose failure says why.
+            current, mode = None, None
         if current != data or mode != STAMP_MODE:
             final["stamp_would_change"] = True
             if not check_mode:
                 try:
-                    write_file_atomic(stamp_file, data)
+                    write_file_atomic(stamp_file, data, STAMP_MODE)
                 except OSError as exc:
                     raise CheckpointError("cannot write the stamp %s: %s" % (stamp_file, exc.strerror or exc))
                 final["stamp_written"] = True

@@ -34,6 +34,7 @@ from fnmatch import fnmatchcase
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
     DEFAULT_IGNORE,
+    STAMP_MODE,
     STAMP_NAME,
     CheckpointError,
     FileInfo,
@@ -50,8 +51,8 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
     sha256_file,
     stamp_entry,
     stamp_vouches,
-    write_file_atomic,
 )
+from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
 
 MANIFEST_NAME = ".sparkctl-manifest.json"
 PROGRESS_NAME = ".sparkctl-progress.json"
@@ -383,7 +384,7 @@ def _write_if_changed(path, data):
                 return False
     except OSError:
         pass
-    write_file_atomic(path, data)
+    write_file_atomic(path, data, STAMP_MODE)
     return True
 
 
@@ -639,7 +640,7 @@ class Progress:
             self.state["elapsed_s"] = round(self.clock() - self.started, 3)
             data = (json.dumps(self.state, sort_keys=True, indent=1) + "\n").encode("utf-8")
             try:
-                write_file_atomic(self.path, data)
+                write_file_atomic(self.path, data, STAMP_MODE)
             except OSError:
                 pass  # progress is best effort; the result carries the truth
 

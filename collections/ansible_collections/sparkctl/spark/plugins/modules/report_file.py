@@ -68,11 +68,10 @@ created_directories:
 """
 
 import os
-import stat
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes
+from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_bytes_and_mode, write_file_atomic
 
 
 def octal_mode(text):
@@ -96,16 +95,6 @@ def missing_directories(path, exists=os.path.exists):
     return missing
 
 
-def _current(path):
-    """(content bytes, permission bits) of path, (None, None) when it does not exist."""
-    try:
-        with open(path, "rb") as handle:
-            content = handle.read()
-        return content, stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        return None, None
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -124,21 +113,20 @@ def main():
         module.fail_json(msg="mode and directory_mode are octal permission bits such as 0640, got %s." % exc)
     content = to_bytes(module.params["content"], errors="surrogate_or_strict")
     created = missing_directories(path)
-    old_content, old_mode = (None, None) if created else _current(path)
+    old_content, old_mode = (None, None) if created else read_bytes_and_mode(path)
     changed = bool(created) or old_content != content or old_mode != mode
     if changed and not module.check_mode:
-        for directory in created:
-            os.mkdir(directory, directory_mode)
-            # mkdir's mode passes through the umask; the directory gets the bits asked for.
-            os.chmod(directory, directory_mode)
-        if old_content != content:
-            handle, temporary = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=os.path.dirname(path))
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(content)
-            os.chmod(temporary, mode)
-            os.replace(temporary, path)
-        else:
-            os.chmod(path, mode)
+        try:
+            for directory in created:
+                os.mkdir(directory, directory_mode)
+                # mkdir's mode passes through the umask; the directory gets the bits asked for.
+                os.chmod(directory, directory_mode)
+            if old_content != content:
+                write_file_atomic(path, content, mode)
+            else:
+                os.chmod(path, mode)
+        except OSError as exc:
+            module.fail_json(msg="Cannot write the report %s: %s" % (path, exc.strerror or exc), dest=path)
     module.exit_json(changed=changed, dest=path, created_directories=created)
 
 
