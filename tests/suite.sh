@@ -102,8 +102,12 @@ syntax_check() {
 unit_stage() {
   chain_stage unit python -m pytest tests/unit -q -p no:cacheprovider -m "not timing" --junitxml="$COUNTS_DIR/unit.xml"
 }
+# Lint: ruff on every Python file (pyproject.toml's [tool.ruff]), then ansible-lint.
+lint_stage() {
+  ruff check . && ansible-lint --nocolor -q
+}
 static_stages() {
-  chain_stage lint ansible-lint --nocolor -q && chain_stage sanity bash tests/sanity/run.sh && chain_stage syntax syntax_check
+  chain_stage lint lint_stage && chain_stage sanity bash tests/sanity/run.sh && chain_stage syntax syntax_check
 }
 side_stages() {
   unit_stage && static_stages

@@ -242,7 +242,7 @@ def _vllm(wheel):
                 for kw in call.keywords:
                     if kw.arg is None and isinstance(kw.value, ast.Dict):
                         # **{**x_kwargs["f"], "default": None}: the field's kwargs, amended.
-                        for key, value in zip(kw.value.keys, kw.value.values):
+                        for key, value in zip(kw.value.keys, kw.value.values, strict=True):
                             if key is None:
                                 refs.append(value)
                             elif isinstance(key, ast.Constant):

@@ -135,7 +135,7 @@ def _url(text: str) -> str:
     if parts.query or parts.fragment:
         raise UsageError("--url", "the URL has a query or fragment", "give only scheme://host:port[/path]")
     try:
-        parts.port
+        _ = parts.port  # urlsplit checks the port only when it is read
     except ValueError:
         raise UsageError("--url", "the port is not a number between 0 and 65535", "fix the port in --url") from None
     return text.rstrip("/")

@@ -106,7 +106,7 @@ def _draw(series: list[dict], title: str, xlabel: str, ylabel: str, *, caption: 
         if s["kind"] == "reference":
             ax.plot(s["x"], s["y"], label=s["label"], **REFERENCE_STYLE)
             if s.get("short_prompt_x") is not None:
-                for x, y, tokens in zip(s["x"], s["y"], s["prompt_tokens"]):
+                for x, y, tokens in zip(s["x"], s["y"], s["prompt_tokens"], strict=True):
                     if tokens == 0:
                         ax.annotate("short prompt", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8,
                                     color="tab:red")
@@ -115,8 +115,8 @@ def _draw(series: list[dict], title: str, xlabel: str, ylabel: str, *, caption: 
         measured_index += 1
         style = {"marker": marker, "markersize": size, "linestyle": "-"}
         if "y_min" in s:
-            lower = [y - lo for y, lo in zip(s["y"], s["y_min"])]
-            upper = [hi - y for y, hi in zip(s["y"], s["y_max"])]
+            lower = [y - lo for y, lo in zip(s["y"], s["y_min"], strict=True)]
+            upper = [hi - y for y, hi in zip(s["y"], s["y_max"], strict=True)]
             ax.errorbar(s["x"], s["y"], yerr=[lower, upper], capsize=3, label=s["label"], **style)
         else:
             ax.plot(s["x"], s["y"], label=s["label"], **style)

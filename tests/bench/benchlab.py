@@ -34,7 +34,8 @@ def start_bench_daemons(bench_root: str) -> list[str]:
                   f"--config={BENCH_CONF}", f"--address={address}", f"--port={BENCH_PORT}")
         units.append(unit)
     deadline = time.monotonic() + 10
-    while node_exec("spark2", "sh", "-c", f"ss -ltn 'sport = :{BENCH_PORT}' | grep -c LISTEN", check=False).stdout.strip() != str(len(WORKER_LINKS)):
+    listening = f"ss -ltn 'sport = :{BENCH_PORT}' | grep -c LISTEN"
+    while node_exec("spark2", "sh", "-c", listening, check=False).stdout.strip() != str(len(WORKER_LINKS)):
         if time.monotonic() > deadline:
             sys.exit("the bench rsync daemons did not start")
         time.sleep(0.2)

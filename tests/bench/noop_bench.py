@@ -158,7 +158,8 @@ def main() -> int:
     print(f"  target full-site no-op re-run <= {FULL_TARGET_S:.0f} s (preload on): {full_on:.1f} s, {verdict(full_on <= FULL_TARGET_S)}")
     for stage in stages:
         stage_on = statistics.median(t for t, _ in results[stage]["on"])
-        print(f"  target --tags {stage} no-op <= {STAGE_TARGET_S:.0f} s (preload on): {stage_on:.1f} s, {verdict(stage_on <= STAGE_TARGET_S)}")
+        print(f"  target --tags {stage} no-op <= {STAGE_TARGET_S:.0f} s (preload on): {stage_on:.1f} s,"
+              f" {verdict(stage_on <= STAGE_TARGET_S)}")
     if first is not None:
         ratio = full_on / first[0]
         print(f"  old target re-run/first converge <= {OLD_TARGET_RATIO:.2f}: {ratio:.2f}, {verdict(ratio <= OLD_TARGET_RATIO)}")

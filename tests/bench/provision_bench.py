@@ -52,7 +52,8 @@ def changed_total(recap: dict) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reruns", type=int, default=3, help="no-op re-runs to time (median is reported)")
-    parser.add_argument("--keep-lab", action="store_true", help="do not recreate the nodes first (first run is then not a converge from bare nodes)")
+    parser.add_argument("--keep-lab", action="store_true",
+                        help="do not recreate the nodes first (first run is then not a converge from bare nodes)")
     args = parser.parse_args()
 
     if not args.keep_lab:

@@ -160,7 +160,7 @@ def set_path(target: dict, path: str, value) -> None:
     parts = [(key, int(index) if index else None) for key, index in _PATH_PART.findall(path)]
     steps = [key if index is None else index for key, index in parts]
     node = target
-    for step, following in zip(steps, steps[1:]):
+    for step, following in zip(steps, steps[1:], strict=False):
         if isinstance(step, str) and (step not in node or node[step] is None):
             node[step] = [] if isinstance(following, int) else {}
         node = node[step]
@@ -359,7 +359,7 @@ def probe_nodes(nodes) -> dict[str, NodeState]:
 
     nodes = list(nodes)
     with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-        return dict(zip(nodes, pool.map(probe_node, nodes)))
+        return dict(zip(nodes, pool.map(probe_node, nodes), strict=True))
 
 
 def state_diff(before: dict[str, NodeState], after: dict[str, NodeState], limit: int = 20) -> list[str]:
@@ -406,7 +406,7 @@ def format_table(headers: list[str], rows: list[dict]) -> str:
     """A plain-text table, one row per dict (missing cells shown as '-')."""
     cells = [[str(row.get(h, "-")) for h in headers] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731
+    line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()  # noqa: E731
     return "\n".join([line(headers), "-+-".join("-" * w for w in widths)] + [line(r) for r in cells])
 
 

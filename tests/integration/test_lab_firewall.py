@@ -24,6 +24,7 @@ import socket
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pytest
 from labrun import management_address, node_exec
@@ -168,7 +169,7 @@ def test_ray_ports_are_dropped_on_the_management_network(converged):
         ports = _filtered_ports(node)
         before = _drop_count(node)
         with ThreadPoolExecutor(max_workers=8) as pool:
-            results = dict(zip(ports, pool.map(lambda p: _probe(MGMT[node], p), ports)))
+            results = dict(zip(ports, pool.map(partial(_probe, MGMT[node]), ports), strict=True))
         assert all(result == "timeout" for result in results.values()), f"{node} {MGMT[node]}: {results}"
         # Dropped by sparkctl's rule, not lost elsewhere: the counter moved by at least one SYN per port.
         assert _drop_count(node) >= before + len(ports), node

@@ -387,12 +387,12 @@ def load_plan(inventory: Path) -> Plan:
     nodes = []
     for role, h in [("head", heads[0])] + [("worker", w) for w in workers]:
         v = host_vars(h)
-        links = [Link(str(need(h, l, "interface")), str(need(h, l, "address")))
-                 for l in (need(h, v, "spark_link") or [])]
-        for l in links:
-            if len(l.interface) > 15:
-                raise LabError(f"{h}: interface name {l.interface!r} is longer than 15 chars")
-            ipaddress.ip_interface(l.address)
+        links = [Link(str(need(h, entry, "interface")), str(need(h, entry, "address")))
+                 for entry in (need(h, v, "spark_link") or [])]
+        for link in links:
+            if len(link.interface) > 15:
+                raise LabError(f"{h}: interface name {link.interface!r} is longer than 15 chars")
+            ipaddress.ip_interface(link.address)
         ipaddress.ip_address(need(h, v, "ansible_host"))
         nodes.append(Node(h, role, str(v["ansible_host"]), links,
                           int(need(h, v, "sparklab_roce_gid_index"))))
@@ -556,7 +556,7 @@ def image_exists(h: str) -> bool:
 
 def _umount_under(path: str) -> None:
     with open("/proc/self/mounts") as fh:
-        mnts = [l.split()[1].encode().decode("unicode_escape") for l in fh]
+        mnts = [line.split()[1].encode().decode("unicode_escape") for line in fh]
     for m in sorted((m for m in mnts if m == path or m.startswith(path + "/")),
                     key=len, reverse=True):
         subprocess.run(["umount", "-l", m], check=False)
@@ -733,17 +733,17 @@ def ensure_containers(plan: Plan, tag: str, h: str) -> bool:
 
 def node_links(pid: int) -> dict[str, dict]:
     p = run(["nsenter", "-t", str(pid), "-n", "ip", "-j", "-d", "link", "show"])
-    return {l["ifname"]: l for l in json.loads(p.stdout)}
+    return {link["ifname"]: link for link in json.loads(p.stdout)}
 
 
 def node_addrs(pid: int) -> dict[str, list[str]]:
     p = run(["nsenter", "-t", str(pid), "-n", "ip", "-j", "addr", "show"])
-    return {l["ifname"]: [f"{a['local']}/{a['prefixlen']}" for a in l.get("addr_info", [])
-                          if a.get("family") == "inet"] for l in json.loads(p.stdout)}
+    return {link["ifname"]: [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
+                             if a.get("family") == "inet"] for link in json.loads(p.stdout)}
 
 
-def _is_veth(l: dict | None) -> bool:
-    return bool(l) and (l.get("linkinfo") or {}).get("info_kind") == "veth"
+def _is_veth(link: dict | None) -> bool:
+    return bool(link) and (link.get("linkinfo") or {}).get("info_kind") == "veth"
 
 
 def cable_state(plan: Plan) -> list[tuple[Link, Link, bool]]:
@@ -754,7 +754,7 @@ def cable_state(plan: Plan) -> list[tuple[Link, Link, bool]]:
     a, b = plan.nodes[0], plan.nodes[1]
     la, lb = node_links(a.pid), node_links(b.pid)
     out = []
-    for x, y in zip(a.links, b.links):
+    for x, y in zip(a.links, b.links, strict=True):
         ea, eb = la.get(x.interface), lb.get(y.interface)
         ok = (_is_veth(ea) and _is_veth(eb) and ea.get("link_index") == eb["ifindex"]
               and eb.get("link_index") == ea["ifindex"])
@@ -883,9 +883,9 @@ def sync_node(plan: Plan, node: Node, pubkey: str, ca: str) -> list[str]:
     data = {
         "root": plan.sysfs_root, "user": plan.user, "pubkey": pubkey,
         "ca": ca, "ca_path": NODE_CA,
-        "trees": [{"netdev": l.interface, "ibdev": rdma_device_for(l.interface),
-                   "ipv4": l.ip, "index": node.gid_index, "mac": mac_for(node.name, l.interface)}
-                  for l in node.links],
+        "trees": [{"netdev": link.interface, "ibdev": rdma_device_for(link.interface),
+                   "ipv4": link.ip, "index": node.gid_index, "mac": mac_for(node.name, link.interface)}
+                  for link in node.links],
     }
     script = ((NODE_DIR / "roce_fixture.py").read_text().replace(
         'if __name__ == "__main__":', "if False:")
@@ -973,11 +973,11 @@ def cmd_up(plan: Plan, args) -> int:
         ensure_containers(plan, tag, h)
         ensure_cable(plan)
         states = parallel(wait_systemd, plan.nodes)
-        say("systemd: " + ", ".join(f"{n.name} {s}" for n, s in zip(plan.nodes, states)))
+        say("systemd: " + ", ".join(f"{n.name} {s}" for n, s in zip(plan.nodes, states, strict=True)))
         pubkey = ensure_lab_key()
         ca = HOST_CA.read_text() if HOST_CA.is_file() else ""
         changes = parallel(lambda n: sync_node(plan, n, pubkey, ca), plan.nodes)
-        for n, ch in zip(plan.nodes, changes):
+        for n, ch in zip(plan.nodes, changes, strict=True):
             if ch:
                 say(f"{n.name}: wrote {', '.join(ch)}")
         if write_known_hosts(plan):
@@ -1051,14 +1051,14 @@ def cmd_status(plan: Plan, args) -> int:
                           check=False).stdout.strip() or "?"
             ll, addrs = node_links(n.pid), node_addrs(n.pid)
             parts = []
-            for l in n.links:
-                e = ll.get(l.interface)
+            for link in n.links:
+                e = ll.get(link.interface)
                 if not e:
-                    parts.append(f"{l.interface}:missing")
+                    parts.append(f"{link.interface}:missing")
                 else:
                     st = "UP" if "UP" in e.get("flags", []) else "down"
-                    ip4 = ",".join(addrs.get(l.interface, [])) or "no-ip"
-                    parts.append(f"{l.interface}:{st}/mtu{e.get('mtu')}/{ip4}")
+                    ip4 = ",".join(addrs.get(link.interface, [])) or "no-ip"
+                    parts.append(f"{link.interface}:{st}/mtu{e.get('mtu')}/{ip4}")
             links = " ".join(parts)
         if c and labels_hash(c) != h:
             state += "(old image)"
@@ -1072,7 +1072,7 @@ def cmd_status(plan: Plan, args) -> int:
         cable = "-"
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
     print(f"cable    {cable}")
     return 0
 

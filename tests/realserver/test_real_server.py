@@ -18,7 +18,6 @@ import time
 
 import httpx
 import openai
-import pytest
 
 from sparkctl.bench.client import stream_request
 from sparkctl.bench.prompts import Nonces, filler, prompt_text
@@ -129,7 +128,7 @@ def test_the_clients_figures_agree_with_the_official_openai_clients(real_server)
     # Each request of ours against the official client's next one: the two share the
     # machine's state of that moment, so the median of the pairs' ratios leaves out most of
     # the drift a CPU server on a shared machine has from one second to the next.
-    pairs = [(a, b) for a, b in zip(ours, theirs)
+    pairs = [(a, b) for a, b in zip(ours, theirs, strict=True)
              if a["tokens"] >= 16 and b["tokens"] >= 16 and a["decode"] and b["decode"]]
     assert len(pairs) >= PAIRS // 2, f"only {len(pairs)} pairs of answers with 16 tokens or more"
     decode_ratio = statistics.median(a["decode"] / b["decode"] for a, b in pairs)
@@ -214,7 +213,7 @@ def test_the_clients_times_agree_with_a_relay_timing_the_same_requests(real_serv
     assert len(seen) == len(ours)
     ours, seen = ours[1:], seen[1:]
     ttft_extra, rows = [], []
-    for outcome, relayed in zip(ours, seen):
+    for outcome, relayed in zip(ours, seen, strict=True):
         times = relayed["token_times"]
         # The relay saw every token-bearing chunk the client counted.
         assert len(times) == outcome.content_chunks
@@ -247,7 +246,8 @@ def test_verify_probe_module_judges_the_real_server(real_server, tmp_path):
     env = dict(real_server["env"], ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                ANSIBLE_CONFIG=str(real_server["repo"] / "ansible.cfg"))
     run = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-c", "local",
-                          "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}", "-m", "sparkctl.spark.engine_probe", "-a", json.dumps(args)],
+                          "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}",
+                          "-m", "sparkctl.spark.engine_probe", "-a", json.dumps(args)],
                          capture_output=True, text=True, timeout=600, env=env)
     result = json.loads(run.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
     assert "checks" in result, result.get("msg") or result

@@ -205,7 +205,8 @@ def test_cut_mid_file_fails_the_run_and_the_rerun_fetches_only_that_file(hf, big
     with HubStub(big_ckpt, REPO_ID) as server:
         # Every GET of the shard is cut at 11 MiB and the client's resume is refused: both
         # tries of the first run fail on that file.
-        server.set_faults(cut_after_bytes=11 * MIB, cut_path=shard, cut_times=0, fail_status=503, fail_path=shard, fail_times=0, fail_only_ranges=True)
+        server.set_faults(cut_after_bytes=11 * MIB, cut_path=shard, cut_times=0,
+                          fail_status=503, fail_path=shard, fail_times=0, fail_only_ranges=True)
         first = make_sync(tmp_path, server, token=None).run()
         assert len(first["failures"]) == 1 and first["failures"][0].startswith("download %s: " % shard)
         assert not (tmp_path / "head" / shard).exists()
@@ -300,7 +301,8 @@ def test_rsync_exit_23_fails_naming_the_worker(hub, ckpt, tmp_path):
 
     assert [line for line in result["failures"] if "w1" in line] == []
     (failure,) = result["failures"]
-    assert failure.startswith("worker w2: config.json: rsync exit 23: ") and "could not make way for new regular file: config.json" in failure
+    assert failure.startswith("worker w2: config.json: rsync exit 23: ")
+    assert "could not make way for new regular file: config.json" in failure
     assert_identical(ckpt, tmp_path / "w1")
 
 

@@ -68,7 +68,8 @@ def test_hash_is_pinned_for_a_known_tree(tmp_path):
     (root / "Dockerfile").write_text("FROM scratch\n")
     os.chmod(root / "Dockerfile", 0o644)
     assert h(root, "") == h(root, "")
-    expected = json.dumps({"base": "", "entries": [{"mode": "0644", "path": "Dockerfile", "sha256": engine_image._file_digest(root / "Dockerfile"), "size": 13, "type": "file"}], "scheme": "sparkctl-context-hash/1"}, sort_keys=True, separators=(",", ":"))
+    entry = {"mode": "0644", "path": "Dockerfile", "sha256": engine_image._file_digest(root / "Dockerfile"), "size": 13, "type": "file"}
+    expected = json.dumps({"base": "", "entries": [entry], "scheme": "sparkctl-context-hash/1"}, sort_keys=True, separators=(",", ":"))
     import hashlib
     assert h(root, "") == "sha256:" + hashlib.sha256(expected.encode()).hexdigest()
 

@@ -297,7 +297,8 @@ def test_the_key_file(tmp_path, key_file):
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(ep.KeyFileError) as error:
         ep.read_api_key(str(tmp_path / "empty"))
-    assert ep.key_file_message(error.value, ["smoke"]).startswith("cannot read the API key file %s: the file is empty" % (tmp_path / "empty"))
+    message = ep.key_file_message(error.value, ["smoke"])
+    assert message.startswith("cannot read the API key file %s: the file is empty" % (tmp_path / "empty"))
 
 
 def test_checks_that_need_the_key_refuse_to_run_without_it(standin):
@@ -341,7 +342,8 @@ def test_connection_refused_fails_health_and_skips_the_rest(loopback_only):
 
     # Without health, each check says it for itself.
     generation = by_name(probe(url, ["generation"]))["generation"]
-    assert generation["message"] == "generation: POST /v1/completions (stream) failed: connection refused at %s (is the engine running?)" % url
+    assert generation["message"] == (
+        "generation: POST /v1/completions (stream) failed: connection refused at %s (is the engine running?)" % url)
 
 
 class Misbehaving(QuietJSONHandler):

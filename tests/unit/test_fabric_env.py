@@ -16,11 +16,13 @@ SYSTEM_PATH = ["/usr/local/cuda/bin", "/usr/local/sbin", "/usr/local/bin", "/usr
 
 def _roce(node_suffix, index_first, index_second):
     links = [
-        {"interface": "enp1s0f1np1", "rdma_device": "rocep1s0f1", "port": 1, "gid_index": index_first, "ipv4": f"192.168.100.{node_suffix}"},
-        {"interface": "enP2p1s0f1np1", "rdma_device": "roceP2p1s0f1", "port": 1, "gid_index": index_second, "ipv4": f"192.168.101.{node_suffix}"},
+        {"interface": "enp1s0f1np1", "rdma_device": "rocep1s0f1", "port": 1, "gid_index": index_first,
+         "ipv4": f"192.168.100.{node_suffix}"},
+        {"interface": "enP2p1s0f1np1", "rdma_device": "roceP2p1s0f1", "port": 1, "gid_index": index_second,
+         "ipv4": f"192.168.101.{node_suffix}"},
     ]
     common = index_first if index_first == index_second else None
-    return {"links": links, "gid_index": common, "gid_indexes": {l["interface"]: l["gid_index"] for l in links}}
+    return {"links": links, "gid_index": common, "gid_indexes": {link["interface"]: link["gid_index"] for link in links}}
 
 
 CASES = {

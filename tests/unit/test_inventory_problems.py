@@ -158,7 +158,8 @@ def test_halves_sharing_one_subnet_are_refused():
     [
         ({"source": "hub", "repo_id": "nota-ai", "revision": "main"}, "'spark_checkpoint.repo_id' 'nota-ai' is not a hub repo id"),
         ({"source": "hub", "repo_id": "org/name", "revision": ""}, "'spark_checkpoint.revision' is not set"),
-        ({"source": "hub", "repo_id": "org/name", "revision": "abc", "allow_patterns": "*.json"}, "'spark_checkpoint.allow_patterns' must be a list"),
+        ({"source": "hub", "repo_id": "org/name", "revision": "abc", "allow_patterns": "*.json"},
+         "'spark_checkpoint.allow_patterns' must be a list"),
         ({"source": "path", "path": "relative/dir"}, "'spark_checkpoint.path' 'relative/dir' must be the absolute path"),
         ({"source": "s3"}, "'spark_checkpoint.source' 's3' must be 'hub' or 'path'"),
         ("org/name", "'spark_checkpoint' must be a mapping"),
@@ -253,5 +254,6 @@ def test_profile_needing_more_nodes_than_the_inventory_has_is_refused():
     groups, hostvars = _cluster(spark1={"spark_profile_overrides": four})
     problems = inventory_problems(groups, hostvars)
     assert any("runs on 4 nodes (topology.nodes) but the inventory has 2" in p for p in problems), problems
-    groups, hostvars = _cluster(workers=("spark2", "spark3"), spark1={"spark_profile_overrides": {"topology": {"nodes": 3, "tensor_parallel": 3}}})
+    groups, hostvars = _cluster(workers=("spark2", "spark3"),
+                                spark1={"spark_profile_overrides": {"topology": {"nodes": 3, "tensor_parallel": 3}}})
     assert not any("topology.nodes" in p for p in inventory_problems(groups, hostvars))

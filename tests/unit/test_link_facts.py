@@ -402,7 +402,8 @@ def test_resolve_for_an_address_the_table_does_not_hold(tmp_path):
     roce_fixture.write_roce_tree(str(tmp_path), NETDEV, IBDEV, "192.168.100.10", 3)
     gids = sysfs_net.read_gid_table(str(tmp_path), IBDEV, 1)
 
-    with pytest.raises(ValueError, match=r"^RoCE v2 entries on enp1s0f1np1 exist but none for 192\.168\.100\.11 \(IPv4 GIDs present: 192\.168\.100\.10\)$"):
+    with pytest.raises(ValueError, match=r"^RoCE v2 entries on enp1s0f1np1 exist but none for 192\.168\.100\.11 "
+                                         r"\(IPv4 GIDs present: 192\.168\.100\.10\)$"):
         sysfs_net.resolve_roce_v2_gid_index(gids, NETDEV, "192.168.100.11")
 
 

@@ -90,7 +90,8 @@ def test_healthy_gb10_passes_every_check():
     failed = [r for r in results if r["status"] == "fail"]
     assert failed == []
     ids = {r["id"] for r in results}
-    assert {"os.distribution", "gpu.driver", "memory.available", "disk.checkpoint", "link.enp1s0f1np1", "rdma.enP2p1s0f1np1", "port.6379", "access.sudo"} <= ids
+    assert {"os.distribution", "gpu.driver", "memory.available", "disk.checkpoint", "link.enp1s0f1np1", "rdma.enP2p1s0f1np1",
+            "port.6379", "access.sudo"} <= ids
     assert all(r["fix"] == "" for r in results if r["status"] == "pass")
 
 

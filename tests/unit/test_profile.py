@@ -187,7 +187,8 @@ def test_overrides_must_be_a_mapping():
     ({"topology": {"tensor_parallel": 3}}, "topology.tensor_parallel: 3 ranks do not spread evenly over 2 nodes"),
     ({"memory": {"kv_pool_bytes": -1}}, "memory.kv_pool_bytes: expected an integer >= 1, got -1."),
     ({"engine": {"args": {"gpu_memory_utilization": 1.5}}}, "engine.args.gpu_memory_utilization: expected a fraction in (0, 1]"),
-    ({"engine": {"args": {"tensor_parallel_size": 2}}}, "engine.args.tensor_parallel_size: is set by sparkctl from topology.tensor_parallel"),
+    ({"engine": {"args": {"tensor_parallel_size": 2}}},
+     "engine.args.tensor_parallel_size: is set by sparkctl from topology.tensor_parallel"),
     ({"engine": {"args": {"api_key": "secret"}}}, "engine.args.api_key: is set by sparkctl from the API key file (never on argv)"),
     ({"engine": {"args": {"Max-Len": 1}}}, "engine.args.Max-Len: argument names are the flag in snake_case"),
     ({"engine": {"env": {"BAD VAR": "x"}}}, "engine.env.BAD VAR: is not a valid environment variable name."),
@@ -197,16 +198,19 @@ def test_overrides_must_be_a_mapping():
     ({"smoke": {"expect": ""}}, "smoke.expect: expected a non-empty string, got ''."),
     ({"startup_log": [{"name": "x", "regex": "(", "on_mismatch": "warn"}]}, "startup_log[0].regex: is not a valid regular expression"),
     ({"startup_log": [{"name": "x", "regex": "no group", "min": 1, "on_mismatch": "warn"}]}, "startup_log[0].regex: needs a capture group"),
-    ({"startup_log": [{"name": "x", "regex": "y", "on_mismatch": "panic"}]}, "startup_log[0].on_mismatch: expected warn or fail, got 'panic'."),
+    ({"startup_log": [{"name": "x", "regex": "y", "on_mismatch": "panic"}]},
+     "startup_log[0].on_mismatch: expected warn or fail, got 'panic'."),
     ({"parsers": {"logits_processors": ["NoModulePath"]}}, "parsers.logits_processors[0]: 'NoModulePath' is not a full dotted path"),
     ({"cpu_affinity": "five"}, "cpu_affinity: expected CPU ranges like '5-9,15-19', got 'five'."),
     ({"nccl": {"preload": {"version": "latest", "path": "/x/libnccl.so.2"}}}, "nccl.preload.version: expected a version like '2.30.7'"),
     ({"surprise": 1}, "(top level): unknown key(s) surprise"),
     ({"schema_version": 2}, "schema_version: expected 1, got 2."),
     ({"runtime": {"kind": "image"}}, "runtime.image: is missing."),
-    ({"runtime": {"kind": "image", "image": {"pull": "a", "load": "b"}}}, "runtime.image: give exactly one of pull, build or load (found pull, load)."),
+    ({"runtime": {"kind": "image", "image": {"pull": "a", "load": "b"}}},
+     "runtime.image: give exactly one of pull, build or load (found pull, load)."),
     ({"topology": {"kind": "sglang_ranks"}}, "topology.kind: sglang_ranks runs SGLang's own multi-node launcher"),
-    ({"topology": {"kind": "ray_tp_ep", "expert_parallel": 1}}, "topology.expert_parallel: vLLM's expert parallel size is tensor_parallel x data_parallel = 2"),
+    ({"topology": {"kind": "ray_tp_ep", "expert_parallel": 1}},
+     "topology.expert_parallel: vLLM's expert parallel size is tensor_parallel x data_parallel = 2"),
 ])
 def test_schema_errors_name_the_key(overrides, expected):
     found = problems("lab-standin", overrides)
@@ -334,7 +338,8 @@ def test_lab_inventory_passes_with_its_profile():
 @pytest.mark.parametrize("extra, expected", [
     ({"spark_model_profile": "nope"}, "profile 'nope' was not found"),
     ({"spark_profile_overrides": {"engine": {"args": {"load_format": "dummy"}}}}, "'dummy' is refused"),
-    ({"spark_profile_overrides": {"engine": {"args": {"max_model_len": "abc"}}}}, "engine.args.max_model_len: expected an integer, got 'abc'"),
+    ({"spark_profile_overrides": {"engine": {"args": {"max_model_len": "abc"}}}},
+     "engine.args.max_model_len: expected an integer, got 'abc'"),
     ({"spark_profile_paths": "tests/lab/profiles"}, "'spark_profile_paths'"),
     ({"spark_model_profile": "solar-open-100b-vllm-fork"}, "quantized (FP8) checkpoint"),
 ])

@@ -346,7 +346,8 @@ def test_module_returns_both_halves_sharing_index_3(sysfs, capsys):
     assert result["roce"] == {
         "links": [
             {"interface": NETDEV, "rdma_device": IBDEV, "port": 1, "gid_index": 3, "gid": NODE1_GID, "ipv4": "192.168.100.10"},
-            {"interface": OTHER_HALF, "rdma_device": OTHER_IBDEV, "port": 1, "gid_index": 3, "gid": NODE1_GID_101, "ipv4": "192.168.101.10"},
+            {"interface": OTHER_HALF, "rdma_device": OTHER_IBDEV, "port": 1, "gid_index": 3, "gid": NODE1_GID_101,
+             "ipv4": "192.168.101.10"},
         ],
         "rdma_devices": [IBDEV, OTHER_IBDEV],
         "gid_index": 3,

@@ -75,7 +75,7 @@ def same_default(spec_default, value):
     if isinstance(value, dict) and isinstance(spec_default, dict):
         return set(value) == set(spec_default) and all(same_default(spec_default[k], value[k]) for k in value)
     if isinstance(value, list) and isinstance(spec_default, list):
-        return len(value) == len(spec_default) and all(same_default(a, b) for a, b in zip(spec_default, value))
+        return len(value) == len(spec_default) and all(same_default(a, b) for a, b in zip(spec_default, value, strict=True))
     return spec_default == value
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import jinja2
 import pytest
 import yaml
+from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import profile as profile_filter
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall as F
 from test_profile import GOLDEN_CASES, cluster, load
@@ -242,9 +243,9 @@ def test_worker_to_worker_when_asked_for():
 def test_the_key_line_is_restricted_to_the_sources_cable_addresses():
     options = mesh_key_options(["192.168.100.10", "192.168.101.10"], ["no-agent-forwarding"])
     assert options == 'restrict,from="192.168.100.10,192.168.101.10",no-agent-forwarding'
-    with pytest.raises(Exception):
+    with pytest.raises(AnsibleFilterError, match="must be IP addresses"):
         mesh_key_options([], [])
-    with pytest.raises(Exception):
+    with pytest.raises(AnsibleFilterError, match="must be IP addresses"):
         mesh_key_options(["192.168.100.10\",command=\"sh"], [])
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import stat
 import sys
-from pathlib import Path
 
 import module_runner
 import pytest

@@ -253,7 +253,7 @@ def make_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     plan = plan_checkpoint(shards, shard_bytes)
     names = [shard_name(i + 1, shards) for i in range(shards)]
-    expected = {name: shard_size(t) for name, t in zip(names, plan["shards"])}
+    expected = {name: shard_size(t) for name, t in zip(names, plan["shards"], strict=True)}
 
     todo = [i for i, name in enumerate(names) if not ((root / name).is_file() and (root / name).stat().st_size == expected[name])]
     written, skipped = [], [n for i, n in enumerate(names) if i not in todo]
@@ -263,7 +263,7 @@ def make_checkpoint(
         if workers > 1:
             # spawn, not fork: callers (test harnesses) may have threads running.
             with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                list(pool.map(_write_shard, *zip(*jobs)))
+                list(pool.map(_write_shard, *zip(*jobs, strict=True)))
         else:
             for job in jobs:
                 _write_shard(*job)

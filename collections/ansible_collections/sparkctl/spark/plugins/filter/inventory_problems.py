@@ -90,7 +90,8 @@ def _group_problems(head, workers, groups):
     problems = []
     if HEAD_GROUP not in groups:
         problems.append(
-            f"Group '{HEAD_GROUP}' is missing: add a '{HEAD_GROUP}' group with exactly one host (the node that runs the Ray head and the API)."
+            f"Group '{HEAD_GROUP}' is missing: add a '{HEAD_GROUP}' group with exactly one host"
+            " (the node that runs the Ray head and the API)."
         )
     elif len(head) != 1:
         problems.append(
@@ -397,7 +398,8 @@ def inventory_problems(groups, hostvars):
         for other_half, other in seen.items():
             if cidr in other or other in cidr:
                 problems.append(
-                    f"spark_link[{half}] subnet {cidr} overlaps spark_link[{other_half}] subnet {other}: give each cable half its own subnet."
+                    f"spark_link[{half}] subnet {cidr} overlaps spark_link[{other_half}] subnet {other}:"
+                    " give each cable half its own subnet."
                 )
         seen[half] = cidr
     return problems

@@ -49,7 +49,10 @@ _value:
   elements: dict
   contains:
     interface: {description: The netdev., type: str}
-    reasons: {description: "What differs, e.g. C(address 192.168.100.10/24 missing (has: none)), C(mtu 1500, plan 9000).", type: list, elements: str}
+    reasons:
+      description: "What differs, e.g. C(address 192.168.100.10/24 missing (has: none)), C(mtu 1500, plan 9000)."
+      type: list
+      elements: str
 """
 
 

@@ -70,12 +70,14 @@ def check_os(facts, req):
     if match is None:
         results.append(
             _result("os.distribution", "Supported operating system", "fail", f"{dist} {version} is not supported ({names}).",
-                    "Install DGX OS 7 (Ubuntu 24.04) on the node, or add the distribution to 'preflight_supported_distributions' at your own risk.")
+                    "Install DGX OS 7 (Ubuntu 24.04) on the node,"
+                    " or add the distribution to 'preflight_supported_distributions' at your own risk.")
         )
     elif _version_tuple(version) < _version_tuple(match["min_version"]):
         results.append(
             _result("os.distribution", "Supported operating system", "fail",
-                    f"{dist} {version} is older than {match['min_version']}.", f"Upgrade the node to {dist} {match['min_version']} or newer.")
+                    f"{dist} {version} is older than {match['min_version']}.",
+                    f"Upgrade the node to {dist} {match['min_version']} or newer.")
         )
     else:
         results.append(_result("os.distribution", "Supported operating system", "pass", f"{dist} {version}"))
@@ -185,7 +187,8 @@ def check_gpu(facts, req):
                     f"Install CUDA {cuda_major} (cuda-toolkit-{cuda_major}-0) and put its bin/ first on PATH.")
         )
     else:
-        results.append(_result("gpu.cuda_toolkit", "CUDA toolkit (nvcc)", "pass", f"{gpu.get('cuda_toolkit_version')} at {gpu.get('nvcc_path')}"))
+        results.append(_result("gpu.cuda_toolkit", "CUDA toolkit (nvcc)", "pass",
+                               f"{gpu.get('cuda_toolkit_version')} at {gpu.get('nvcc_path')}"))
     return results
 
 
@@ -208,7 +211,8 @@ def check_memory(facts, req):
     else:
         results.append(_result("memory.total", "Memory size", "pass", f"MemTotal {_gib(total)} >= {_gib(need_total)}"))
     if available is None:
-        results.append(_result("memory.available", "Memory available now", "fail", "/proc/meminfo had no MemAvailable.", "Check the node's kernel."))
+        results.append(_result("memory.available", "Memory available now", "fail", "/proc/meminfo had no MemAvailable.",
+                               "Check the node's kernel."))
     elif available < need_avail:
         results.append(
             _result("memory.available", "Memory available now", "fail",
@@ -263,7 +267,8 @@ def check_link(facts, req):
                 results.append(_result(f"rdma.{name}", f"RDMA device of {name}", "pass", str(info["rdma_device"])))
             else:
                 results.append(
-                    _result(f"rdma.{name}", f"RDMA device of {name}", "fail", f"{name} has no RDMA device: NCCL would fall back to TCP sockets.",
+                    _result(f"rdma.{name}", f"RDMA device of {name}", "fail",
+                            f"{name} has no RDMA device: NCCL would fall back to TCP sockets.",
                             "Load the RoCE driver (`modprobe mlx5_ib`) and check `ibdev2netdev`.")
                 )
     return results

@@ -111,7 +111,7 @@ def _table(rows, hosts, mark_differences=False):
     widths = [max(len(line[i]) for line in [header] + body) for i in range(len(header))]
 
     def render(cells):
-        return " | ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
+        return " | ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
 
     separator = "-+-".join("-" * width for width in widths)
     return "\n".join([render(header), separator] + [render(line) for line in body])

@@ -236,9 +236,9 @@ def load_manifest_file(path):
         with open(path, "rb") as handle:
             return json.loads(handle.read().decode("utf-8"))
     except OSError as exc:
-        raise CheckpointError("cannot read manifest_file %s: %s" % (path, exc.strerror or exc))
+        raise CheckpointError("cannot read manifest_file %s: %s" % (path, exc.strerror or exc)) from exc
     except ValueError as exc:
-        raise CheckpointError("manifest_file %s is not JSON: %s" % (path, exc))
+        raise CheckpointError("manifest_file %s is not JSON: %s" % (path, exc)) from exc
 
 
 def manifest_digest(manifest):
@@ -473,7 +473,7 @@ def index_shards(index_bytes):
     try:
         index = json.loads(index_bytes.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError("not valid JSON: %s" % exc)
+        raise ValueError("not valid JSON: %s" % exc) from exc
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise ValueError("has no weight_map")
@@ -873,7 +873,7 @@ def verify_checkpoint(
                 try:
                     write_file_atomic(stamp_file, data, STAMP_MODE)
                 except OSError as exc:
-                    raise CheckpointError("cannot write the stamp %s: %s" % (stamp_file, exc.strerror or exc))
+                    raise CheckpointError("cannot write the stamp %s: %s" % (stamp_file, exc.strerror or exc)) from exc
                 final["stamp_written"] = True
     final["elapsed"] = round(time.monotonic() - started, 3)
     return final

@@ -320,7 +320,7 @@ def path_manifest(source, source_stamp_file=None, jobs=2, write_stamp=True, racy
         try:
             st = os.stat(target)
         except OSError as exc:
-            raise SyncError("symlink %s in %s is broken: %s" % (rel, source, exc.strerror or exc))
+            raise SyncError("symlink %s in %s is broken: %s" % (rel, source, exc.strerror or exc)) from exc
         if not stat.S_ISREG(st.st_mode):
             raise SyncError("symlink %s in %s does not point to a regular file" % (rel, source))
         infos[rel] = FileInfo.from_stat(st)
@@ -371,7 +371,7 @@ def path_sizes_manifest(source):
         try:
             files[rel] = {"size": os.stat(os.path.join(source, rel)).st_size, "sha256": None}
         except OSError as exc:
-            raise SyncError("symlink %s in %s is broken: %s" % (rel, source, exc.strerror or exc))
+            raise SyncError("symlink %s in %s is broken: %s" % (rel, source, exc.strerror or exc)) from exc
     if not files:
         raise SyncError("source path %s holds no files" % source)
     return {"source": "path", "path": source, "commit": None, "files": files, "total_bytes": sum(f["size"] for f in files.values())}
@@ -406,7 +406,7 @@ def import_hub():
         raise SyncError(
             "hub sources need huggingface_hub in the Python that runs this module (%s); point "
             "ansible_python_interpreter at the tools venv: %s" % (sys.executable, exc)
-        )
+        ) from exc
     huggingface_hub.constants.HF_HUB_DISABLE_XET = True
     try:
         huggingface_hub.utils.disable_progress_bars()
@@ -459,7 +459,7 @@ def read_password_file(path):
         with open(path) as handle:
             password = handle.readline().strip()
     except OSError as exc:
-        raise SyncError("cannot read the rsync daemon secret %s: %s" % (path, exc.strerror or exc))
+        raise SyncError("cannot read the rsync daemon secret %s: %s" % (path, exc.strerror or exc)) from exc
     if not password:
         raise SyncError("the rsync daemon secret %s is empty" % path)
     return password
@@ -721,7 +721,7 @@ class WorkerMirror:
         error = None
         copied = []
         try:
-            for attempt in (1, 2):
+            for _attempt in (1, 2):
                 try:
                     # A file fetched in this run gets sent even when size and mtime second match
                     # (rsync's quick check compares whole seconds): the old copy may be the bad one.
@@ -860,7 +860,9 @@ class CheckpointSync:
             except SyncError:
                 raise
             except Exception as exc:  # the client's errors: unknown repo/revision, auth, network
-                raise SyncError("cannot read the file list of %s@%s: %s" % (source["repo_id"], source["revision"], _scrub(exc, self.token)))
+                # `from None`: the client's error may hold the token, which only the scrubbed text leaves out.
+                raise SyncError("cannot read the file list of %s@%s: %s"
+                                % (source["repo_id"], source["revision"], _scrub(exc, self.token))) from None
         path = os.path.abspath(source["path"])
         self.same_tree = os.path.realpath(path) == os.path.realpath(self.dest)
         if self.manifest_only:
@@ -890,9 +892,9 @@ class CheckpointSync:
             normalize_manifest(manifest)
         except FileNotFoundError:
             raise SyncError(cannot + "the head holds no manifest of an earlier run (%s): the first download of %s "
-                            "needs the hub" % (self.manifest_file, where))
+                            "needs the hub" % (self.manifest_file, where)) from None
         except (OSError, ValueError, CheckpointError) as exc:
-            raise SyncError(cannot + "the earlier run's manifest %s cannot be used: %s" % (self.manifest_file, exc))
+            raise SyncError(cannot + "the earlier run's manifest %s cannot be used: %s" % (self.manifest_file, exc)) from exc
         refusal = kept_manifest_refusal(manifest, source)
         if refusal:
             raise SyncError(cannot + refusal + ": the new checkpoint needs the hub")
@@ -1081,7 +1083,8 @@ class CheckpointSync:
         lock_file = os.path.join(self.dest, LOCK_NAME)
 
         def waiting(holder):
-            self.progress.event("lock-wait", "waiting up to %d s for the transfer of PID %s (it holds %s)" % (self.lock_timeout, holder, lock_file))
+            self.progress.event("lock-wait",
+                                "waiting up to %d s for the transfer of PID %s (it holds %s)" % (self.lock_timeout, holder, lock_file))
 
         lock = DirectoryLock(self.dest, self.lock_timeout, waiting)
         lock.acquire()
@@ -1199,7 +1202,7 @@ class CheckpointSync:
         gone = sorted(self.previous_files - set(self.manifest["files"])) if self.delete_extraneous else []
         mirrored, deleted = {}, {}
         for worker in self.workers:
-            copied, removed = [], []
+            copied = []
             if os.path.isdir(self.dest):
                 try:
                     on_head = [rel for rel in self.manifest["files"] if rel not in would_fetch]
@@ -1215,7 +1218,8 @@ class CheckpointSync:
             deleted=deleted,
             removed_on_head=stale if self.delete_extraneous else [],
             foreign=foreign,
-            timings={"manifest_s": round(manifest_s, 3), "download_s": 0.0, "mirror_s": 0.0, "total_s": round(time.monotonic() - started, 3), "overlap_s": 0.0},
+            timings={"manifest_s": round(manifest_s, 3), "download_s": 0.0, "mirror_s": 0.0,
+                     "total_s": round(time.monotonic() - started, 3), "overlap_s": 0.0},
         )
         result["failures"] = list(self.failures)
         return result

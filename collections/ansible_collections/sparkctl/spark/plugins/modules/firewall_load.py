@@ -20,8 +20,8 @@ description:
     nft refuses changes nothing.
   - O(state=confirmed) cancels a pending revert. The role runs it over a fresh SSH connection
     (C(ansible.builtin.wait_for_connection) resets the connection before each attempt), after a load or when
-    M(sparkctl.spark.firewall_state) reports a revert still pending (RV(sparkctl.spark.firewall_state#module:revert_pending)). When the new table drops
-    the management SSH, the task never reaches the node, the timer puts the previous table back and the node is
+    M(sparkctl.spark.firewall_state) reports a revert still pending (RV(sparkctl.spark.firewall_state#module:revert_pending)).
+    When the new table drops the management SSH, the task never reaches the node, the timer puts the previous table back and the node is
     reachable again.
   - The rule set file under C(/etc/sparkctl) is written by the role only after the confirmation, so a node that
     reverts keeps booting with the previous rule set.

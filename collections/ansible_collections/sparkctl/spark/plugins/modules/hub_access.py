@@ -124,7 +124,8 @@ content_status:
   returned: always
   sample: 206
 commit:
-  description: The commit the hub resolves the revision to (its metadata's C(sha); null when the hub did not answer with the repo's metadata).
+  description: The commit the hub resolves the revision to (its metadata's C(sha); null when the hub did not answer with
+    the repo's metadata).
   type: str
   returned: always
   sample: 9f3c2a7d0b1e4c5f8a6d2e1b0c9f8e7d6a5b4c3d

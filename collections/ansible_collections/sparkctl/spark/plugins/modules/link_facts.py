@@ -97,7 +97,8 @@ ansible_facts:
       contains:
         interfaces:
           description:
-            - One entry per requested interface, keyed by name, missing ones included with RV(ansible_facts.spark_link_facts.interfaces.exists=false).
+            - One entry per requested interface, keyed by name, missing ones included with
+              RV(ansible_facts.spark_link_facts.interfaces.exists=false).
           returned: always
           type: dict
           contains:
@@ -133,8 +134,9 @@ ansible_facts:
               sample: ["fe80::4ebb:47ff:fe2e:11a3/64"]
             address_error:
               description:
-                - Why RV(ansible_facts.spark_link_facts.interfaces.ipv4) and RV(ansible_facts.spark_link_facts.interfaces.ipv6) could not be read
-                  (C(ip) missing or failing), V(null) when they were read. Empty lists with an error do not mean "no address".
+                - Why RV(ansible_facts.spark_link_facts.interfaces.ipv4) and RV(ansible_facts.spark_link_facts.interfaces.ipv6)
+                  could not be read (C(ip) missing or failing), V(null) when they were read. Empty lists with an error do not
+                  mean "no address".
               type: str
               sample: null
             rdma_device:

@@ -1147,7 +1147,10 @@ def trap_problems(profile):
     if engine == "sglang" and _is_int(ctx) and ctx >= 900_000:
         chunk = args.get("chunked_prefill_size")
         if chunk is None or (_is_int(chunk) and (chunk > 1024 or chunk < 0)):
-            shown = "unset (SGLang picks a larger default)" if chunk is None else ("-1 (unchunked)" if _is_int(chunk) and chunk < 0 else chunk)
+            if chunk is None:
+                shown = "unset (SGLang picks a larger default)"
+            else:
+                shown = "-1 (unchunked)" if _is_int(chunk) and chunk < 0 else chunk
             refuse(f"engine.args.chunked_prefill_size is {shown} at a {ctx:,}-token context: the QSA indexer's fp32 "
                    "workspace grows with chunk x history and 4096 wedged the box (seed 002); set chunked_prefill_size: 1024 "
                    "or lower.")
