@@ -138,7 +138,7 @@ def test_every_ray_and_engine_unit_refuses_to_start_without_the_table(unit):
 
 def _rsyncd_units() -> dict[str, dict[str, list[str]]]:
     templates = ROLES / "checkpoint" / "templates"
-    variables = dict(checkpoint_link_ips=["192.168.100.11", "192.168.101.11"], checkpoint_rsyncd_port=8730,
+    variables = dict(spark_link_ips=["192.168.100.11", "192.168.101.11"], checkpoint_rsyncd_port=8730,
                      checkpoint_rsyncd_max_connections=16, checkpoint_rsyncd_config_file="/etc/sparkctl/rsyncd.conf")
     return {name: _sections(_render_template(templates / f"{name}.j2", **variables))
             for name in ("sparkctl-rsyncd.socket", "sparkctl-rsyncd@.service")}
