@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian machine as root: set-up (the real server's venv
-# beside it), the tests that judge measured times (alone), the real-server tests, then beside each other the unit tests and
-# lint and ansible-test sanity on one side and on the other check mode on a fresh lab, the whole-site molecule
-# scenario and every role scenario; then the lab integration tests. Prints the wall time
-# of each stage and the count of what ran at the end. CI runs exactly this.
+# beside it), the tests that judge measured times (alone), the real-server tests, then beside
+# each other the unit tests, lint and ansible-test sanity on one side and on the other check
+# mode on a fresh lab, the whole-site molecule scenario and every role scenario; then the lab
+# integration tests. Prints the wall time of each stage and the count of what ran at the end.
+# CI runs exactly this.
 #
 # --quick [SCENARIO]: set-up, unit tests, lint, ansible-test sanity, a syntax check of every playbook and one
 # role scenario (default: linger) on the shared lab, created if it is not up and left up.
