@@ -16,6 +16,8 @@ def project_dir() -> Path:
 
 
 def report_dir(root: Path) -> Path:
-    """Matches spark_report_dir in roles/spark: SPARKCTL_REPORT_DIR or <project>/.sparkctl/reports."""
+    """Matches spark_report_dir in roles/spark: SPARKCTL_REPORT_DIR (a relative one from the
+    current directory, as the playbooks take it) or <project>/.sparkctl/reports. Absolute, so
+    the playbooks, which run elsewhere, write where the wrapper reads."""
     override = os.environ.get("SPARKCTL_REPORT_DIR")
-    return Path(override) if override else root / ".sparkctl" / "reports"
+    return Path(override).absolute() if override else root / ".sparkctl" / "reports"
