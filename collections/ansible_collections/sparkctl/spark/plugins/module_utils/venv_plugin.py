@@ -25,6 +25,8 @@ import os
 import shutil
 import tempfile
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
+
 MANIFEST_NAME = ".sparkctl-plugin.json"
 BACKUP_SUFFIX = ".orig"
 MANIFEST_VERSION = 1
@@ -99,19 +101,6 @@ def _atomic_copy(src, dest, mode=FILE_MODE):
             os.unlink(tmp)
         raise
     _drop_bytecode(dest)
-
-
-def _atomic_write_text(path, text, mode=FILE_MODE):
-    fd, tmp = tempfile.mkstemp(prefix=".sparkctl-", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _drop_bytecode(path):
@@ -270,7 +259,7 @@ def run(venv, src=None, files=(), state="present", site_packages=None, manifest_
     if changed and not check_mode:
         apply(src, site_packages, actions)
         if new_text is not None:
-            _atomic_write_text(manifest_path, new_text)
+            write_file_atomic(manifest_path, new_text.encode("utf-8"), FILE_MODE)
         elif os.path.exists(manifest_path):
             os.unlink(manifest_path)
 
