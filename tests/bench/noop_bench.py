@@ -25,7 +25,6 @@ Usage: .venv/bin/python tests/bench/noop_bench.py [--reruns 3] [--stages provisi
 from __future__ import annotations
 
 import argparse
-import configparser
 import os
 import re
 import statistics
@@ -37,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from labrun import LAB_INVENTORY, SPARKLAB, parse_recap  # noqa: E402
+from labrun import LAB_INVENTORY, SPARKLAB, configured_callbacks, parse_recap  # noqa: E402
 
 FULL_TARGET_S = 30.0
 STAGE_TARGET_S = 10.0
@@ -50,13 +49,6 @@ SLOWEST = 15
 PROFILE_CALLBACKS = "ansible.posix.profile_tasks,sparkctl.spark.plugin_preload"
 # profile_tasks' recap line: "<role> : <task> ------- 1.23s"
 TASK_TIME = re.compile(r"^(?P<name>.+?) -*\s+(?P<seconds>\d+\.\d+)s$")
-
-
-def configured_callbacks() -> str:
-    """callbacks_enabled as ansible.cfg sets it: the 'on' side of every comparison."""
-    config = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
-    config.read(REPO / "ansible.cfg")
-    return config.get("defaults", "callbacks_enabled", fallback="")
 
 
 def run_playbook(tags: str | None, callbacks: str, extra_env: dict | None = None) -> tuple[float, dict, str]:

@@ -37,6 +37,16 @@ def container(node: str) -> str:
     return lab_plan().node(node).container
 
 
+def configured_callbacks() -> str:
+    """callbacks_enabled as ansible.cfg sets it (the plugin preload): ANSIBLE_CALLBACKS_ENABLED
+    replaces that list, so a run that adds a callback through it names these too."""
+    import configparser
+
+    config = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
+    config.read(REPO / "ansible.cfg")
+    return config.get("defaults", "callbacks_enabled", fallback="")
+
+
 def lab_profile_pins() -> dict[str, str]:
     """The lab profile's venv pins by PEP 503 name ({'ray': '2.60.0', ...}): what the venv
     runtime installs (the profile's packages, plus the Ray sparkctl supplies), read through the

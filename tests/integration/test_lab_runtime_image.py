@@ -10,7 +10,6 @@ repository's files are never modified; the copy hashes the same as the original.
 
 from __future__ import annotations
 
-import configparser
 import json
 import os
 import re
@@ -18,7 +17,7 @@ import shutil
 import time
 
 import pytest
-from labrun import REPO, node_exec
+from labrun import REPO, configured_callbacks, node_exec
 
 pytestmark = pytest.mark.lab
 
@@ -52,11 +51,7 @@ def context_copy(tmp_path_factory):
 def task_timings():
     """Per-task durations in the runs' output (profile_tasks), for the timing report."""
     saved = os.environ.get("ANSIBLE_CALLBACKS_ENABLED")
-    # The variable replaces ansible.cfg's callbacks_enabled: keep those (the plugin preload) too.
-    config = configparser.ConfigParser()
-    config.read(REPO / "ansible.cfg")
-    configured = config.get("defaults", "callbacks_enabled", fallback="")
-    os.environ["ANSIBLE_CALLBACKS_ENABLED"] = ",".join(filter(None, [configured, "ansible.posix.profile_tasks"]))
+    os.environ["ANSIBLE_CALLBACKS_ENABLED"] = ",".join(filter(None, [configured_callbacks(), "ansible.posix.profile_tasks"]))
     yield
     if saved is None:
         os.environ.pop("ANSIBLE_CALLBACKS_ENABLED", None)
