@@ -4,10 +4,12 @@ nothing secret left in them."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -25,6 +27,11 @@ from .stages import Stage
 
 # Artifact directories kept under .sparkctl/runner/artifacts (all stages together).
 KEEP_ARTIFACTS = 20
+# Held while rotating: two wrappers at once (`sparkctl status` while `up` runs) would
+# otherwise both remove the same old directories. ansible-runner's own rotation has no
+# lock and fails the second run when a directory it listed is gone.
+# Beside the artifacts directory, not in it: everything in it is a run's.
+ROTATION_LOCK = ".artifacts-rotation.lock"
 
 # ansible-runner records the job's whole environment in artifacts/<ident>/command,
 # suppress_env_files or not; values of variables named like a secret never stay there,
@@ -74,7 +81,6 @@ def runner_kwargs(stage: Stage, options: RunOptions, root: Path, ident: str, ext
         "playbook": str(stage.playbook),
         "inventory": str(options.inventory),
         "ident": ident,
-        "rotate_artifacts": KEEP_ARTIFACTS,
         "quiet": True,
         # No env/extravars, env/envvars, env/passwords files: secrets stay in memory.
         "suppress_env_files": True,
@@ -99,6 +105,23 @@ def runner_kwargs(stage: Stage, options: RunOptions, root: Path, ident: str, ext
     if options.verbosity:
         kwargs["verbosity"] = options.verbosity
     return kwargs
+
+
+def rotate_artifacts(artifacts: Path, keep: int) -> None:
+    """Keep the newest `keep` artifact directories (by modification time, as ansible-runner
+    does); a directory another run removed first is already gone, not an error."""
+    artifacts.mkdir(parents=True, exist_ok=True)
+    with open(artifacts.parent / ROTATION_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        dated = []
+        for path in artifacts.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                if path.is_dir():
+                    dated.append((path.stat().st_mtime, path.name, path))
+        dated.sort()
+        for _, _, path in dated[:max(0, len(dated) - keep)]:
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(path)
 
 
 def redact_env(env: dict) -> dict:
@@ -246,6 +269,7 @@ def run_stage(stage: Stage, options: RunOptions, root: Path, on_event: Callable[
         duration = time.monotonic() - started
     stop_groups(orphans)
     artifact_dir = run.config.artifact_dir
+    rotate_artifacts(Path(artifact_dir).parent, KEEP_ARTIFACTS)
     redact_command_file(artifact_dir)
     redact_artifacts(artifact_dir)
     return StageResult.from_run(stage.name, str(stage.playbook.relative_to(root)) if stage.playbook.is_relative_to(root)

@@ -4,6 +4,7 @@ a throwaway project whose stages are small localhost playbooks."""
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -214,6 +215,32 @@ def test_artifacts_are_rotated(project, monkeypatch):
     for _ in range(4):
         assert runner.run_stage(stage, options, project).exit_code == 0
     assert len(list((project / ".sparkctl" / "runner" / "artifacts").iterdir())) == 2
+
+
+def test_a_stage_survives_another_run_rotating_the_same_artifacts(project, monkeypatch):
+    """Two wrappers at once (`sparkctl status` while `up` runs) both rotate the artifacts:
+    an old directory the other one removed first must not fail this run."""
+    artifacts = project / ".sparkctl" / "runner" / "artifacts"
+    for number in range(runner.KEEP_ARTIFACTS + 5):
+        old = artifacts / f"status-20260101T0000{number:02d}-0000"
+        old.mkdir(parents=True)
+        os.utime(old, (1_000_000 + number, 1_000_000 + number))
+    real_rmtree = shutil.rmtree
+    raced = []
+
+    def removed_by_the_other_run_first(path, *args, **kwargs):
+        if not raced:
+            raced.append(path)
+            real_rmtree(path)
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", removed_by_the_other_run_first)
+    options = runner.RunOptions(inventory=project / "inventories" / "local")
+    result = runner.run_stage(Stage("checkpoint", project / "playbooks" / "checkpoint.yml"), options, project)
+    assert (result.status, result.exit_code) == ("successful", 0), result
+    assert raced, "the rotation removed nothing"
+    kept = sorted(path.name for path in artifacts.iterdir() if path.is_dir())
+    assert len(kept) == runner.KEEP_ARTIFACTS and Path(result.artifact_dir).name in kept
 
 
 def test_ansible_playbook_is_found_without_the_venv_on_path(project, monkeypatch):
