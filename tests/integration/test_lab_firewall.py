@@ -217,7 +217,13 @@ def test_a_deleted_table_is_back_after_one_provision_run(converged, run_site):
     assert all(quiet.changed(h) == 0 for h in HOSTS), {h: quiet.changed_tasks(h) for h in HOSTS}
 
 
-def _wait_for_table(node: str, seconds: float = 5.0) -> bool:
+# The table is loaded by a unit in nftables.service's own transaction (PartOf=, WantedBy=,
+# ReloadPropagatedFrom=): it is back when `systemctl` returns, and the wait only keeps a
+# broken unit from failing the test on a busy machine for the wrong reason.
+TABLE_BACK_SECONDS = 30.0
+
+
+def _wait_for_table(node: str, seconds: float = TABLE_BACK_SECONDS) -> bool:
     deadline = time.monotonic() + seconds
     while not _table_loaded(node):
         if time.monotonic() >= deadline:
@@ -234,8 +240,6 @@ def _restore_after_nftables(node: str, nat: str) -> None:
     node_exec(node, "systemctl", "start", "sparkctl-firewall.service")
 
 
-# Judged on a 5 s wait: the machine to itself (conftest.py).
-@pytest.mark.timing
 def test_a_restarted_nftables_brings_the_table_back_without_a_run(converged):
     node, gcs = "spark1", 6379
     assert _probe(MGMT[node], gcs) == "timeout"
@@ -244,11 +248,11 @@ def test_a_restarted_nftables_brings_the_table_back_without_a_run(converged):
     ray = node_exec(node, "systemctl", "show", "-p", "MainPID", "--value", "sparkctl-ray-head.service").stdout.strip()
     try:
         node_exec(node, "systemctl", "restart", "nftables.service")
-        assert _wait_for_table(node), "table inet sparkctl not back within 5 s of restarting nftables"
+        assert _wait_for_table(node), f"table inet sparkctl not back within {TABLE_BACK_SECONDS:.0f} s of restarting nftables"
         assert _probe(MGMT[node], gcs) == "timeout"
         # A reload runs the same flushing config.
         node_exec(node, "systemctl", "reload", "nftables.service")
-        assert _wait_for_table(node), "table inet sparkctl not back within 5 s of reloading nftables"
+        assert _wait_for_table(node), f"table inet sparkctl not back within {TABLE_BACK_SECONDS:.0f} s of reloading nftables"
         assert _probe(MGMT[node], gcs) == "timeout"
         # Ray was neither stopped nor restarted with the firewall.
         assert node_exec(node, "systemctl", "show", "-p", "MainPID", "--value",
