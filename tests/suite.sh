@@ -115,9 +115,8 @@ side_stages() {
 }
 
 # Every role scenario (molecule/<role>/), in the order site.yml runs the roles. The image
-# runtime's runs with its prepare (Docker, the lab's base image), on the twin lab after its
-# integration tests: the whole-site scenario runs the default profile, a venv, so nothing on
-# the first lab has put them in place, while the twin's image tests have.
+# runtime's runs with its prepare (Docker, the lab's base image): the whole-site scenario runs
+# the default profile, a venv, so nothing on this lab has put them in place.
 ROLE_SCENARIOS=(preflight direct_link firewall fabric_env linger ssh_mesh checkpoint engine_venv
                 oom_guard ray_cluster api_proxy engine_service verify)
 PREPARED_ROLE_SCENARIOS=(engine_image)
@@ -208,7 +207,6 @@ twin_stages() {
     chain_stage twin-converge twin_converge &&
     chain_stage twin-integration python -m pytest "${TWIN_TESTS[@]}" -q -p no:cacheprovider -m lab --durations=15 \
       --junitxml="$COUNTS_DIR/integration-twin.xml" &&
-    chain_stage scenarios-prepared role_scenarios full "${PREPARED_ROLE_SCENARIOS[@]}" &&
     if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then chain_stage twin-down python tests/lab/sparklab down; fi
 }
 TWIN_IGNORES=()
@@ -222,5 +220,6 @@ stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"
 wait_chain side
 stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p no:cacheprovider -m lab --durations=30 \
   --junitxml="$COUNTS_DIR/integration.xml"
+stage scenarios-prepared role_scenarios full "${PREPARED_ROLE_SCENARIOS[@]}"
 if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then stage lab-down molecule destroy --scenario-name default; fi
 wait_chain twin
