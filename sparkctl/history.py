@@ -1,0 +1,83 @@
+"""`sparkctl history`: the deployments a passing verify recorded, newest first.
+
+The verify role writes one JSON file per deployment into the history directory
+(spark_deployment_dir; the record's shape is the collection's sparkctl.spark.deployment
+filter's). This only reads them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+# Enough of a sha256 to tell deployments apart in a table.
+SHORT = 12
+
+
+def load_history(directory: Path) -> tuple[list[dict], list[str]]:
+    """(records newest first, one line per file that is not a record)."""
+    records, problems = [], []
+    if not directory.is_dir():
+        return records, problems
+    for path in sorted(directory.glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            problems.append(f"{path}: {exc}")
+            continue
+        if not isinstance(record, dict) or not record.get("deployment_id"):
+            problems.append(f"{path}: not a deployment record")
+            continue
+        records.append(record)
+    records.sort(key=lambda r: str(r.get("recorded_at") or ""), reverse=True)
+    return records, problems
+
+
+def short(value) -> str:
+    """A digest or commit shortened for a table: the hex part's first characters; '-' for none."""
+    if not value:
+        return "-"
+    text = str(value).split(":", 1)[-1]
+    return text[:SHORT]
+
+
+def history_rows(records: list[dict]) -> list[tuple[str, ...]]:
+    """(when, profile, runtime, checkpoint revision, verify status, sparkctl version) per record."""
+    rows = []
+    for record in records:
+        runtime = record.get("runtime") or {}
+        checkpoint = record.get("checkpoint") or {}
+        if checkpoint.get("source", "hub") == "hub":
+            revision = short(checkpoint.get("commit")) if checkpoint.get("commit") else str(checkpoint.get("revision") or "-")
+        else:
+            revision = str(checkpoint.get("path") or "-")
+        rows.append((
+            str(record.get("recorded_at") or "-"),
+            str((record.get("profile") or {}).get("name") or "-"),
+            f"{runtime.get('kind', '?')} {short(runtime.get('id'))}",
+            revision,
+            str(record.get("verify_status") or "-"),
+            str(record.get("sparkctl_version") or "-"),
+        ))
+    return rows
+
+
+def show_history(directory: Path, console: Console | None = None) -> int:
+    """The table; 1 when there is nothing to show."""
+    console = console or Console()
+    records, problems = load_history(directory)
+    for line in problems:
+        console.print(f"[yellow]skipped[/] {line}", markup=True, highlight=False)
+    if not records:
+        console.print(f"no deployment recorded in {directory}; a passing `sparkctl verify` (or `up`) records one.")
+        return 1
+    table = Table(title=f"Deployments ({len(records)}, newest first)")
+    for column in ("when", "profile", "runtime", "checkpoint", "verify", "sparkctl"):
+        table.add_column(column)
+    for row in history_rows(records):
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"history: {directory}")
+    return 0
