@@ -44,7 +44,8 @@ def short(value) -> str:
 
 
 def history_rows(records: list[dict]) -> list[tuple[str, ...]]:
-    """(when, profile, runtime, checkpoint revision, verify status, sparkctl version) per record."""
+    """(when, deployment id, profile, runtime, checkpoint revision, verify status, sparkctl version) per record:
+    the id tells apart two deployments of the same profile, runtime and checkpoint (other engine arguments)."""
     rows = []
     for record in records:
         runtime = record.get("runtime") or {}
@@ -55,6 +56,7 @@ def history_rows(records: list[dict]) -> list[tuple[str, ...]]:
             revision = str(checkpoint.get("path") or "-")
         rows.append((
             str(record.get("recorded_at") or "-"),
+            short(record.get("deployment_id")),
             str((record.get("profile") or {}).get("name") or "-"),
             f"{runtime.get('kind', '?')} {short(runtime.get('id'))}",
             revision,
@@ -74,7 +76,7 @@ def show_history(directory: Path, console: Console | None = None) -> int:
         console.print(f"no deployment recorded in {directory}; a passing `sparkctl verify` (or `up`) records one.")
         return 1
     table = Table(title=f"Deployments ({len(records)}, newest first)")
-    for column in ("when", "profile", "runtime", "checkpoint", "verify", "sparkctl"):
+    for column in ("when", "id", "profile", "runtime", "checkpoint", "verify", "sparkctl"):
         table.add_column(column)
     for row in history_rows(records):
         table.add_row(*row)

@@ -43,7 +43,8 @@ def test_the_history_sits_beside_the_reports(project_dir, monkeypatch):
     assert project.deployment_dir(project_dir) == project_dir / "elsewhere"
 
 
-def test_lists_newest_first_with_short_ids(project_dir, capsys):
+def test_lists_newest_first_with_short_ids(project_dir, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
     old = record("2026-05-04T10:11:12Z", runtime_id="a" * 64)
     new = record("2026-06-01T08:00:00Z", profile="lab-image", kind="image", runtime_id="sha256:" + "b" * 64,
                  status="passed_with_warnings", commit="c" * 40)
@@ -52,8 +53,8 @@ def test_lists_newest_first_with_short_ids(project_dir, capsys):
     rows = history.history_rows(history.load_history(project_dir / ".sparkctl" / "deployments")[0])
 
     assert rows == [
-        ("2026-06-01T08:00:00Z", "lab-image", "image " + "b" * 12, "c" * 12, "passed_with_warnings", "0.1.0"),
-        ("2026-05-04T10:11:12Z", "lab-standin", "venv " + "a" * 12, "3f1e0c2a9b8d", "passed", "0.1.0"),
+        ("2026-06-01T08:00:00Z", new["deployment_id"][7:19], "lab-image", "image " + "b" * 12, "c" * 12, "passed_with_warnings", "0.1.0"),
+        ("2026-05-04T10:11:12Z", old["deployment_id"][7:19], "lab-standin", "venv " + "a" * 12, "3f1e0c2a9b8d", "passed", "0.1.0"),
     ]
     assert cli.main(["history"]) == 0
     out = capsys.readouterr().out
@@ -66,7 +67,7 @@ def test_a_revision_without_a_commit_and_a_path_source(project_dir):
 
     rows = history.history_rows([hub, path])
 
-    assert rows[0][3] == "main" and rows[1][3] == "/data/ckpt"
+    assert rows[0][4] == "main" and rows[1][4] == "/data/ckpt"
 
 
 def test_json_prints_the_records_newest_first(project_dir, capsys):
