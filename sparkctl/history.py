@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-# Enough of a sha256 to tell deployments apart in a table.
-SHORT = 12
+# Enough of a sha256 or a commit to tell deployments apart in a table that fits 80 columns.
+SHORT = 8
 
 
 def load_history(directory: Path) -> tuple[list[dict], list[str]]:
@@ -43,8 +44,15 @@ def short(value) -> str:
     return text[:SHORT]
 
 
+def when(recorded_at) -> str:
+    """2026-05-04T10:11:12Z as 2026-05-04 10:11 (the table's title says UTC)."""
+    text = str(recorded_at or "-")
+    return text[:16].replace("T", " ") if len(text) >= 16 else text
+
+
 def history_rows(records: list[dict]) -> list[tuple[str, ...]]:
-    """(when, deployment id, profile, runtime, checkpoint revision, verify status, sparkctl version) per record:
+    """(when, deployment id, profile, runtime id (the venv's lock hash or the image id), checkpoint revision (the
+    commit it resolved to, short), verify status, sparkctl version) per record:
     the id tells apart two deployments of the same profile, runtime and checkpoint (other engine arguments)."""
     rows = []
     for record in records:
@@ -55,10 +63,10 @@ def history_rows(records: list[dict]) -> list[tuple[str, ...]]:
         else:
             revision = str(checkpoint.get("path") or "-")
         rows.append((
-            str(record.get("recorded_at") or "-"),
+            when(record.get("recorded_at")),
             short(record.get("deployment_id")),
             str((record.get("profile") or {}).get("name") or "-"),
-            f"{runtime.get('kind', '?')} {short(runtime.get('id'))}",
+            short(runtime.get("id")),
             revision,
             str(record.get("verify_status") or "-"),
             str(record.get("sparkctl_version") or "-"),
@@ -75,9 +83,12 @@ def show_history(directory: Path, console: Console | None = None) -> int:
     if not records:
         console.print(f"no deployment recorded in {directory}; a passing `sparkctl verify` (or `up`) records one.")
         return 1
-    table = Table(title=f"Deployments ({len(records)}, newest first)")
-    for column in ("when", "id", "profile", "runtime", "checkpoint", "verify", "sparkctl"):
-        table.add_column(column)
+    # No vertical rules and one space of padding: the seven columns fit a terminal of 80.
+    table = Table(title=f"Deployments ({len(records)}, newest first, UTC)", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True, show_edge=False)
+    for column in ("when", "id", "profile", "runtime", "revision", "verify", "sparkctl"):
+        # Times and digests stay whole; a long profile name or status folds.
+        table.add_column(column, no_wrap=column not in ("profile", "verify"), overflow="fold")
     for row in history_rows(records):
         table.add_row(*row)
     console.print(table)

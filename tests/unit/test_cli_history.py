@@ -53,8 +53,8 @@ def test_lists_newest_first_with_short_ids(project_dir, capsys, monkeypatch):
     rows = history.history_rows(history.load_history(project_dir / ".sparkctl" / "deployments")[0])
 
     assert rows == [
-        ("2026-06-01T08:00:00Z", new["deployment_id"][7:19], "lab-image", "image " + "b" * 12, "c" * 12, "passed_with_warnings", "0.1.0"),
-        ("2026-05-04T10:11:12Z", old["deployment_id"][7:19], "lab-standin", "venv " + "a" * 12, "3f1e0c2a9b8d", "passed", "0.1.0"),
+        ("2026-06-01 08:00", new["deployment_id"][7:15], "lab-image", "b" * 8, "c" * 8, "passed_with_warnings", "0.1.0"),
+        ("2026-05-04 10:11", old["deployment_id"][7:15], "lab-standin", "a" * 8, "3f1e0c2a", "passed", "0.1.0"),
     ]
     assert cli.main(["history"]) == 0
     out = capsys.readouterr().out
