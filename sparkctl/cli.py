@@ -18,7 +18,7 @@ import yaml
 
 from . import __version__
 from .events import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from .project import project_dir, report_dir
+from .project import deployment_dir, project_dir, report_dir
 from .report import REPORT_NAMES, report_path, show_preflight, show_report
 from .result import StageResult, document, run_exit_code
 from .stages import UP_STAGES, plan
@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(default: each one present).")
     rep.add_argument("which", nargs="?", choices=REPORT_NAMES, help="only this report")
     rep.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the raw JSON")
+    hist = sub.add_parser("history", help="list the deployments a passing verify recorded, newest first",
+                          description="List the deployments a passing verify recorded on this control node, newest "
+                                      "first: when, profile, runtime, checkpoint revision, verify status, sparkctl "
+                                      "version ($SPARKCTL_DEPLOYMENT_DIR, default .sparkctl/deployments).")
+    hist.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                      help="print the records as one JSON list, newest first")
     return parser
 
 
@@ -324,6 +330,20 @@ def run_report(args: argparse.Namespace, root: Path) -> int:
     return 0 if all(results) else 1
 
 
+def run_history(args: argparse.Namespace, root: Path) -> int:
+    """`sparkctl history`: 0 with at least one record, 1 with none (--json prints [] then)."""
+    from .history import load_history, show_history
+
+    directory = deployment_dir(root)
+    if getattr(args, "json", False):
+        records, problems = load_history(directory)
+        for line in problems:
+            print(f"sparkctl: skipped {line}", file=sys.stderr)
+        sys.stdout.write(json.dumps(records, indent=2) + "\n")
+        return 0 if records else 1
+    return show_history(directory)
+
+
 def run_lab(args: argparse.Namespace, root: Path) -> int:
     sparklab = root / "tests" / "lab" / "sparklab"
     if not sparklab.is_file():
@@ -353,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     root = project_dir()
     if args.command == "report":
         return run_report(args, root)
+    if args.command == "history":
+        return run_history(args, root)
     if args.command == "lab":
         return run_lab(args, root)
     return run_stages(args, root)

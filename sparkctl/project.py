@@ -21,3 +21,10 @@ def report_dir(root: Path) -> Path:
     the playbooks, which run elsewhere, write where the wrapper reads."""
     override = os.environ.get("SPARKCTL_REPORT_DIR")
     return Path(override).absolute() if override else root / ".sparkctl" / "reports"
+
+
+def deployment_dir(root: Path) -> Path:
+    """Matches spark_deployment_dir in roles/spark: SPARKCTL_DEPLOYMENT_DIR (a relative one from
+    the current directory) or the report directory's parent's deployments/."""
+    override = os.environ.get("SPARKCTL_DEPLOYMENT_DIR")
+    return Path(override).absolute() if override else report_dir(root).parent / "deployments"

@@ -19,6 +19,11 @@ pytestmark = pytest.mark.lab
 
 HOSTS = ("spark1", "spark2")
 GPU_JSON = "/etc/sparklab/gpu.json"
+DEPLOYMENT = "/etc/sparkctl/deployment.json"
+
+
+def _records():
+    return {host: json.loads(node_exec(host, "cat", DEPLOYMENT).stdout) for host in HOSTS}
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +63,9 @@ def test_verify_passes_on_the_healthy_lab_and_changes_nothing(served, run_site, 
     assert report["parity"]["mismatches"] == []
     assert {row["host"]: row["status"] for row in report["firewall"]["rows"]} == {"spark1": "ok", "spark2": "ok"}
     assert "verify PASSED" in run.output
+    # The deployment the session's converge recorded, verified again: the same record on every node.
+    records = _records()
+    assert records["spark1"] == records["spark2"] == report["deployment"]
 
 
 def test_a_wedged_engine_fails_verify_though_health_answers(served, run_site, report_dir):
@@ -75,13 +83,17 @@ def test_a_wedged_engine_fails_verify_though_health_answers(served, run_site, re
 
 
 def test_a_wrong_smoke_answer_fails_verify(served, run_site, report_dir):
+    recorded = _records()
     standin("faults", {"wrong_answer": True})
     try:
-        run = _verify(run_site)
+        # Another profile content is another deployment: a failed verify must not record it.
+        run = _verify(run_site, "-e", json.dumps({"spark_profile_overrides": {"description": "not recorded"}}))
     finally:
         standin("faults", {"reset": True})
     assert run.rc != 0
+    assert _records() == recorded
     report = _report(report_dir)
+    assert report["deployment"] is None
     smoke = next(c for c in report["checks"] if c["name"] == "smoke")
     assert smoke["ok"] is False and "Kyoto" in smoke["message"] and "Tokyo" in smoke["message"]
     assert any("Kyoto" in line for line in report["failures"])

@@ -16,19 +16,21 @@ from sparkctl import project
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _playbook_report_dir(cwd: Path, value: str | None) -> str:
-    """spark_report_dir as the spark role's defaults render it for a run started in cwd."""
+def _playbook_report_dir(cwd: Path, value: str | None, variable: str = "spark_report_dir",
+                         environment: dict | None = None) -> str:
+    """spark_report_dir (or another of the spark role's defaults) as they render for a run started in cwd."""
     playbook = cwd / "playbooks" / "show.yml"
     playbook.parent.mkdir(parents=True, exist_ok=True)
     playbook.write_text(
         "- hosts: localhost\n  gather_facts: false\n"
         f"  vars_files: ['{REPO / 'roles' / 'spark' / 'defaults' / 'main.yml'}']\n"
-        "  tasks:\n    - ansible.builtin.debug: {msg: \"REPORT_DIR={{ spark_report_dir }}\"}\n")
+        "  tasks:\n    - ansible.builtin.debug: {msg: \"REPORT_DIR={{ %s }}\"}\n" % variable)
     env = {key: val for key, val in os.environ.items() if not key.startswith(("ANSIBLE_", "SPARKCTL_"))}
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="false",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="false", PWD=str(cwd))
     if value is not None:
         env["SPARKCTL_REPORT_DIR"] = value
+    env.update(environment or {})
     proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
                            str(playbook)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -53,3 +55,22 @@ def test_the_wrapper_resolves_a_relative_report_dir_the_same_way(tmp_path, monke
     assert project.report_dir(REPO) == tmp_path / "reports" / "here"
     monkeypatch.delenv("SPARKCTL_REPORT_DIR")
     assert project.report_dir(REPO) == REPO / ".sparkctl" / "reports"
+
+
+@pytest.mark.parametrize("report, deployments, expected", [
+    (None, None, ".sparkctl/deployments"),
+    ("lab/reports", None, "lab/deployments"),
+    ("lab/reports", "history", "history"),
+])
+def test_the_deployment_history_sits_where_the_playbooks_and_the_wrapper_both_look(tmp_path, monkeypatch, report,
+                                                                                   deployments, expected):
+    extra = {"SPARKCTL_DEPLOYMENT_DIR": deployments} if deployments else {}
+    assert _playbook_report_dir(tmp_path, report, "spark_deployment_dir", extra) == str(tmp_path / expected)
+    monkeypatch.chdir(tmp_path)
+    for name, value in (("SPARKCTL_REPORT_DIR", report), ("SPARKCTL_DEPLOYMENT_DIR", deployments)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    root = tmp_path if report is None else REPO
+    assert project.deployment_dir(root) == tmp_path / expected

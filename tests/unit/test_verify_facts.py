@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 import sys
 
@@ -104,3 +105,30 @@ def test_rules_need_a_unit(node, capsys):
     rc, result = run(capsys, startup_rules=RULES)
 
     assert rc == 1 and "startup_rules needs startup_unit" in result["msg"]
+
+
+def test_the_node_record_and_the_heads_checkpoint_manifest_are_read(node, capsys, tmp_path):
+    record = {"deployment_id": "sha256:" + "1" * 64, "recorded_at": "2026-05-04T10:11:12Z"}
+    (tmp_path / "deployment.json").write_text(json.dumps(record))
+    manifest = {"version": 1, "source": "hub", "repo_id": "org/model", "revision": "main", "commit": "a" * 40,
+                "total_bytes": 3, "files": {"model.safetensors": {"size": 3, "sha256": "b" * 64}}}
+    (tmp_path / ".sparkctl-manifest.json").write_text(json.dumps(manifest))
+
+    rc, result = run(capsys, deployment_file=str(tmp_path / "deployment.json"),
+                     checkpoint_manifest_file=str(tmp_path / ".sparkctl-manifest.json"))
+
+    assert rc == 0 and result["deployment"] == record and result["deployment_problem"] is None
+    # Where the checkpoint came from; its file list stays the checkpoint stage's.
+    assert result["checkpoint_manifest"] == {"source": "hub", "repo_id": "org/model", "revision": "main", "commit": "a" * 40}
+
+
+def test_no_record_no_manifest_and_a_broken_record(node, capsys, tmp_path):
+    rc, result = run(capsys, deployment_file=str(tmp_path / "none.json"),
+                     checkpoint_manifest_file=str(tmp_path / "none-manifest.json"))
+    assert rc == 0 and result["deployment"] is None and result["deployment_problem"] is None
+    assert result["checkpoint_manifest"] is None
+
+    (tmp_path / "broken.json").write_text("{")
+    rc, result = run(capsys, deployment_file=str(tmp_path / "broken.json"))
+    assert rc == 0 and result["deployment"] is None and "not JSON" in result["deployment_problem"]
+    assert result["checkpoint_manifest"] is None

@@ -16,7 +16,8 @@ description:
   - Reads, with the same code and in one module run, what M(sparkctl.spark.runtime_versions) (the versions that must
     match on every node), M(sparkctl.spark.host_facts) (C(/proc/meminfo)) and, on the head,
     M(ansible.builtin.stat) (the API key file), M(ansible.builtin.systemd_service) (the engine unit's
-    C(ActiveState)) and M(sparkctl.spark.engine_startup_facts) (the startup facts) read. A module run is what a
+    C(ActiveState)) and M(sparkctl.spark.engine_startup_facts) (the startup facts) read, with the node's deployment
+    record (M(sparkctl.spark.deployment_record)) and, on the head, the checkpoint's manifest. A module run is what a
     no-op run pays for (docs/performance.md).
   - The startup facts are read when O(startup_rules) is not empty. In check mode only from an active unit (a cluster
     not served yet has no engine). A unit without a current invocation, or a log that cannot be read, is not a
@@ -81,6 +82,14 @@ options:
     description: How many lines of the invocation's log are read, as O(sparkctl.spark.engine_startup_facts#module:log_lines).
     type: int
     default: 20000
+  deployment_file:
+    description: The node's deployment record, returned as RV(deployment).
+    type: path
+  checkpoint_manifest_file:
+    description:
+      - The manifest the checkpoint stage keeps on the head (C(<checkpoint dir>/.sparkctl-manifest.json)), whose origin
+        RV(checkpoint_manifest) reports, without its file list.
+    type: path
 seealso:
   - module: sparkctl.spark.runtime_versions
   - module: sparkctl.spark.engine_startup_facts
@@ -142,12 +151,30 @@ startup_error:
   type: str
   returned: always
   sample: null
+deployment:
+  description: The node's deployment record, V(null) without O(deployment_file), without a record, or when the file is not one.
+  type: dict
+  returned: always
+deployment_problem:
+  description: Why the file at O(deployment_file) is not a record (it is replaced by the next one), V(null) otherwise.
+  type: str
+  returned: always
+  sample: null
+checkpoint_manifest:
+  description:
+    - C(source), C(repo_id), C(revision) and C(commit) of the checkpoint's manifest; V(null) without O(checkpoint_manifest_file)
+      or a readable manifest.
+  type: dict
+  returned: always
+  sample: {source: hub, repo_id: upstage/Solar-Open2-250B-NVFP4, revision: main, commit: 3f1e0c2a9b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f}
 """
 
+import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import read_record
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_startup import read_unit_startup
 from ansible_collections.sparkctl.spark.plugins.module_utils.host import parse_meminfo, read_text
 from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import (
@@ -167,6 +194,8 @@ def main():
             startup_unit=dict(type="str"),
             startup_rules=dict(type="list", elements="dict", default=[]),
             startup_log_lines=dict(type="int", default=20000),
+            deployment_file=dict(type="path"),
+            checkpoint_manifest_file=dict(type="path"),
         ),
         required_if=RUNTIME_REQUIRED_IF,
         supports_check_mode=True,
@@ -183,7 +212,24 @@ def main():
         startup, error, state = read_unit_startup(module, params["startup_unit"], params["startup_rules"],
                                                   params["startup_log_lines"], check_mode=module.check_mode)
         result.update(unit=dict(name=params["startup_unit"], active_state=state), startup=startup, startup_error=error)
+    result["deployment"], result["deployment_problem"] = (
+        read_record(params["deployment_file"]) if params["deployment_file"] else (None, None))
+    manifest_file = params["checkpoint_manifest_file"]
+    result["checkpoint_manifest"] = checkpoint_manifest(manifest_file) if manifest_file else None
     module.exit_json(changed=False, **result)
+
+
+def checkpoint_manifest(path):
+    """Where the checkpoint came from, as the manifest the checkpoint stage kept says (its file list
+    is the checkpoint stage's business); None without a readable one."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict):
+        return None
+    return dict((key, manifest.get(key)) for key in ("source", "repo_id", "revision", "commit"))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import shlex
 import yaml
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall, python_source
+from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import content_digest
 
 SCHEMA_VERSION = 1
 # Where the collection ships its profiles: <collection>/profiles/.
@@ -1611,3 +1612,19 @@ def unit_inputs(profile, cluster):
             inputs[host]["sparkctl-sglang-rank.service"] = [fabric_env, engine_env] + ([key_file] if host == head else [])
         inputs[head]["sparkctl-sglang-router.service"] = []
     return inputs
+
+
+# --- Digests the deployment record keeps ------------------------------------------------
+
+
+def profile_digest(profile):
+    """sha256:<hex> of what the resolved profile says. Keys starting with '_' (_sources, _dir:
+    where it was found on this control node) are left out: the same profile read from another
+    checkout is the same deployment."""
+    return content_digest(dict((key, value) for key, value in profile.items() if not str(key).startswith("_")))
+
+
+def render_digest(rendered):
+    """sha256:<hex> of what render() gives the engine: its argv, environment and every node's
+    units (the API key is in a file they name, never in them)."""
+    return content_digest({key: rendered.get(key) for key in ("argv", "env", "units")})

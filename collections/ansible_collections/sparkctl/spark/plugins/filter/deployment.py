@@ -1,0 +1,166 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The deployment record the verify stage keeps, built from what the stage read and from the
+profile's digests, and its file name in the control node's history."""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkctl.spark.plugins.module_utils import deployment as records
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
+
+DOCUMENTATION = r"""
+name: deployment
+short_description: The deployment record of a verified cluster, from the facts their owners computed
+version_added: 0.1.0
+description:
+  - Builds the record M(sparkctl.spark.deployment_record) keeps on every node and the verify role keeps in the control
+    node's history. Its identity (C(deployment_id), the digest of these fields) is C(profile) (name and the digest of
+    the resolved profile), C(checkpoint) (source, repo, revision and the commit the checkpoint stage's manifest names;
+    the path of a path source), C(runtime) (the venv's lock hash or the image's id, as the verify stage read them
+    on the head), C(engine) (kind, the engine's distribution and the version verify read of it, V(null) for an image;
+    the digest of the rendered argv, environment and units) and C(sparkctl_version) (this collection's version).
+  - Outside the identity, C(recorded_at) and C(verify_status) are those of the first time this deployment was
+    recorded. When one of O(existing) is of the same deployment, its values stay (a re-verify changes nothing).
+  - Returns V(null) when O(status) is not a passing one (V(passed), V(passed_with_warnings)), so a failed verify
+    records nothing.
+  - Companion filter C(deployment_history_name) gives a record's file name in the history
+    (C(<recorded_at, compact>-<12 hex digits of the id>.json)).
+options:
+  _input:
+    description: The head's M(sparkctl.spark.verify_facts) result (C(versions), C(checkpoint_manifest)).
+    type: dict
+    required: true
+  profile:
+    description: The resolved profile (C(spark_profile)).
+    type: dict
+    required: true
+  rendered:
+    description: The profile rendered for the cluster (P(sparkctl.spark.profile_render#filter)).
+    type: dict
+    required: true
+  checkpoint:
+    description: The checkpoint's source (C(spark_checkpoint)).
+    type: dict
+    required: true
+  packages:
+    description: The distributions verify read (C(verify_version_packages)); the engine is the one named like it, else the first.
+    type: list
+    elements: str
+    default: []
+  image:
+    description: The image reference of an image runtime.
+    type: str
+    default: ""
+  status:
+    description: The verify document's C(status).
+    type: str
+    required: true
+  now:
+    description: The time to record for a new deployment, C(YYYY-MM-DDTHH:MM:SSZ).
+    type: str
+    required: true
+  existing:
+    description: The records found on the nodes (V(null) for a node without one).
+    type: list
+    elements: dict
+    default: []
+"""
+
+EXAMPLES = r"""
+- name: Build the deployment record
+  ansible.builtin.set_fact:
+    verify_deployment: >-
+      {{ hostvars[spark_cluster.head.name].verify_node
+         | sparkctl.spark.deployment(profile=spark_profile, rendered=verify_engine_render, checkpoint=spark_checkpoint,
+                                     packages=verify_version_packages, status=verify_result.status,
+                                     now=now(utc=true, fmt='%Y-%m-%dT%H:%M:%SZ'),
+                                     existing=ansible_play_hosts_all | map('extract', hostvars, ['verify_node', 'deployment']))
+      }}
+"""
+
+RETURN = r"""
+_value:
+  description: The record, or V(null) when the status records nothing.
+  type: dict
+  contains:
+    schema_version:
+      description: Version of the record's shape.
+      type: int
+    deployment_id:
+      description: C(sha256:<hex>) of the identity fields.
+      type: str
+    profile:
+      description: C(name) and C(sha256) of the resolved profile.
+      type: dict
+    checkpoint:
+      description: C(source) with C(repo_id), C(revision) and C(commit), or C(path).
+      type: dict
+    runtime:
+      description: C(kind) and C(id) (the venv's lock hash or the image id), C(image) and C(image_context_hash) for an image.
+      type: dict
+    engine:
+      description: C(kind), C(package), C(version) and C(config_sha256).
+      type: dict
+    sparkctl_version:
+      description: This collection's version.
+      type: str
+    recorded_at:
+      description: When the deployment was first recorded.
+      type: str
+    verify_status:
+      description: The verify status of that first time.
+      type: str
+"""
+
+# The collection's root: galaxy.yml in a checkout, MANIFEST.json once built and installed.
+COLLECTION_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def collection_version(directory=COLLECTION_DIR):
+    """The version the collection declares (galaxy.yml, else an installed MANIFEST.json)."""
+    galaxy = os.path.join(directory, "galaxy.yml")
+    if os.path.isfile(galaxy):
+        with open(galaxy, encoding="utf-8") as handle:
+            return str((yaml.safe_load(handle) or {}).get("version"))
+    manifest = os.path.join(directory, "MANIFEST.json")
+    with open(manifest, encoding="utf-8") as handle:
+        return str(yaml.safe_load(handle)["collection_info"]["version"])
+
+
+def deployment(node, profile, rendered, checkpoint, status, now, packages=None, image="", existing=None):
+    if status not in records.RECORDED_STATUSES:
+        return None
+    node = node or {}
+    manifest = node.get("checkpoint_manifest") or {}
+    try:
+        record = records.build_record(
+            profile_name=profile["name"],
+            profile_digest=profiles.profile_digest(profile),
+            checkpoint=checkpoint,
+            checkpoint_commit=manifest.get("commit"),
+            runtime_kind=profile["runtime"]["kind"],
+            versions=node.get("versions"),
+            image_ref=image,
+            engine_kind=profile["engine"]["kind"],
+            engine_package_name=records.engine_package(packages or [], profile["engine"]["kind"]),
+            engine_config_digest=profiles.render_digest(rendered),
+            sparkctl_version=collection_version(),
+            verify_status=status,
+            now=now,
+        )
+    except (records.RecordError, KeyError, TypeError) as exc:
+        raise AnsibleFilterError("deployment: %s" % exc) from exc
+    return records.settle(record, [r for r in existing or [] if r])
+
+
+def deployment_history_name(record):
+    return records.history_name(record)
+
+
+class FilterModule:
+    def filters(self):
+        return {"deployment": deployment, "deployment_history_name": deployment_history_name}

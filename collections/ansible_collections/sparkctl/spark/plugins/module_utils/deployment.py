@@ -1,0 +1,161 @@
+# Copyright (c) sparkctl developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The deployment record: what a cluster serves, as a successful verify saw it.
+
+A record holds the deployment's identity (the profile and its content, the checkpoint's
+commit, the runtime's identity, the engine's version and rendered configuration, the
+sparkctl version) and, outside the identity, when it was first recorded and the verify
+status of that first time. A re-verify of the same identity keeps the record as it is, so
+a converged re-run writes nothing; a new identity is a new record. Every fact in it is
+read from its owner (the verify stage's reads, the profile's digests); nothing here reads
+a node or the hub.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+SCHEMA_VERSION = 1
+# On every node: root-owned, readable by everyone (it holds no secret).
+NODE_RECORD_PATH = "/etc/sparkctl/deployment.json"
+NODE_RECORD_MODE = 0o644
+# The fields that make a deployment: any change among them is a new deployment.
+IDENTITY_FIELDS = ("profile", "checkpoint", "runtime", "engine", "sparkctl_version")
+# Only a verify that passed records a deployment.
+RECORDED_STATUSES = ("passed", "passed_with_warnings")
+
+
+class RecordError(ValueError):
+    """A record that cannot be built or read."""
+
+
+def canonical_json(value):
+    """The one text of a JSON value: sorted keys, no spaces, so equal values hash equally."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def content_digest(value):
+    """sha256:<hex> of value's canonical JSON."""
+    return "sha256:" + hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def deployment_id(record):
+    """The digest of the record's identity fields (absent ones count as null)."""
+    return content_digest(dict((field, record.get(field)) for field in IDENTITY_FIELDS))
+
+
+def engine_package(package_names, engine_kind):
+    """The distribution that is the engine among the ones verify reads: the one named like
+    the engine (vllm, sglang), else the first (a profile lists its engine first, as the lab's
+    stand-in does); None without any (an image runtime: verify reads no package there)."""
+    names = [name for name in package_names or [] if name]
+    for name in names:
+        if _normalize(name) == _normalize(engine_kind or ""):
+            return name
+    return names[0] if names else None
+
+
+def _normalize(name):
+    return re.sub(r"[-_.]+", "-", str(name)).lower()
+
+
+def build_record(profile_name, profile_digest, checkpoint, checkpoint_commit, runtime_kind, versions, image_ref,
+                 engine_kind, engine_package_name, engine_config_digest, sparkctl_version, verify_status, now):
+    """A new record from the facts their owners computed.
+
+    versions is one node's runtime_versions read (verify parity proved every node's equal);
+    checkpoint the spark_checkpoint mapping; checkpoint_commit the commit the checkpoint
+    stage's manifest names (None for a path source); now the time to record when no record
+    of this deployment exists yet (ISO 8601, UTC)."""
+    versions = versions or {}
+    if runtime_kind == "venv":
+        runtime_id = versions.get("venv_lock_sha256")
+        runtime = {"kind": "venv", "id": runtime_id, "venv_lock_sha256": runtime_id}
+    elif runtime_kind == "image":
+        runtime_id = versions.get("image_id")
+        runtime = {"kind": "image", "id": runtime_id, "image": image_ref or None,
+                   "image_context_hash": versions.get("image_context_hash")}
+    else:
+        raise RecordError("runtime kind must be venv or image, got %r" % (runtime_kind,))
+    if not runtime_id:
+        raise RecordError("verify read no %s identity (%s): nothing to record"
+                          % (runtime_kind, "venv lock hash" if runtime_kind == "venv" else "image id"))
+    checkpoint = checkpoint or {}
+    source = checkpoint.get("source") or "hub"
+    recorded_checkpoint = {"source": source}
+    if source == "hub":
+        recorded_checkpoint.update(repo_id=checkpoint.get("repo_id"), revision=checkpoint.get("revision"),
+                                   commit=checkpoint_commit or None)
+    else:
+        recorded_checkpoint.update(path=checkpoint.get("path"))
+    packages = versions.get("packages") or {}
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "profile": {"name": profile_name, "sha256": profile_digest},
+        "checkpoint": recorded_checkpoint,
+        "runtime": runtime,
+        "engine": {"kind": engine_kind, "package": engine_package_name,
+                   "version": packages.get(engine_package_name) if engine_package_name else None,
+                   "config_sha256": engine_config_digest},
+        "sparkctl_version": sparkctl_version,
+        "recorded_at": now,
+        "verify_status": verify_status,
+    }
+    record["deployment_id"] = deployment_id(record)
+    return record
+
+
+def settle(record, existing):
+    """record as it is to be kept: when one of existing (the records found on the nodes) is of
+    the same deployment, its first-recorded time and status stay (the earliest, when the nodes
+    disagree); otherwise record itself."""
+    same = [r for r in existing or [] if isinstance(r, dict) and r.get("deployment_id") == record["deployment_id"]
+            and r.get("recorded_at")]
+    if not same:
+        return dict(record)
+    first = min(same, key=lambda r: str(r["recorded_at"]))
+    return dict(record, recorded_at=first["recorded_at"], verify_status=first.get("verify_status", record["verify_status"]))
+
+
+def record_text(record):
+    """The record as written to a file: indented, keys sorted, one newline at the end."""
+    return json.dumps(record, indent=2, sort_keys=True) + "\n"
+
+
+def parse_record(text):
+    """A record from a file's text; RecordError when it is not one."""
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise RecordError("not JSON: %s" % exc) from exc
+    if not isinstance(record, dict) or not record.get("deployment_id"):
+        raise RecordError("not a deployment record (no deployment_id)")
+    return record
+
+
+def read_record(path):
+    """(record, problem) of the file at path: (None, None) when there is none, (None, why) when it
+    cannot be read or is not a record (it is then replaced by the next write)."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8")
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, "%s: %s" % (path, getattr(exc, "strerror", None) or exc)
+    try:
+        return parse_record(text), None
+    except RecordError as exc:
+        return None, "%s: %s" % (path, exc)
+
+
+def history_name(record):
+    """The record's file name in the control node's history: <first recorded, compact UTC>-<first
+    12 hex digits of its id>.json, so names sort by time and one deployment has one name."""
+    stamp = str(record["recorded_at"]).replace("-", "").replace(":", "")
+    digest = str(record["deployment_id"]).split(":", 1)[-1]
+    return "%s-%s.json" % (stamp, digest[:12])
