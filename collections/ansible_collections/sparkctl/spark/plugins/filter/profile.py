@@ -7,6 +7,7 @@ other stages read."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import primary_address
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 
 DOCUMENTATION = r"""
@@ -136,7 +137,11 @@ def profile_cluster(groups, hostvars, service_user, checkpoint_dir, api_key_file
         if not links:
             raise AnsibleFilterError("profile_cluster: %s has no spark_link" % host)
         # The interface lets the Ray units wait for the cable half before binding to it.
-        return {"name": host, "link_ip": str(links[0]["address"]).split("/", maxsplit=1)[0], "interface": links[0]["interface"]}
+        try:
+            link_ip = primary_address(links)
+        except ValueError as exc:
+            raise AnsibleFilterError("profile_cluster: %s: %s" % (host, exc)) from exc
+        return {"name": host, "link_ip": link_ip, "interface": links[0]["interface"]}
 
     cluster = {
         "head": node(head),

@@ -24,6 +24,7 @@ import shlex
 import yaml
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall, python_source
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
 
 SCHEMA_VERSION = 1
 # Where the collection ships its profiles: <collection>/profiles/.
@@ -1279,10 +1280,6 @@ def _fill(words, values):
     return [_PLACEHOLDER_RE.sub(lambda m: str(values[m.group(1)]), w) for w in words]
 
 
-def _bare_ip(address):
-    return str(address).split("/", 1)[0]
-
-
 def _require_cluster(cluster, runtime):
     missing = [k for k in ("head", "workers", "service_user", "checkpoint_dir", "api_key_file") if not cluster.get(k)]
     if runtime == "venv" and not cluster.get("venv_path"):
@@ -1327,7 +1324,7 @@ def engine_argv(profile, cluster, node_rank=0):
         "bind": listen["bind"],
     }
     argv = _fill(profile["engine"].get("command") or _default_command(engine, runtime), values)
-    head_ip = _bare_ip(cluster["head"]["link_ip"])
+    head_ip = bare_address(cluster["head"]["link_ip"])
     if engine == "vllm":
         argv += ["--served-model-name", api["served_model_name"], "--host", listen["bind"], "--port", str(listen["port"])]
         argv += ["--distributed-executor-backend", "ray", "--tensor-parallel-size", str(topo["tensor_parallel"])]
@@ -1374,14 +1371,14 @@ def ray_argv(profile, cluster, node):
     """`ray start` for the head (node is None) or a worker, every port on the link address."""
     runtime = profile["runtime"]["kind"]
     ray = f"{cluster['venv_path']}/bin/ray" if runtime == "venv" else "ray"
-    head_ip = _bare_ip(cluster["head"]["link_ip"])
+    head_ip = bare_address(cluster["head"]["link_ip"])
     port = profile["topology"].get("ray_port", 6379)
     common = ["--block", "--disable-usage-stats", "--num-gpus=1", "--min-worker-port=10002", "--max-worker-port=19999"]
     if node is None:
         return [ray, "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}",
                 # Whoever reaches the dashboard/Jobs API runs code: loopback only.
                 "--dashboard-host=127.0.0.1", "--dashboard-port=8265", "--ray-client-server-port=10001"] + common
-    return [ray, "start", f"--address={head_ip}:{port}", f"--node-ip-address={_bare_ip(node['link_ip'])}"] + common
+    return [ray, "start", f"--address={head_ip}:{port}", f"--node-ip-address={bare_address(node['link_ip'])}"] + common
 
 
 def environment(profile):
