@@ -25,6 +25,7 @@ import yaml
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall, python_source
 from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
+from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import requirement_extras, requirement_name
 from ansible_collections.sparkctl.spark.plugins.module_utils.units import UNITS, unit_stem
 
 SCHEMA_VERSION = 1
@@ -468,7 +469,7 @@ def engine_version(profile, kind):
     runtime = profile.get("runtime") if isinstance(profile.get("runtime"), dict) else {}
     venv = runtime.get("venv") if isinstance(runtime.get("venv"), dict) else {}
     for spec in venv.get("packages") or []:
-        if isinstance(spec, str) and "==" in spec and _requirement_name(spec) == kind:
+        if isinstance(spec, str) and "==" in spec and requirement_name(spec) == kind:
             return spec.split("==", 1)[1].split(";", 1)[0].strip()
     return None
 
@@ -753,7 +754,7 @@ def _check_runtime(c):
                 if "==" not in spec and " @ " not in spec:
                     c.add(f"runtime.venv.packages[{idx}]", f"{spec!r} is not pinned; write name==version so every node "
                           "installs the same build.")
-                elif _requirement_name(spec) == "ray" and " @ " not in spec and "default" not in _requirement_extras(spec):
+                elif requirement_name(spec) == "ray" and " @ " not in spec and "default" not in requirement_extras(spec):
                     c.add(f"runtime.venv.packages[{idx}]", f"{spec!r} lacks the dashboard and Jobs API the Ray head "
                           f"unit starts; write ray[default]=={spec.split('==', 1)[1].strip()}, or remove it so "
                           f"sparkctl installs {RAY_REQUIREMENT}.")
@@ -780,23 +781,12 @@ def _check_runtime(c):
     return kind
 
 
-def _requirement_name(spec):
-    """'Ray[default]==2.60.0' -> 'ray' (PEP 503 normalised)."""
-    name = re.split(r"[\[=<>!~;@ ]", spec.strip(), maxsplit=1)[0]
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _requirement_extras(spec):
-    match = re.match(r"^[^\[=<>!~;@ ]+\s*\[([^\]]*)\]", spec.strip())
-    return {e.strip().lower() for e in match.group(1).split(",")} if match else set()
-
-
 def venv_packages(profile):
     """What the venv runtime installs: the profile's pins, plus RAY_REQUIREMENT when the
     topology runs on Ray and the profile pins no ray of its own."""
     packages = list(((profile.get("runtime") or {}).get("venv") or {}).get("packages") or [])
     kind = (profile.get("topology") or {}).get("kind")
-    if kind in RAY_TOPOLOGIES and not any(_requirement_name(p) == "ray" for p in packages):
+    if kind in RAY_TOPOLOGIES and not any(requirement_name(p) == "ray" for p in packages):
         packages.append(RAY_REQUIREMENT)
     return packages
 
