@@ -21,12 +21,12 @@ from .events import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from .project import deployment_dir, project_dir, report_dir
 from .report import REPORT_NAMES, report_path, show_preflight, show_report
 from .result import StageResult, document, run_exit_code
-from .stages import UP_STAGES, plan
+from .stages import StageError, plan
 
 DEFAULT_INVENTORY = "inventories/spark"
 
 COMMAND_HELP = {
-    "up": f"run every stage in order ({', '.join(UP_STAGES)}), stop at the first failure; re-run to repair drift",
+    "up": "run every stage site.yml imports, in its order; stop at the first failure; re-run to repair drift",
     "doctor": "run only the preflight checks and print the report",
     "provision": "the direct cable, RoCE fabric environment, linger and SSH mesh",
     "serve": "start Ray and the engine services",
@@ -216,30 +216,26 @@ def run_stages(args: argparse.Namespace, root: Path) -> int:
     from .runner import run_stage
 
     out, err = _consoles(args.json)
-    command_plan = plan(args.command, root)
 
     def finish(results: list[StageResult], code: int, error: str | None = None, inventory: str | None = None) -> int:
         if error:
             print(f"sparkctl: {error}", file=sys.stderr)
         if args.json:
-            doc = document(args.command, inventory, results, code, unavailable=command_plan.unavailable,
-                           reports=reports_written(root, results), error=error, check=args.check,
-                           profile=args.profile)
+            doc = document(args.command, inventory, results, code, reports=reports_written(root, results),
+                           error=error, check=args.check, profile=args.profile)
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return code
 
+    try:
+        command_plan = plan(args.command, root)
+    except StageError as exc:
+        return finish([], EXIT_USAGE, str(exc))
     if args.command == "api-key":
         return run_api_key(args, root, command_plan)
-    if not command_plan.stages:
-        missing = command_plan.unavailable[0]
-        return finish([], EXIT_USAGE, f"`{args.command}` is not available in this version of sparkctl "
-                                      f"(no playbooks/{missing}.yml yet).")
     try:
         options = run_options(args, root)
     except UsageError as exc:
         return finish([], EXIT_USAGE, str(exc))
-    if command_plan.unavailable:
-        err.print(f"not available in this version (skipped): {', '.join(command_plan.unavailable)}")
 
     results: list[StageResult] = []
     for stage in command_plan.stages:
@@ -282,9 +278,6 @@ def run_api_key(args: argparse.Namespace, root: Path, command_plan) -> int:
 
     from .runner import run_stage
 
-    if not command_plan.stages:
-        print("sparkctl: `api-key` is not available in this version (no playbooks/api_key.yml).", file=sys.stderr)
-        return EXIT_USAGE
     try:
         options = run_options(args, root)
     except UsageError as exc:

@@ -69,7 +69,7 @@ def run_exit_code(results: list[StageResult]) -> int:
 
 
 def document(command: str, inventory: str | None, results: list[StageResult], exit_code: int, *,
-             unavailable: tuple[str, ...] = (), reports: dict | None = None, error: str | None = None,
+             reports: dict | None = None, error: str | None = None,
              check: bool = False, profile: str | None = None) -> dict:
     """The one `--json` document of a run (schema: sparkctl/schema/run.schema.json)."""
     return {
@@ -80,7 +80,6 @@ def document(command: str, inventory: str | None, results: list[StageResult], ex
         "check": check,
         "profile": profile,
         "stages": [r.as_dict() for r in results],
-        "unavailable_stages": list(unavailable),
         "reports": reports or {},
         "error": error,
         "exit_code": exit_code,

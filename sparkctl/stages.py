@@ -1,13 +1,13 @@
-"""Which playbooks a command runs, in which order. Pure apart from asking whether a
-playbook exists, so a version of the project without a stage says so instead of failing."""
+"""Which playbooks a command runs, in which order. `up` runs the stages site.yml imports,
+read from site.yml itself, so `ansible-playbook site.yml` and `sparkctl up` cannot drift
+apart."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-# `up` runs these in order and stops at the first failure. Each is playbooks/<name>.yml.
-UP_STAGES = ("preflight", "provision", "checkpoint", "runtime", "serve", "verify")
+import yaml
 
 # The single-stage commands and their playbook (bench's is benchmark.yml).
 COMMAND_STAGES = {
@@ -22,6 +22,14 @@ COMMAND_STAGES = {
     "api-key": "api_key",
 }
 
+SITE = "site.yml"
+IMPORT_KEYS = ("ansible.builtin.import_playbook", "import_playbook")
+
+
+class StageError(Exception):
+    """The project's stages cannot be read: site.yml or a stage's playbook is missing or not a
+    chain of stages the wrapper can run one by one."""
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -32,23 +40,46 @@ class Stage:
 @dataclass(frozen=True)
 class Plan:
     stages: tuple[Stage, ...]
-    # Stages this command would run whose playbook this version of the project lacks.
-    unavailable: tuple[str, ...]
 
 
 def playbook_path(root: Path, stage: str) -> Path:
     return root / "playbooks" / f"{stage}.yml"
 
 
+def up_stages(root: Path) -> tuple[str, ...]:
+    """The stages site.yml imports, in its order. The wrapper runs each as a run of its own
+    (its own table, log and exit code), so every entry must be an import of
+    playbooks/<stage>.yml; anything else is refused rather than silently left out of `up`."""
+    site = root / SITE
+    try:
+        plays = yaml.safe_load(site.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StageError(f"no {SITE} in {root}: `up` runs the stages it imports; "
+                         "set SPARKCTL_PROJECT to the sparkctl checkout.") from None
+    except yaml.YAMLError as exc:
+        raise StageError(f"{site} is not YAML: {exc}") from None
+    if not isinstance(plays, list) or not plays:
+        raise StageError(f"{site} imports no stage (expected a list of import_playbook entries).")
+    names = []
+    for index, play in enumerate(plays):
+        target = next((play[key] for key in IMPORT_KEYS if isinstance(play, dict) and key in play), None)
+        path = PurePosixPath(str(target)) if isinstance(target, str) else None
+        if path is None or path.parent != PurePosixPath("playbooks") or path.suffix != ".yml":
+            raise StageError(f"{site} entry {index + 1} is not an import_playbook of playbooks/<stage>.yml, "
+                             "which is all `sparkctl up` can run stage by stage.")
+        names.append(path.stem)
+    return tuple(names)
+
+
 def plan(command: str, root: Path) -> Plan:
-    """The stages a command runs. `up` runs those that exist and lists the others; a
-    single-stage command whose playbook is missing gets an empty plan (the caller exits 2)."""
-    names = UP_STAGES if command == "up" else (COMMAND_STAGES[command],)
-    stages, unavailable = [], []
+    """The stages a command runs, each with its playbook. Raises StageError when the project
+    lacks site.yml (for `up`) or a stage's playbook."""
+    names = up_stages(root) if command == "up" else (COMMAND_STAGES[command],)
+    stages = []
     for name in names:
         path = playbook_path(root, name)
-        if path.is_file():
-            stages.append(Stage(name, path))
-        else:
-            unavailable.append(name)
-    return Plan(tuple(stages), tuple(unavailable))
+        if not path.is_file():
+            raise StageError(f"{path} is missing: {root} is not a complete sparkctl project; "
+                             "set SPARKCTL_PROJECT to the sparkctl checkout.")
+        stages.append(Stage(name, path))
+    return Plan(tuple(stages))

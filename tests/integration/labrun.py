@@ -63,9 +63,15 @@ def lab_profile_pins() -> dict[str, str]:
 
 
 def pep503_pin(spec: str) -> tuple[str, str]:
-    """'Ray[default]==2.60.0' or pip freeze's 'sparklab_engine==0.2.0' -> (PEP 503 name, version)."""
-    name, _, version = spec.partition("==")
-    return re.sub(r"[-_.]+", "-", re.sub(r"\[.*\]", "", name).strip()).lower(), version.strip()
+    """'Ray[default]==2.60.0' or pip freeze's 'sparklab_engine==0.2.0' -> (PEP 503 name, version),
+    read as the collection reads requirements (module_utils/requirement.py)."""
+    collections = str(REPO / "collections")
+    if collections not in sys.path:
+        sys.path.insert(0, collections)
+    from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import split_requirement
+
+    name, specifier = split_requirement(spec)
+    return name, specifier[2:] if specifier and specifier.startswith("==") else ""
 
 
 def management_address(node: str) -> str:

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import labrun
 from labrun import LAB_INVENTORY_DIR, REPO, management_network, node_exec
-from sparkctl.stages import COMMAND_STAGES, UP_STAGES
+from sparkctl.stages import up_stages
 
 pytestmark = pytest.mark.lab
 
@@ -114,18 +114,14 @@ def test_a_failing_stage_stops_up(lab_up, sparkctl):
     assert (preflight["name"], preflight["status"], preflight["exit_code"]) == ("preflight", "failed", 1)
     assert {f["host"] for f in preflight["failures"]} == {"spark1", "spark2"}
     assert all("gpu.driver: driver 580.95.05 is older than 999" in f["msg"] for f in preflight["failures"])
-    # The stages of this version after preflight; the playbooks arrive with the issues.
-    present = [name for name in UP_STAGES[1:] if (REPO / "playbooks" / f"{name}.yml").is_file()]
-    missing = [name for name in UP_STAGES if not (REPO / "playbooks" / f"{name}.yml").is_file()]
+    # Every stage site.yml imports after preflight, none of them run.
+    present = list(up_stages(REPO)[1:])
     assert [s["name"] for s in later] == present
     assert all(s["status"] == "not_run" and s["artifact_dir"] is None for s in later)
-    assert doc["unavailable_stages"] == missing
     assert doc["reports"]["preflight"]["ok"] is False
 
     proc = sparkctl(*argv)
     assert proc.returncode == 1
-    if missing:
-        assert f"not available in this version (skipped): {', '.join(missing)}" in proc.stderr
     assert "spark2 failed at task" in proc.stdout
     assert "full log: " in proc.stdout
     assert f"stopped: not run: {', '.join(present)}" in proc.stdout
@@ -136,16 +132,6 @@ def test_provision_check_on_the_converged_lab_changes_nothing(lab_up, sparkctl):
     assert doc["exit_code"] == 0, doc["stages"][0]["failures"]
     stats = doc["stages"][0]["stats"]
     assert {host: counts["changed"] for host, counts in stats.items()} == {"localhost": 0, "spark1": 0, "spark2": 0}
-
-
-def test_commands_of_later_versions_exit_2(sparkctl):
-    later = [command for command, stage in COMMAND_STAGES.items() if not (REPO / "playbooks" / f"{stage}.yml").is_file()]
-    if not later:
-        pytest.skip("every command has its playbook")
-    for command in later:
-        proc = sparkctl(command, "-i", INVENTORY)
-        assert proc.returncode == 2
-        assert f"`{command}` is not available in this version" in proc.stderr
 
 
 def test_api_key_is_shown_on_request_and_only_on_stdout(lab_up, sparkctl):

@@ -165,10 +165,16 @@ def test_redact_command_file(tmp_path):
     runner.redact_command_file(tmp_path / "missing")  # no artifact dir: nothing to do
 
 
-@pytest.mark.parametrize("command", ["serve", "verify", "bench", "stop", "status", "logs"])
-def test_commands_without_their_playbook_exit_2(project, command, capsys):
+@pytest.mark.parametrize("command, playbook", [("serve", "serve"), ("verify", "verify"), ("bench", "benchmark"),
+                                               ("stop", "stop"), ("status", "status"), ("logs", "logs")])
+def test_a_project_without_a_commands_playbook_exits_2(project, command, playbook, capsys):
     assert cli.main([command]) == 2
-    assert "is not available in this version of sparkctl" in capsys.readouterr().err
+    assert f"playbooks/{playbook}.yml is missing" in capsys.readouterr().err
+
+
+def test_up_with_a_site_yml_importing_no_stage_exits_2(project, capsys):
+    assert cli.main(["up"]) == 2
+    assert "site.yml imports no stage" in capsys.readouterr().err
 
 
 # --- lab -------------------------------------------------------------------------
@@ -306,7 +312,7 @@ def test_report_shows_verify_and_benchmark_and_fails_on_a_failed_verify(project,
 
 def test_api_key_without_its_playbook_exits_2(project, capsys):
     assert cli.main(["api-key"]) == 2
-    assert "`api-key` is not available in this version" in capsys.readouterr().err
+    assert "playbooks/api_key.yml is missing" in capsys.readouterr().err
 
 
 # --- credentials inside URLs ----------------------------------------------------------

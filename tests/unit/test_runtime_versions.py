@@ -94,24 +94,6 @@ def only(*paths):
 # --- parsers -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "name, normalized",
-    [("Torch", "torch"), ("flashinfer_python", "flashinfer-python"), ("Flashinfer.Python", "flashinfer-python"),
-     ("nvidia_nccl_cu13", "nvidia-nccl-cu13"), ("a--_b", "a-b")],
-)
-def test_names_are_normalized_per_pep_503(name, normalized):
-    assert rv.normalize_name(name) == normalized
-
-
-@pytest.mark.parametrize(
-    "spec, name",
-    [("vllm", "vllm"), ("vllm==0.25.1", "vllm"), ("torch==2.11.0+cu130", "torch"), ("vllm[audio]>=0.25", "vllm"),
-     ("solar_open2 @ file:///opt/wheels/solar_open2-0.1-py3-none-any.whl", "solar_open2"), ("", None), ("==1", None)],
-)
-def test_package_names_come_from_names_or_pinned_specs(spec, name):
-    assert rv.package_name(spec) == name
-
-
 def test_probe_output_is_parsed_even_after_noise():
     parsed = rv.parse_venv_probe("sitecustomize: hello\n" + PROBE_OUTPUT)
 

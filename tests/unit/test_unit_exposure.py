@@ -71,7 +71,7 @@ RENDERED = dict(_rendered_units())
 
 
 def _firewall_unit() -> dict[str, list[str]]:
-    return _sections(_render_template(ROLES / "firewall" / "templates" / "sparkctl-firewall.service.j2",
+    return _sections(_render_template(ROLES / "firewall" / "templates" / "firewall.service.j2",
                                       firewall_family="inet", firewall_table="sparkctl",
                                       firewall_config_file="/etc/sparkctl/firewall.nft", firewall_nft="/usr/sbin/nft"))
 
@@ -139,9 +139,11 @@ def test_every_ray_and_engine_unit_refuses_to_start_without_the_table(unit):
 def _rsyncd_units() -> dict[str, dict[str, list[str]]]:
     templates = ROLES / "checkpoint" / "templates"
     variables = dict(spark_link_ips=["192.168.100.11", "192.168.101.11"], checkpoint_rsyncd_port=8730,
-                     checkpoint_rsyncd_max_connections=16, checkpoint_rsyncd_config_file="/etc/sparkctl/rsyncd.conf")
-    return {name: _sections(_render_template(templates / f"{name}.j2", **variables))
-            for name in ("sparkctl-rsyncd.socket", "sparkctl-rsyncd@.service")}
+                     checkpoint_rsyncd_max_connections=16, checkpoint_rsyncd_config_file="/etc/sparkctl/rsyncd.conf",
+                     spark_units=profile_filter.profile_units(load("solar-open2-nvfp4-vllm-venv")))
+    return {name: _sections(_render_template(templates / template, **variables))
+            for name, template in (("sparkctl-rsyncd.socket", "rsyncd.socket.j2"),
+                                   ("sparkctl-rsyncd@.service", "rsyncd@.service.j2"))}
 
 
 def test_the_rsync_daemon_does_not_listen_or_serve_without_the_table():

@@ -91,7 +91,9 @@ PLAYBOOKS = {
 def project(tmp_path, monkeypatch):
     root = tmp_path / "project"
     (root / "playbooks").mkdir(parents=True)
-    (root / "site.yml").write_text("---\n")
+    # A site.yml of three stages: `up` runs what it imports.
+    (root / "site.yml").write_text("---\n" + "".join(
+        f"- ansible.builtin.import_playbook: playbooks/{name}.yml\n" for name in ("preflight", "provision", "checkpoint")))
     (root / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = False\ninterpreter_python = auto_silent\n")
     for name, text in PLAYBOOKS.items():
         (root / "playbooks" / f"{name}.yml").write_text("---\n" + textwrap.dedent(text))
@@ -118,7 +120,6 @@ def test_up_runs_the_stages_in_order_and_reports_each(project, capsys):
     doc = run_json(capsys, "up", "-i", "inventories/local", "--profile", "lab-standin")
     assert doc["exit_code"] == 0
     assert [s["name"] for s in doc["stages"]] == ["preflight", "provision", "checkpoint"]
-    assert doc["unavailable_stages"] == ["runtime", "serve", "verify"]
     assert doc["inventory"] == str(project / "inventories" / "local")
     assert doc["profile"] == "lab-standin"
     provision = doc["stages"][1]
@@ -195,11 +196,11 @@ def test_secrets_never_land_in_the_artifacts(project, capsys, monkeypatch):
     assert record["env"]["HF_TOKEN"] == runner.REDACTED
 
 
-def test_unavailable_command_exits_2_with_a_document(project, capsys):
+def test_a_missing_playbook_exits_2_with_a_document(project, capsys):
     doc = run_json(capsys, "serve", "-i", "inventories/local")
     assert doc["exit_code"] == 2
-    assert doc["stages"] == [] and doc["unavailable_stages"] == ["serve"]
-    assert "`serve` is not available in this version" in doc["error"]
+    assert doc["stages"] == []
+    assert "playbooks/serve.yml is missing" in doc["error"]
 
 
 def test_missing_inventory_exits_2(project, capsys):

@@ -9,6 +9,8 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
+
 DOCUMENTATION = r"""
 name: fabric_env
 short_description: Render the engines' fabric environment for one node
@@ -69,17 +71,17 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _UNSAFE_RE = re.compile(r"[\s\"'$\\`]")
 
 
-def _bare_ip(address):
-    return str(address).split("/", 1)[0]
-
-
 def fabric_env(roce, head_address, max_jobs=4, nccl_net="IB", path=None, nccl_preload="", extra=None):
     links = (roce or {}).get("links") or []
     if not links:
         raise AnsibleFilterError("fabric_env: the RoCE facts list no link (run sparkctl.spark.roce_gid on the node first).")
     primary = links[0]
     netdev = primary["interface"]
-    node_ip = _bare_ip(primary["ipv4"])
+    try:
+        node_ip = bare_address(primary["ipv4"])
+        head_ip = bare_address(head_address)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"fabric_env: {exc}") from exc
     hcas = ",".join(link["rdma_device"] for link in links)
 
     env = {
@@ -107,7 +109,7 @@ def fabric_env(roce, head_address, max_jobs=4, nccl_net="IB", path=None, nccl_pr
             "SGLANG_HOST_IP": node_ip,
             "RAY_NODE_IP_ADDRESS": node_ip,
             "RAY_OVERRIDE_NODE_IP_ADDRESS": node_ip,
-            "MASTER_ADDR": _bare_ip(head_address),
+            "MASTER_ADDR": head_ip,
             "MAX_JOBS": str(int(max_jobs)),
             "RAY_memory_monitor_refresh_ms": "0",
         }

@@ -1,13 +1,14 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The addresses of a host's direct-cable plan (spark_link), with the standard library's
-ipaddress so no extra collection (ansible.utils) is needed."""
+ipaddress so no extra collection (ansible.utils) is needed. The work is done in
+module_utils/link_address.py, which the plugins needing a cable address share."""
 
 from __future__ import annotations
 
-import ipaddress
-
 from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkctl.spark.plugins.module_utils import link_address
 
 DOCUMENTATION = r"""
 name: link_ips
@@ -40,31 +41,11 @@ _value:
 """
 
 
-def _interfaces(link):
-    if not isinstance(link, (list, tuple)) or not link:
-        raise AnsibleFilterError("spark_link must be a non-empty list of {interface, address} items")
-    parsed = []
-    for index, item in enumerate(link):
-        address = item.get("address") if isinstance(item, dict) else None
-        if not isinstance(address, str) or "/" not in address:
-            raise AnsibleFilterError(f"spark_link[{index}].address {address!r} must be an address with its prefix, e.g. 192.168.100.10/24")
-        try:
-            parsed.append(ipaddress.ip_interface(address))
-        except ValueError as exc:
-            raise AnsibleFilterError(f"spark_link[{index}].address {address!r} is not valid: {exc}") from exc
-    return parsed
-
-
-def _unique(values):
-    seen = []
-    for value in values:
-        if value not in seen:
-            seen.append(value)
-    return seen
-
-
 def link_ips(link):
-    return _unique(str(iface.ip) for iface in _interfaces(link))
+    try:
+        return link_address.link_addresses(link)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 class FilterModule:

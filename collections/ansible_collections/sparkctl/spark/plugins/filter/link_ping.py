@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import re
 
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
+
 DOCUMENTATION = r"""
 name: link_ping_targets
 short_description: The peer addresses each cable half of this node must reach
@@ -76,11 +80,14 @@ _PATH_MTU_RE = re.compile(r"From (\S+).*Frag needed and DF set \(mtu = (\d+)\)",
 _SOURCE_RE = re.compile(r"^PING \S+ \(\S+\) from (\S+) ", re.MULTILINE)
 
 
-def _host_address(address):
-    return str(address).split("/", 1)[0].strip()
-
-
 def link_ping_targets(hostvars, cluster_hosts, this_host, skip_hosts=None):
+    try:
+        return _link_ping_targets(hostvars, cluster_hosts, this_host, skip_hosts)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"link_ping_targets: {exc}") from exc
+
+
+def _link_ping_targets(hostvars, cluster_hosts, this_host, skip_hosts):
     skip = set(skip_hosts or [])
     own = list(hostvars[this_host]["spark_link"])
     targets = []
@@ -96,11 +103,11 @@ def link_ping_targets(hostvars, cluster_hosts, this_host, skip_hosts=None):
             targets.append(
                 {
                     "interface": mine["interface"],
-                    "source": _host_address(mine["address"]),
+                    "source": bare_address(mine["address"]),
                     "half": half,
                     "peer": peer,
                     "peer_interface": peer_link[half]["interface"],
-                    "address": _host_address(peer_link[half]["address"]),
+                    "address": bare_address(peer_link[half]["address"]),
                 }
             )
     return targets

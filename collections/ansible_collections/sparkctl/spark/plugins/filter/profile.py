@@ -7,6 +7,7 @@ other stages read."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import primary_address
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 
 DOCUMENTATION = r"""
@@ -26,7 +27,8 @@ description:
     C(profile_checkpoint) (a loaded profile to the C(spark_checkpoint) mapping), C(profile_node_memory_bytes)
     (weights per rank + KV pool + overhead), C(profile_engine_port) (the engine's port behind the API proxy),
     C(profile_venv_packages) (a loaded profile to the pins its venv runtime installs, namely C(runtime.venv.packages) plus
-    the Ray sparkctl supports when the topology runs on Ray and the profile pins no ray itself).
+    the Ray sparkctl supports when the topology runs on Ray and the profile pins no ray itself),
+    C(profile_units) (a loaded profile to the names of sparkctl's systemd units, C(spark_units)).
 options:
   _input:
     description: The profile name, e.g. C(solar-open2-nvfp4-vllm-venv) (the file name without C(.yml)).
@@ -77,6 +79,10 @@ _value:
     - C(profile_checkpoint) returns the C(spark_checkpoint) mapping with C(source=hub), C(repo_id), C(revision) and C(allow_patterns).
     - C(profile_node_memory_bytes) and C(profile_engine_port) return an integer.
     - C(profile_venv_packages) returns a list of pinned requirement strings.
+    - C(profile_units) returns a mapping of role to unit name, the one definition of sparkctl's unit names
+      (C(ray_head), C(ray_worker), C(engine), C(sglang_rank), C(sglang_router), C(api_proxy), C(firewall),
+      C(firewall_revert), C(rsyncd_socket), C(rsyncd)) plus, for this profile, C(api) (the unit serving the API)
+      and C(startup) (the unit whose log holds the engine's startup lines).
   type: raw
 """
 
@@ -116,6 +122,14 @@ def profile_venv_packages(profile):
     return profiles.venv_packages(profile)
 
 
+def profile_units(profile):
+    """spark_units: every sparkctl unit's name, with the API's and the startup log's for this profile."""
+    try:
+        return profiles.unit_names(profile)
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError(f"profile_units: the profile has no usable topology.kind ({exc})") from exc
+
+
 def profile_node_memory_bytes(profile):
     need = profiles.node_memory_bytes(profile)
     return need["weights"] + need["kv_pool"] + need["overhead"]
@@ -136,7 +150,11 @@ def profile_cluster(groups, hostvars, service_user, checkpoint_dir, api_key_file
         if not links:
             raise AnsibleFilterError("profile_cluster: %s has no spark_link" % host)
         # The interface lets the Ray units wait for the cable half before binding to it.
-        return {"name": host, "link_ip": str(links[0]["address"]).split("/", maxsplit=1)[0], "interface": links[0]["interface"]}
+        try:
+            link_ip = primary_address(links)
+        except ValueError as exc:
+            raise AnsibleFilterError("profile_cluster: %s: %s" % (host, exc)) from exc
+        return {"name": host, "link_ip": link_ip, "interface": links[0]["interface"]}
 
     cluster = {
         "head": node(head),
@@ -172,4 +190,5 @@ class FilterModule:
             "profile_engine_port": profile_engine_port,
             "profile_venv_packages": profile_venv_packages,
             "profile_cluster": profile_cluster,
+            "profile_units": profile_units,
         }

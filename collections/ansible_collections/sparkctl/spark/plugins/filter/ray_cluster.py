@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.module_utils import ray_cluster
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
 
 DOCUMENTATION = r"""
 name: ray_cluster_degraded
@@ -72,12 +73,12 @@ def ray_cluster_expected(cluster, gpus_per_node=1, node_ids=None):
         nodes = [cluster["head"]] + list(cluster["workers"])
         expected = []
         for node in nodes:
-            entry = {"name": node["name"], "ip": str(node["link_ip"]).split("/", 1)[0], "gpus": float(gpus_per_node)}
+            entry = {"name": node["name"], "ip": bare_address(node["link_ip"]), "gpus": float(gpus_per_node)}
             if node_ids.get(node["name"]) is not None:
                 entry["node_id"] = str(node_ids[node["name"]])
             expected.append(entry)
         return expected
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"ray_cluster_expected: not a cluster description from profile_cluster ({exc})") from exc
 
 

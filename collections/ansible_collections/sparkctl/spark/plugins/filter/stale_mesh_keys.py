@@ -20,6 +20,8 @@ from base64 import b64decode
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
+
 DOCUMENTATION = r"""
 name: stale_mesh_keys
 short_description: authorized_keys lines of the SSH mesh that are out of date
@@ -146,14 +148,14 @@ def mesh_directions(groups, host, worker_to_worker=False):
     return {"targets": others, "sources": head + others}
 
 
-_ADDRESS = re.compile(r"^[0-9A-Fa-f:.]+$")
-
-
 def mesh_key_options(source_addresses, extra_options=()):
     """The options of an authorized mesh key: `restrict` (no forwarding of any kind, no
     pty, no ~/.ssh/rc), `from=` the source's cable addresses, then extra_options."""
-    addresses = [str(a).split("/", maxsplit=1)[0] for a in source_addresses or []]
-    if not addresses or not all(_ADDRESS.match(a) for a in addresses):
+    try:
+        addresses = [bare_address(a) for a in source_addresses or []]
+    except ValueError:
+        addresses = []
+    if not addresses:
         raise AnsibleFilterError(f"mesh_key_options: the source's cable addresses must be IP addresses, got {source_addresses!r}")
     return ",".join(["restrict", 'from="' + ",".join(addresses) + '"'] + [str(o) for o in extra_options or []])
 

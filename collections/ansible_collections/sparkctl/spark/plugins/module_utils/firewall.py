@@ -23,6 +23,8 @@ import ipaddress
 import json
 import re
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.units import UNITS, unit_stem
+
 FAMILY = "inet"
 TABLE = "sparkctl"
 CHAIN = "input"
@@ -254,7 +256,7 @@ def render(link_interfaces, ssh_ports, api_port=None, api_allowed_cidrs=(), is_h
 
 # --- Units that must not run without the table ----------------------------------------
 
-UNIT = "sparkctl-firewall.service"
+UNIT = UNITS["firewall"]
 CONFIG_FILE = "/etc/sparkctl/firewall.nft"
 NFT = "/usr/sbin/nft"
 
@@ -541,8 +543,8 @@ def table_state(run, nft, content=None, unshare=None, family=FAMILY, table=TABLE
 # A transient timer (systemd-run) that puts the previous table back unless the run
 # confirms over a fresh SSH connection: a rule set that drops the management SSH
 # (firewall_ssh_ports not what sshd listens on) undoes itself.
-REVERT_UNIT = "sparkctl-firewall-revert"
-REVERT_TIMER = f"{REVERT_UNIT}.timer"
+REVERT_TIMER = UNITS["firewall_revert"]
+REVERT_UNIT = unit_stem(REVERT_TIMER)
 # The states in which `systemctl is-active` (confirm() below) counts the timer as pending.
 PENDING_STATES = ("active", "reloading")
 

@@ -20,6 +20,7 @@ import os
 import re
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_image import HASH_LABEL
+from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import canonical_name, distribution_name
 from ansible_collections.sparkctl.spark.plugins.module_utils.gpu import (
     EXTRA_BIN_DIRS,
     first_output_line,
@@ -51,18 +52,6 @@ VENV_PROBE_SCRIPT = (
 _NCCL_WHEEL_RE = re.compile(r"^nvidia-nccl-cu(\d+)$")
 # libnccl.so.2 is a symlink to libnccl.so.2.30.7: the target's name is the version that runs.
 _NCCL_FILE_VERSION_RE = re.compile(r"libnccl\.so\.(\d+\.\d+\.\d+)$")
-_PACKAGE_NAME_RE = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
-
-
-def normalize_name(name):
-    """PEP 503: 'Torch_Audio' and 'torch.audio' are both 'torch-audio'."""
-    return re.sub(r"[-_.]+", "-", str(name)).lower()
-
-
-def package_name(spec):
-    """The distribution name of 'vllm', 'vllm==0.25.1', 'vllm[audio]>=0.25' or 'x @ https://...'."""
-    match = _PACKAGE_NAME_RE.match(str(spec or ""))
-    return match.group(1) if match else None
 
 
 def venv_python(venv_path):
@@ -95,7 +84,7 @@ def parse_venv_probe(text):
 
 def lock_lines(distributions):
     """Sorted, de-duplicated 'name==version' lines, names normalized (PEP 503)."""
-    return sorted(set("%s==%s" % (normalize_name(name), version or "") for name, version in distributions))
+    return sorted(set("%s==%s" % (canonical_name(name), version or "") for name, version in distributions))
 
 
 def lock_sha256(distributions):
@@ -107,9 +96,9 @@ def lock_sha256(distributions):
 def distribution_version(distributions, name):
     """The version of the first distribution called name (as on sys.path: the one Python
     imports), or None."""
-    wanted = normalize_name(name)
+    wanted = canonical_name(name)
     for dist_name, version in distributions:
-        if normalize_name(dist_name) == wanted:
+        if canonical_name(dist_name) == wanted:
             return version
     return None
 
@@ -119,9 +108,9 @@ def nccl_wheel(distributions):
     highest CUDA major when several are installed; (None, None) without one."""
     wheels = []
     for name, version in distributions:
-        match = _NCCL_WHEEL_RE.match(normalize_name(name))
+        match = _NCCL_WHEEL_RE.match(canonical_name(name))
         if match:
-            wheels.append((int(match.group(1)), normalize_name(name), version))
+            wheels.append((int(match.group(1)), canonical_name(name), version))
     if not wheels:
         return None, None
     wheels.sort()
@@ -178,7 +167,7 @@ def gather_runtime_versions(run_command, runtime_kind, nvidia_smi_path, venv_pat
     gap next to the other nodes' values."""
     names = []
     for spec in packages or ():
-        name = package_name(spec)
+        name = distribution_name(spec)
         if name and name not in names:
             names.append(name)
     versions = empty_versions(names)
@@ -241,7 +230,7 @@ def _gather_venv(run_command, venv_path, names, versions, problems, exists):
     for name in names:
         versions["packages"][name] = distribution_version(dists, name)
     version, wheel = nccl_wheel(dists)
-    wheels = sorted(set(normalize_name(n) for n, _v in dists if _NCCL_WHEEL_RE.match(normalize_name(n))))
+    wheels = sorted(set(canonical_name(n) for n, _v in dists if _NCCL_WHEEL_RE.match(canonical_name(n))))
     if len(wheels) > 1:
         problems.append("several NCCL wheels in %s (%s): torch loads one, counted here as %s" % (
             venv_path, ", ".join(wheels), wheel))

@@ -15,6 +15,8 @@ import json
 import os
 import time
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
+
 ROCE_V2 = "RoCE v2"
 ROCE_V1 = "IB/RoCE v1"
 
@@ -224,11 +226,7 @@ def resolve_roce_v2_gid_index(gids, netdev, ipv4):
     ndev). ipv4 may carry a prefix length ('192.168.100.10/24'). Raises ValueError with
     the reason when no entry qualifies; the lowest index wins if several do.
     """
-    address = str(ipv4).split("/", 1)[0].strip()
-    try:
-        ipaddress.IPv4Address(address)
-    except (ipaddress.AddressValueError, ValueError):
-        raise ValueError("%r is not an IPv4 address" % (ipv4,)) from None
+    address = split_address(ipv4)
 
     if not gids:
         raise ValueError("the GID table is empty: no RDMA device or no address on any of its netdevs")
@@ -348,9 +346,8 @@ class GidLookupError(ValueError):
 
 def split_address(address):
     """'192.168.100.10/24' or '192.168.100.10' -> '192.168.100.10' (validated as IPv4)."""
-    text = str(address or "").split("/", 1)[0].strip()
     try:
-        return str(ipaddress.IPv4Address(text))
+        return str(ipaddress.IPv4Address(bare_address(address)))
     except (ipaddress.AddressValueError, ValueError):
         raise ValueError("%r is not an IPv4 address" % (address,)) from None
 

@@ -26,6 +26,7 @@ import shutil
 import tempfile
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
+from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import canonical_name, split_requirement
 
 MANIFEST_NAME = ".sparkctl-plugin.json"
 BACKUP_SUFFIX = ".orig"
@@ -357,26 +358,6 @@ def probe_verdict(rc, stdout, stderr=""):
 # --------------------------------------------------------------------------------------------
 
 
-def _canonical(name):
-    import re
-
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _split_spec(spec):
-    """'ray[default]==2.60.0' -> ('ray', '==2.60.0'); 'x @ url' -> ('x', None)."""
-    if " @ " in spec:
-        return _canonical(spec.split(" @ ", 1)[0].split("[", 1)[0].strip()), None
-    for index, char in enumerate(spec):
-        if char in "=<>!~;":
-            name, rest = spec[:index], spec[index:]
-            break
-    else:
-        name, rest = spec, ""
-    rest = rest.split(";", 1)[0].strip()
-    return _canonical(name.split("[", 1)[0].strip()), rest or None
-
-
 def _satisfies(version, specifier):
     try:
         from packaging.specifiers import SpecifierSet
@@ -394,10 +375,10 @@ def _satisfies(version, specifier):
 def missing_packages(packages, installed):
     """The specs of `packages` that `installed` (pip list --format=json: [{name, version}])
     does not satisfy. A direct reference (name @ url) counts as present when the name is."""
-    have = {_canonical(item["name"]): str(item["version"]) for item in installed or []}
+    have = {canonical_name(item["name"]): str(item["version"]) for item in installed or []}
     missing = []
     for spec in packages or []:
-        name, specifier = _split_spec(spec)
+        name, specifier = split_requirement(spec)
         if name not in have or (specifier and not _satisfies(have[name], specifier)):
             missing.append(spec)
     return missing

@@ -63,7 +63,7 @@ EXAMPLES = r"""
 - name: Wait for the engine, one round
   sparkctl.spark.engine_health:
     url: http://127.0.0.1:8000/health
-    unit: sparkctl-engine.service
+    unit: "{{ spark_units.api }}"
     round_seconds: 30
   register: engine_round
 """

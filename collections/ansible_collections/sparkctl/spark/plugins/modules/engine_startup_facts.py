@@ -60,7 +60,7 @@ notes:
 EXAMPLES = r"""
 - name: Read the engine's startup facts
   sparkctl.spark.engine_startup_facts:
-    unit: sparkctl-engine.service
+    unit: "{{ spark_units.startup }}"
     rules: "{{ spark_profile.startup_log | default([]) }}"
   become: true
   register: verify_startup

@@ -59,7 +59,7 @@ EXAMPLES = r"""
         group: root
         mode: "0600"
     units:
-      - name: sparkctl-firewall.service
+      - name: "{{ spark_units.firewall }}"
         enabled: true
         started: true
   register: firewall_live

@@ -83,28 +83,28 @@ EXAMPLES = r"""
 - name: Read what the role manages
   sparkctl.spark.node_state:
     paths:
-      - path: /etc/systemd/system/sparkctl-firewall.service
-        checksum: "{{ lookup('ansible.builtin.template', 'sparkctl-firewall.service.j2') | hash('sha1') }}"
+      - path: /etc/systemd/system/{{ spark_units.firewall }}
+        checksum: "{{ lookup('ansible.builtin.template', 'firewall.service.j2') | hash('sha1') }}"
         owner: root
         group: root
         mode: "0644"
-      - path: /etc/systemd/system/nftables.service.wants/sparkctl-firewall.service
+      - path: /etc/systemd/system/nftables.service.wants/{{ spark_units.firewall }}
         state: link
-        src: /etc/systemd/system/sparkctl-firewall.service
+        src: /etc/systemd/system/{{ spark_units.firewall }}
     units:
-      - name: sparkctl-firewall.service
+      - name: "{{ spark_units.firewall }}"
         enabled: true
         started: true
   register: firewall_node
 
 - name: Install the unit only where it differs
   ansible.builtin.template:
-    src: sparkctl-firewall.service.j2
-    dest: /etc/systemd/system/sparkctl-firewall.service
+    src: firewall.service.j2
+    dest: /etc/systemd/system/{{ spark_units.firewall }}
     owner: root
     group: root
     mode: "0644"
-  when: "'/etc/systemd/system/sparkctl-firewall.service' in firewall_node.drifted"
+  when: "'/etc/systemd/system/' ~ spark_units.firewall in firewall_node.drifted"
 """
 
 RETURN = r"""

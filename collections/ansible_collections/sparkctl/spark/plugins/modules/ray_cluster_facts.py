@@ -158,6 +158,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
 from ansible_collections.sparkctl.spark.plugins.module_utils.ray_cluster import assess, query_nodes
 
 
@@ -179,8 +180,11 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    expected = [{"name": e["name"], "ip": e["ip"].split("/", 1)[0], "gpus": e["gpus"], "node_id": e["node_id"]}
-                for e in params["expected"]]
+    try:
+        expected = [{"name": e["name"], "ip": bare_address(e["ip"]), "gpus": e["gpus"], "node_id": e["node_id"]}
+                    for e in params["expected"]]
+    except ValueError as exc:
+        module.fail_json(msg="expected: %s" % exc)
     started = time.monotonic()
     while True:
         nodes, error = query_nodes(params["address"], params["query_timeout"])

@@ -105,7 +105,7 @@ EXAMPLES = r"""
     venv_path: /opt/sparkctl/venvs/solar-open2
     packages: "{{ spark_profile.runtime.venv.packages + ['torch'] }}"
     api_key_file: "{{ spark_api_key_file if inventory_hostname == spark_cluster.head.name else omit }}"
-    startup_unit: "{{ 'sparkctl-engine.service' if inventory_hostname == spark_cluster.head.name else omit }}"
+    startup_unit: "{{ spark_units.startup if inventory_hostname == spark_cluster.head.name else omit }}"
     startup_rules: "{{ spark_profile.startup_log if inventory_hostname == spark_cluster.head.name else [] }}"
   become: true
   register: verify_node

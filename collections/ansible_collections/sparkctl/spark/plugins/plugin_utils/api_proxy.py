@@ -28,8 +28,9 @@ import re
 
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 from ansible_collections.sparkctl.spark.plugins.module_utils.api_key import api_key_from_text
+from ansible_collections.sparkctl.spark.plugins.module_utils.units import UNITS
 
-UNIT_NAME = "sparkctl-api-proxy.service"
+UNIT_NAME = UNITS["api_proxy"]
 # The variable the key include defines: "1" when the request carries the key, else "0".
 AUTH_VARIABLE = "$sparkctl_api_authorized"
 

@@ -25,6 +25,9 @@ import yaml
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall, python_source
 from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import content_digest
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
+from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import requirement_extras, requirement_name
+from ansible_collections.sparkctl.spark.plugins.module_utils.units import UNITS, unit_stem
 
 SCHEMA_VERSION = 1
 # Where the collection ships its profiles: <collection>/profiles/.
@@ -467,7 +470,7 @@ def engine_version(profile, kind):
     runtime = profile.get("runtime") if isinstance(profile.get("runtime"), dict) else {}
     venv = runtime.get("venv") if isinstance(runtime.get("venv"), dict) else {}
     for spec in venv.get("packages") or []:
-        if isinstance(spec, str) and "==" in spec and _requirement_name(spec) == kind:
+        if isinstance(spec, str) and "==" in spec and requirement_name(spec) == kind:
             return spec.split("==", 1)[1].split(";", 1)[0].strip()
     return None
 
@@ -752,7 +755,7 @@ def _check_runtime(c):
                 if "==" not in spec and " @ " not in spec:
                     c.add(f"runtime.venv.packages[{idx}]", f"{spec!r} is not pinned; write name==version so every node "
                           "installs the same build.")
-                elif _requirement_name(spec) == "ray" and " @ " not in spec and "default" not in _requirement_extras(spec):
+                elif requirement_name(spec) == "ray" and " @ " not in spec and "default" not in requirement_extras(spec):
                     c.add(f"runtime.venv.packages[{idx}]", f"{spec!r} lacks the dashboard and Jobs API the Ray head "
                           f"unit starts; write ray[default]=={spec.split('==', 1)[1].strip()}, or remove it so "
                           f"sparkctl installs {RAY_REQUIREMENT}.")
@@ -779,23 +782,12 @@ def _check_runtime(c):
     return kind
 
 
-def _requirement_name(spec):
-    """'Ray[default]==2.60.0' -> 'ray' (PEP 503 normalised)."""
-    name = re.split(r"[\[=<>!~;@ ]", spec.strip(), maxsplit=1)[0]
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _requirement_extras(spec):
-    match = re.match(r"^[^\[=<>!~;@ ]+\s*\[([^\]]*)\]", spec.strip())
-    return {e.strip().lower() for e in match.group(1).split(",")} if match else set()
-
-
 def venv_packages(profile):
     """What the venv runtime installs: the profile's pins, plus RAY_REQUIREMENT when the
     topology runs on Ray and the profile pins no ray of its own."""
     packages = list(((profile.get("runtime") or {}).get("venv") or {}).get("packages") or [])
     kind = (profile.get("topology") or {}).get("kind")
-    if kind in RAY_TOPOLOGIES and not any(_requirement_name(p) == "ray" for p in packages):
+    if kind in RAY_TOPOLOGIES and not any(requirement_name(p) == "ray" for p in packages):
         packages.append(RAY_REQUIREMENT)
     return packages
 
@@ -1280,10 +1272,6 @@ def _fill(words, values):
     return [_PLACEHOLDER_RE.sub(lambda m: str(values[m.group(1)]), w) for w in words]
 
 
-def _bare_ip(address):
-    return str(address).split("/", 1)[0]
-
-
 def _require_cluster(cluster, runtime):
     missing = [k for k in ("head", "workers", "service_user", "checkpoint_dir", "api_key_file") if not cluster.get(k)]
     if runtime == "venv" and not cluster.get("venv_path"):
@@ -1328,7 +1316,7 @@ def engine_argv(profile, cluster, node_rank=0):
         "bind": listen["bind"],
     }
     argv = _fill(profile["engine"].get("command") or _default_command(engine, runtime), values)
-    head_ip = _bare_ip(cluster["head"]["link_ip"])
+    head_ip = bare_address(cluster["head"]["link_ip"])
     if engine == "vllm":
         argv += ["--served-model-name", api["served_model_name"], "--host", listen["bind"], "--port", str(listen["port"])]
         argv += ["--distributed-executor-backend", "ray", "--tensor-parallel-size", str(topo["tensor_parallel"])]
@@ -1375,14 +1363,14 @@ def ray_argv(profile, cluster, node):
     """`ray start` for the head (node is None) or a worker, every port on the link address."""
     runtime = profile["runtime"]["kind"]
     ray = f"{cluster['venv_path']}/bin/ray" if runtime == "venv" else "ray"
-    head_ip = _bare_ip(cluster["head"]["link_ip"])
+    head_ip = bare_address(cluster["head"]["link_ip"])
     port = profile["topology"].get("ray_port", 6379)
     common = ["--block", "--disable-usage-stats", "--num-gpus=1", "--min-worker-port=10002", "--max-worker-port=19999"]
     if node is None:
         return [ray, "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}",
                 # Whoever reaches the dashboard/Jobs API runs code: loopback only.
                 "--dashboard-host=127.0.0.1", "--dashboard-port=8265", "--ray-client-server-port=10001"] + common
-    return [ray, "start", f"--address={head_ip}:{port}", f"--node-ip-address={_bare_ip(node['link_ip'])}"] + common
+    return [ray, "start", f"--address={head_ip}:{port}", f"--node-ip-address={bare_address(node['link_ip'])}"] + common
 
 
 def environment(profile):
@@ -1497,6 +1485,17 @@ def _unit(description, user, exec_argv, env_files, after=(), requires=(), cpu_af
     return "\n".join(lines)
 
 
+def unit_names(profile):
+    """sparkctl's unit names (module_utils/units.py) plus two that follow the profile's topology,
+    as render() lays the units out: `api`, the unit serving the API (behind the API proxy), and
+    `startup`, the unit whose log holds the engine's startup lines (rank 0's for SGLang)."""
+    names = dict(UNITS)
+    on_ray = profile["topology"]["kind"] in ("ray_tp", "ray_tp_ep")
+    names["api"] = UNITS["engine"] if on_ray else UNITS["sglang_router"]
+    names["startup"] = UNITS["engine"] if on_ray else UNITS["sglang_rank"]
+    return names
+
+
 def render(profile, cluster):
     """{argv, env, units, secret_files, api}: argv of the head's engine process, the engine's own
     environment, per host the systemd units (file name -> text), the API key files, and where the
@@ -1524,11 +1523,11 @@ def render(profile, cluster):
         # Ray actors inherit the raylet's environment: the fabric and engine files go on
         # the Ray units; the API key only on the API server.
         ray_files = [fabric_env, engine_env]
-        nodes = [(head, None, "sparkctl-ray-head")] + [(w["name"], w, "sparkctl-ray-worker") for w in workers]
+        nodes = [(head, None, UNITS["ray_head"])] + [(w["name"], w, UNITS["ray_worker"]) for w in workers]
         for host, node, unit in nodes:
             ray = ray_argv(profile, cluster, node)
             files = ray_files + ([key_file] if node is None and image else [])
-            exec_argv = _docker_run(profile, cluster, unit, ray, files) if image else ray
+            exec_argv = _docker_run(profile, cluster, unit_stem(unit), ray, files) if image else ray
             # The raylet passes its PATH to every process it starts: the venv's bin (ninja)
             # goes first; nvcc's directory comes with fabric.env's PATH.
             path_dirs = [] if image else [f"{cluster['venv_path']}/bin"]
@@ -1537,8 +1536,8 @@ def render(profile, cluster):
             # Restart=always: Ray must come back however `ray start --block` ended (a
             # clean exit after `ray stop` by hand included). 10 starts in 10 minutes leave room for a
             # worker rejoining a restarted head (GCS "authentication error" for ~60 s).
-            units[host][f"{unit}.service"] = _unit(
-                f"sparkctl Ray {role} for {name}", user, exec_argv, files, docker_name=unit if image else None,
+            units[host][unit] = _unit(
+                f"sparkctl Ray {role} for {name}", user, exec_argv, files, docker_name=unit_stem(unit) if image else None,
                 cpu_affinity=profile.get("cpu_affinity"), restart="always", restart_sec=5, start_limit_burst=10,
                 # Ray 2.60 drains a node for 30 s on SIGTERM; stopping Ray here means the
                 # whole cluster goes (stop, recovery), so 5 s is plenty.
@@ -1546,39 +1545,39 @@ def render(profile, cluster):
         if image:
             # NVIDIA's multi-node guide: the API server runs inside the head's Ray container,
             # which already carries every environment file.
-            api_exec = ["/usr/bin/docker", "exec", "sparkctl-ray-head"] + argv
-            units[head]["sparkctl-engine.service"] = _unit(
-                f"sparkctl {engine} API for {name}", None, api_exec, [], after=("sparkctl-ray-head.service",),
-                requires=("sparkctl-ray-head.service",), timeout=timeout)
+            api_exec = ["/usr/bin/docker", "exec", unit_stem(UNITS["ray_head"])] + argv
+            units[head][UNITS["engine"]] = _unit(
+                f"sparkctl {engine} API for {name}", None, api_exec, [], after=(UNITS["ray_head"],),
+                requires=(UNITS["ray_head"],), timeout=timeout)
         else:
-            units[head]["sparkctl-engine.service"] = _unit(
+            units[head][UNITS["engine"]] = _unit(
                 f"sparkctl {engine} API for {name}", user, argv, [fabric_env, engine_env, key_file],
-                after=("sparkctl-ray-head.service",), requires=("sparkctl-ray-head.service",),
+                after=(UNITS["ray_head"],), requires=(UNITS["ray_head"],),
                 cpu_affinity=profile.get("cpu_affinity"), timeout=timeout)
     else:
         for rank, host in enumerate([head] + [w["name"] for w in workers]):
             rank_argv = argv if rank == 0 else engine_argv(profile, cluster, rank)
             # SGLang's key arrives through --config <file>, so no rank needs it in its environment.
             files = [fabric_env, engine_env]
-            unit = "sparkctl-sglang-rank"
+            unit = UNITS["sglang_rank"]
             exec_argv = rank_argv
             if image:
-                exec_argv = _docker_run(profile, cluster, unit, rank_argv, files)
+                exec_argv = _docker_run(profile, cluster, unit_stem(unit), rank_argv, files)
                 if rank == 0:
                     # --config reads the key file inside the container: mount it read-only.
                     idx = exec_argv.index(cluster["image"])
                     exec_argv = exec_argv[:idx] + ["-v", f"{key_file}:{key_file}:ro"] + exec_argv[idx:]
-            units[host][f"{unit}.service"] = _unit(
+            units[host][unit] = _unit(
                 f"sparkctl SGLang rank {rank}/{topo['nodes']} for {name}", user, exec_argv, files,
-                docker_name=unit if image else None, cpu_affinity=profile.get("cpu_affinity"), timeout=timeout)
+                docker_name=unit_stem(unit) if image else None, cpu_affinity=profile.get("cpu_affinity"), timeout=timeout)
         router = router_argv(profile, cluster)
         if image:
-            router = ["/usr/bin/docker", "run", "--rm", "--name", "sparkctl-sglang-router", "--network", "host",
+            router = ["/usr/bin/docker", "run", "--rm", "--name", unit_stem(UNITS["sglang_router"]), "--network", "host",
                       cluster["image"]] + router
-        units[head]["sparkctl-sglang-router.service"] = _unit(
+        units[head][UNITS["sglang_router"]] = _unit(
             f"sparkctl SGLang router (public API) for {name}", user, router, [],
-            after=("sparkctl-sglang-rank.service",), requires=("sparkctl-sglang-rank.service",),
-            docker_name="sparkctl-sglang-router" if image else None)
+            after=(UNITS["sglang_rank"],), requires=(UNITS["sglang_rank"],),
+            docker_name=unit_stem(UNITS["sglang_router"]) if image else None)
     return {
         "argv": argv,
         "command_line": shlex.join(argv),
@@ -1603,14 +1602,14 @@ def unit_inputs(profile, cluster):
     inputs = {host: {} for host in [head] + workers}
     if profile["topology"]["kind"] in ("ray_tp", "ray_tp_ep"):
         # The API server of an image runs inside the head's Ray container: its key is that container's.
-        inputs[head]["sparkctl-ray-head.service"] = [fabric_env, engine_env] + ([key_file] if image else [])
+        inputs[head][UNITS["ray_head"]] = [fabric_env, engine_env] + ([key_file] if image else [])
         for worker in workers:
-            inputs[worker]["sparkctl-ray-worker.service"] = [fabric_env, engine_env]
-        inputs[head]["sparkctl-engine.service"] = [] if image else [fabric_env, engine_env, key_file]
+            inputs[worker][UNITS["ray_worker"]] = [fabric_env, engine_env]
+        inputs[head][UNITS["engine"]] = [] if image else [fabric_env, engine_env, key_file]
     else:
         for host in [head] + workers:
-            inputs[host]["sparkctl-sglang-rank.service"] = [fabric_env, engine_env] + ([key_file] if host == head else [])
-        inputs[head]["sparkctl-sglang-router.service"] = []
+            inputs[host][UNITS["sglang_rank"]] = [fabric_env, engine_env] + ([key_file] if host == head else [])
+        inputs[head][UNITS["sglang_router"]] = []
     return inputs
 
 
