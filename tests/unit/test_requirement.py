@@ -104,10 +104,16 @@ def _code(path: Path):
                 yield number, line
 
 
+# Checks of the real state that recompute on a node, inside the venv's own Python, what the
+# collection computes (the venv's lock hash): a copy on purpose, the other side of the check.
+INDEPENDENT_CHECKS = {"molecule/verify/verify.yml"}
+
+
 def test_nothing_but_the_owner_normalises_a_name():
     owner = REPO / "collections/ansible_collections/sparkctl/spark/plugins/module_utils/requirement.py"
     paths = [p for p in (REPO / "collections").rglob("*.py") if p != owner]
-    paths += [p for d in ("roles", "playbooks", "molecule") for p in (REPO / d).rglob("*") if p.suffix in (".yml", ".j2")]
+    paths += [p for d in ("roles", "playbooks", "molecule") for p in (REPO / d).rglob("*") if p.suffix in (".yml", ".j2")
+              and str(p.relative_to(REPO)) not in INDEPENDENT_CHECKS]
     paths += list((REPO / "tests" / "integration").glob("*.py")) + list((REPO / "sparkctl").rglob("*.py"))
     found = [f"{path.relative_to(REPO)}:{number}" for path in sorted(paths) for number, text in _code(path)
              if COPY.search(text)]

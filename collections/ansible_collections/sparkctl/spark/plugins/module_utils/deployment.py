@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
+
+from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import canonical_name
 
 SCHEMA_VERSION = 1
 # On every node: root-owned, readable by everyone (it holds no secret).
@@ -54,13 +55,9 @@ def engine_package(package_names, engine_kind):
     stand-in does); None without any (an image runtime: verify reads no package there)."""
     names = [name for name in package_names or [] if name]
     for name in names:
-        if _normalize(name) == _normalize(engine_kind or ""):
+        if canonical_name(name) == canonical_name(engine_kind or ""):
             return name
     return names[0] if names else None
-
-
-def _normalize(name):
-    return re.sub(r"[-_.]+", "-", str(name)).lower()
 
 
 def build_record(profile_name, profile_digest, checkpoint, checkpoint_commit, runtime_kind, versions, image_ref,
