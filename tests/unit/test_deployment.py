@@ -115,16 +115,23 @@ def test_the_render_digest_covers_argv_env_and_units_only():
     assert profiles.render_digest(dict(RENDERED, env={"A": "2"})) != profiles.render_digest(RENDERED)
 
 
-def test_an_image_runtime_records_the_image_id_and_no_engine_version():
+def test_an_image_runtime_records_the_image_id_and_the_engine_version_read_inside_it():
     prof = profile("solar-open2-nvfp4-ngc-ep")
-    node = {"versions": {"image_id": "sha256:" + "9" * 64, "image_context_hash": "sha256:" + "8" * 64, "packages": {}},
+    # What verify read inside the running container (runtime_versions, image_container).
+    node = {"versions": {"image_id": "sha256:" + "9" * 64, "image_context_hash": "sha256:" + "8" * 64,
+                         "packages": {"vllm": "0.12.0+nv26.01", "torch": "2.10.0a0"}},
             "checkpoint_manifest": head_facts()["checkpoint_manifest"]}
-    record = deployment_filter.deployment(node, prof, RENDERED, CHECKPOINT, "passed", FIRST, packages=[],
+    record = deployment_filter.deployment(node, prof, RENDERED, CHECKPOINT, "passed", FIRST, packages=["vllm", "torch"],
                                           image="nvcr.io/nvidia/vllm:26.01-py3")
 
     assert record["runtime"] == {"kind": "image", "id": "sha256:" + "9" * 64, "image": "nvcr.io/nvidia/vllm:26.01-py3",
                                  "image_context_hash": "sha256:" + "8" * 64}
-    assert record["engine"]["package"] is None and record["engine"]["version"] is None
+    assert (record["engine"]["package"], record["engine"]["version"]) == ("vllm", "0.12.0+nv26.01")
+    # The container did not answer: the record says so with null, the image id still identifies the runtime.
+    unread = dict(node, versions=dict(node["versions"], packages={"vllm": None, "torch": None}))
+    record = deployment_filter.deployment(unread, prof, RENDERED, CHECKPOINT, "passed", FIRST, packages=["vllm", "torch"],
+                                          image="nvcr.io/nvidia/vllm:26.01-py3")
+    assert (record["engine"]["package"], record["engine"]["version"]) == ("vllm", None)
 
 
 def test_a_passing_verify_without_a_runtime_identity_is_an_error():

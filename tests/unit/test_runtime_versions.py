@@ -277,6 +277,48 @@ def test_image_node_reports_the_image_and_its_declared_nccl():
     assert versions["packages"] == {"vllm": None}
 
 
+CONTAINER = "sparkctl-ray-head"
+# What the probe prints inside the engine's running container (an image sparkctl did not build:
+# no lock, only what it reports of itself).
+IMAGE_DISTRIBUTIONS = [["vLLM", "0.12.0+nv26.06"], ["torch", "2.10.0a0+nv26.06"], ["ray", "2.52.1"]]
+
+
+def exec_probe_argv(container=CONTAINER):
+    return (DOCKER, "exec", container, "python3", "-I", "-c", rv.VENV_PROBE_SCRIPT)
+
+
+def test_image_node_reads_the_engine_version_inside_its_running_container():
+    runner = FakeRunner(gb10_answers({
+        (DOCKER, "image", "inspect", IMAGE): (0, IMAGE_INSPECT, ""),
+        exec_probe_argv(): (0, json.dumps({"python": "3.12.9", "distributions": IMAGE_DISTRIBUTIONS}), ""),
+    }))
+
+    result = rv.gather_runtime_versions(runner, "image", NVIDIA_SMI, docker_path=DOCKER, image=IMAGE,
+                                        image_container=CONTAINER, packages=["vllm", "torch"], exists=only())
+
+    versions = result["versions"]
+    assert result["problems"] == []
+    assert versions["image_id"] == IMAGE_ID
+    assert (versions["python"], versions["torch"]) == ("3.12.9", "2.10.0a0+nv26.06")
+    assert versions["packages"] == {"vllm": "0.12.0+nv26.06", "torch": "2.10.0a0+nv26.06"}
+    # The image's id is its identity: a lock hash is a venv's.
+    assert versions["venv_lock_sha256"] is None
+
+
+def test_a_container_that_does_not_run_is_a_problem_not_a_version():
+    runner = FakeRunner(gb10_answers({
+        (DOCKER, "image", "inspect", IMAGE): (0, IMAGE_INSPECT, ""),
+        exec_probe_argv(): (1, "", f"Error response from daemon: No such container: {CONTAINER}\n"),
+    }))
+
+    result = rv.gather_runtime_versions(runner, "image", NVIDIA_SMI, docker_path=DOCKER, image=IMAGE,
+                                        image_container=CONTAINER, packages=["vllm"], exists=only())
+
+    assert result["versions"]["image_id"] == IMAGE_ID
+    assert result["versions"]["packages"] == {"vllm": None}
+    assert result["problems"] == [f"docker exec {CONTAINER}: Error response from daemon: No such container: {CONTAINER}"]
+
+
 def test_image_problems_missing_docker_and_missing_image():
     no_docker = rv.gather_runtime_versions(FakeRunner(gb10_answers()), "image", NVIDIA_SMI, image=IMAGE)
     no_image = rv.gather_runtime_versions(

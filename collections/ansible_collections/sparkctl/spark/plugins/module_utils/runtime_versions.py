@@ -158,7 +158,7 @@ def empty_versions(package_names=()):
 
 def gather_runtime_versions(run_command, runtime_kind, nvidia_smi_path, venv_path=None, packages=(),
                             docker_path=None, image=None, nccl_preload=None, image_nccl_version=None,
-                            exists=os.path.exists, realpath=os.path.realpath):
+                            image_container=None, exists=os.path.exists, realpath=os.path.realpath):
     """{'versions', 'problems', 'nccl_preload'} of this node.
 
     run_command(argv) -> (rc, stdout, stderr). nvidia_smi_path / docker_path are the resolved
@@ -184,6 +184,8 @@ def gather_runtime_versions(run_command, runtime_kind, nvidia_smi_path, venv_pat
         pip_nccl = _gather_venv(run_command, venv_path, names, versions, problems, exists)
     elif runtime_kind == "image":
         _gather_image(run_command, docker_path, image, versions, problems)
+        if image_container and docker_path:
+            _gather_container(run_command, docker_path, image_container, names, versions, problems)
     else:
         raise ValueError("runtime_kind must be venv or image, got %r" % (runtime_kind,))
 
@@ -254,6 +256,26 @@ def _gather_image(run_command, docker_path, image, versions, problems):
     versions["image_context_hash"] = inspected["context_hash"]
 
 
+def _gather_container(run_command, docker_path, container, names, versions, problems):
+    """Python, torch and the packages as the image's own Python reports them inside the
+    engine's running container: an image names no versions of its own (a pulled NGC or fork
+    image says nothing of the vLLM it carries), so they are read where the engine runs."""
+    rc, out, err = run_command([docker_path, "exec", container, "python3", "-I", "-c", VENV_PROBE_SCRIPT])
+    if rc != 0:
+        problems.append("docker exec %s: %s" % (container, first_output_line(out, err) or "exit code %d" % rc))
+        return
+    try:
+        probe = parse_venv_probe(out)
+    except ValueError as exc:
+        problems.append("docker exec %s: %s" % (container, exc))
+        return
+    dists = probe["distributions"]
+    versions["python"] = probe["python"]
+    versions["torch"] = distribution_version(dists, "torch")
+    for name in names:
+        versions["packages"][name] = distribution_version(dists, name)
+
+
 # The options read_runtime_versions takes, as runtime_versions and verify_facts declare them.
 RUNTIME_ARGUMENT_SPEC = dict(
     runtime_kind=dict(type="str", required=True, choices=["venv", "image"]),
@@ -261,6 +283,7 @@ RUNTIME_ARGUMENT_SPEC = dict(
     packages=dict(type="list", elements="str", default=[]),
     image=dict(type="str"),
     image_nccl_version=dict(type="str"),
+    image_container=dict(type="str"),
     nccl_preload=dict(type="dict", options=dict(version=dict(type="str"), path=dict(type="str"))),
     nvidia_smi=dict(type="str", default="nvidia-smi"),
     docker=dict(type="str", default="docker"),
@@ -269,7 +292,7 @@ RUNTIME_REQUIRED_IF = [("runtime_kind", "venv", ["venv_path"]), ("runtime_kind",
 
 
 def read_runtime_versions(module, runtime_kind, venv_path=None, packages=(), image=None, nccl_preload=None,
-                          image_nccl_version=None, nvidia_smi="nvidia-smi", docker="docker"):
+                          image_nccl_version=None, image_container=None, nvidia_smi="nvidia-smi", docker="docker"):
     """gather_runtime_versions as an AnsibleModule runs it (the executables found in PATH and
     EXTRA_BIN_DIRS): runtime_versions' and verify_facts' one reader."""
     def run_command(argv):
@@ -286,4 +309,5 @@ def read_runtime_versions(module, runtime_kind, venv_path=None, packages=(), ima
         image=image,
         nccl_preload=nccl_preload,
         image_nccl_version=image_nccl_version,
+        image_container=image_container,
     )

@@ -50,6 +50,12 @@ options:
   image_nccl_version:
     description: The NCCL version the image ships (the profile's C(runtime.image.nccl_version)), reported when no preload is used.
     type: str
+  image_container:
+    description:
+      - The engine's running container for O(runtime_kind=image) (e.g. C(sparkctl-ray-head)). When given, Python, torch
+        and O(packages) are read with the image's own C(python3) inside it (C(docker exec)), as an image names no versions
+        of its own. A container that does not run is a line of RV(problems), not an error.
+    type: str
   nccl_preload:
     description: The profile's C(nccl.preload).
     type: dict
@@ -119,15 +125,15 @@ versions:
       type: str
       sample: preload
     torch:
-      description: torch's version in the venv.
+      description: torch's version in the venv, or in the image's running container (O(image_container)).
       type: str
       sample: 2.11.0+cu130
     python:
-      description: The venv's Python version.
+      description: The venv's Python version, or the image's C(python3) in its running container (O(image_container)).
       type: str
       sample: 3.12.3
     packages:
-      description: Version of each of O(packages) by name, V(null) when not installed (or an image runtime).
+      description: Version of each of O(packages) by name, V(null) when not installed (or an image runtime read without O(image_container)).
       type: dict
       sample: {vllm: 0.25.1, torch: 2.11.0+cu130}
     venv_lock_sha256:

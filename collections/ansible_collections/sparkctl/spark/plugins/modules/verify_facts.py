@@ -48,6 +48,9 @@ options:
   image_nccl_version:
     description: The NCCL version the image ships, as O(sparkctl.spark.runtime_versions#module:image_nccl_version).
     type: str
+  image_container:
+    description: The engine's running container, as O(sparkctl.spark.runtime_versions#module:image_container).
+    type: str
   nccl_preload:
     description: The profile's C(nccl.preload), as O(sparkctl.spark.runtime_versions#module:nccl_preload).
     type: dict
