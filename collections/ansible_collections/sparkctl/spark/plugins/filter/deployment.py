@@ -21,8 +21,8 @@ description:
     node's history. Its identity (C(deployment_id), the digest of these fields) is C(profile) (name and the digest of
     the resolved profile), C(checkpoint) (source, repo, revision and the commit the checkpoint stage's manifest names;
     the path of a path source), C(runtime) (the venv's lock hash or the image's id, as the verify stage read them
-    on the head), C(engine) (kind, the engine's distribution and the version verify read of it: in the venv, or for an
-    image inside its running container;
+    on the head), C(engine) (kind, the engine's distribution and the version verify read of it, in the venv or, for an
+    image, inside its running container;
     the digest of the rendered argv, environment and units) and C(sparkctl_version) (this collection's version).
   - Outside the identity, C(recorded_at) and C(verify_status) are those of the first time this deployment was
     recorded. When one of O(existing) is of the same deployment, its values stay (a re-verify changes nothing).
