@@ -115,6 +115,17 @@ def test_the_render_digest_covers_argv_env_and_units_only():
     assert profiles.render_digest(dict(RENDERED, env={"A": "2"})) != profiles.render_digest(RENDERED)
 
 
+def test_packages_given_as_the_profile_pins_them_name_the_engine_by_its_distribution():
+    # verify_version_packages holds requirements as the profile states them; runtime_versions
+    # keys what it read by distribution name.
+    node = head_facts()
+    node["versions"]["packages"] = {"sparklab-engine": "0.2.0", "ray": "2.60.0", "torch": "2.10.0"}
+    record = build(node=node, packages=["sparklab-engine==0.2.0", "ray[default]==2.60.0", "torch"])
+    assert (record["engine"]["package"], record["engine"]["version"]) == ("sparklab-engine", "0.2.0")
+    record = build(packages=["vllm==0.25.1", "ray[default]==2.60.0", "torch"])
+    assert (record["engine"]["package"], record["engine"]["version"]) == ("vllm", "0.25.1")
+
+
 def test_an_image_runtime_records_the_image_id_and_the_engine_version_read_inside_it():
     prof = profile("solar-open2-nvfp4-ngc-ep")
     # What verify read inside the running container (runtime_versions, image_container).

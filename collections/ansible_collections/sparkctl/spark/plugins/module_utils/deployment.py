@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import canonical_name
+from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import canonical_name, distribution_name
 
 SCHEMA_VERSION = 1
 # On every node: root-owned, readable by everyone (it holds no secret).
@@ -52,8 +52,10 @@ def deployment_id(record):
 def engine_package(package_names, engine_kind):
     """The distribution that is the engine among the ones verify reads: the one named like
     the engine (vllm, sglang), else the first (a profile lists its engine first, as the lab's
-    stand-in does); None without any (an image runtime: verify reads no package there)."""
-    names = [name for name in package_names or [] if name]
+    stand-in does); None without any."""
+    # Requirements as the profile pins them (vllm==0.25.1): their versions were read by name.
+    names = [distribution_name(spec) for spec in package_names or [] if spec]
+    names = [name for name in names if name]
     for name in names:
         if canonical_name(name) == canonical_name(engine_kind or ""):
             return name
