@@ -193,6 +193,22 @@ def test_user_entries_on_driver_cuda_and_cma():
     assert small["status"] == "pass"
 
 
+def test_nic_firmware_matches_when_one_adapter_of_the_cable_matches():
+    facts = node()
+    facts["link"] = {"interfaces": {"enp1s0f1np1": {"rdma_fw_version": "28.41.1000"},
+                                    "enP2p1s0f1np1": {"rdma_fw_version": "28.43.1014"},
+                                    "absent": {"rdma_fw_version": None}}}
+    extra = [{"id": "old-cx7", "match": {"nic_firmware": {"below": "28.42"}}, "reason": "old ConnectX-7 firmware",
+              "fix": "mlxfwmanager -u"}]
+    [result] = check_known_bad(facts, req(extra=extra))
+    assert result["status"] == "fail"
+    assert result["detail"].startswith("known-bad entry 'old-cx7' matches nic_firmware 28.41.1000 (< 28.42): old ConnectX-7 firmware")
+    facts["link"]["interfaces"]["enp1s0f1np1"]["rdma_fw_version"] = "28.43.1014"
+    [result] = check_known_bad(facts, req(extra=extra))
+    assert result["status"] == "pass"
+    assert result["detail"].startswith("kernel 6.17.0-1014-nvidia, driver 580.95.05, cuda 13.0, nic_firmware 28.43.1014: none of 2")
+
+
 def test_only_warn_entries_matching_is_a_warning():
     extra = [{"id": "lab-kernel", "match": {"kernel": {"prefix": "6.18"}}, "reason": "r", "fix": "f", "severity": "warn"}]
     [result] = check_known_bad(node(kernel=LAB_KERNEL), req(extra=extra))

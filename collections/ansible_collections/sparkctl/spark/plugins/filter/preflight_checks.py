@@ -21,7 +21,8 @@ description:
     updates) and the requirements, and returns one result per check with C(status) C(pass), C(fail), C(warn) or
     C(skip), what was found, and the fix.
   - "Pure evaluation: it never contacts the node, so the same verdict can be unit-tested on recorded facts."
-  - C(platform.known_bad) matches the node's kernel release, driver and CUDA versions and C(/proc/meminfo) fields
+  - C(platform.known_bad) matches the node's kernel release, driver and CUDA versions, the firmware of the cable's
+    RDMA devices (C(nic_firmware)) and C(/proc/meminfo) fields
     against the known-bad platform entries (the data file C(known_bad_platforms_file) of the requirements, then
     C(known_bad_platforms_extra), less the ids in C(known_bad_platforms_ignore)); each match fails the check (or
     warns, for an entry of C(severity) C(warn)) with the entry's id, reason, fix and source.
@@ -367,16 +368,18 @@ _MEMINFO_NAMES = dict((key, name) for name, key in MEMINFO_FIELDS)
 def _platform_facts(facts):
     gpu = facts.get("gpu") or {}
     meminfo = (facts.get("host") or {}).get("meminfo") or {}
+    interfaces = ((facts.get("link") or {}).get("interfaces") or {}).values()
     return {
         "kernel": facts.get("kernel"),
         "driver": gpu.get("driver_version"),
         "cuda": gpu.get("cuda_driver_version"),
+        "nic_firmware": sorted(set(i["rdma_fw_version"] for i in interfaces if (i or {}).get("rdma_fw_version"))),
         "meminfo": dict((_MEMINFO_NAMES[key], value) for key, value in meminfo.items() if key in _MEMINFO_NAMES),
     }
 
 
 def check_known_bad(facts, req):
-    """The node's kernel, driver, CUDA and meminfo facts against the known-bad platform entries."""
+    """The node's kernel, driver, CUDA, cable firmware and meminfo facts against the known-bad platform entries."""
     if "known_bad_platforms_file" not in req and "known_bad_platforms_extra" not in req:
         return []
     title = "Not a known-bad platform"
@@ -386,7 +389,8 @@ def check_known_bad(facts, req):
         raise AnsibleFilterError("known-bad platform entries: %s" % exc) from None
     platform = _platform_facts(facts)
     found = known_bad.matches(entries, platform, ignore=req.get("known_bad_platforms_ignore") or ())
-    seen = ", ".join("%s %s" % (name, platform[name]) for name in known_bad.VERSION_FACTS if platform.get(name))
+    seen = ", ".join("%s %s" % (name, "/".join(value) if isinstance(value, list) else value)
+                     for name, value in ((name, platform.get(name)) for name in known_bad.VERSION_FACTS) if value)
     if not found:
         detail = f"{seen or 'no version read'}: none of {len(entries)} known-bad entries match"
         return [_result("platform.known_bad", title, "pass", detail)]

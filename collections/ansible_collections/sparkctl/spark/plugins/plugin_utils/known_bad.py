@@ -25,7 +25,7 @@ import yaml
 from ansible_collections.sparkctl.spark.plugins.module_utils.host import MEMINFO_FIELDS
 
 # The facts an entry may match, and the conditions each takes.
-VERSION_FACTS = ("kernel", "driver", "cuda")
+VERSION_FACTS = ("kernel", "driver", "cuda", "nic_firmware")
 VERSION_OPS = ("equals", "prefix", "min", "max", "below")
 NUMBER_OPS = ("equals", "min", "max", "below", "absent")
 ENTRY_KEYS = ("id", "match", "reason", "fix", "source", "severity")
@@ -120,7 +120,8 @@ def _describe(name, value, condition):
 
 
 def match_entry(entry, facts):
-    """What made a checked entry match facts ({kernel, driver, cuda, meminfo: {CmaTotal: bytes}}), as
+    """What made a checked entry match facts ({kernel, driver, cuda, nic_firmware: [versions],
+    meminfo: {CmaTotal: bytes}}), as
     words ('kernel 7.0.0-1019-nvidia (prefix 7.0.0-1019)'), or None when it does not match. Every
     condition must hold; a fact the node did not report matches nothing."""
     found = []
@@ -132,9 +133,13 @@ def match_entry(entry, facts):
                     return None
                 found.append(_describe(field, meminfo.get(field), numbers))
         else:
-            if version_condition_holds(facts.get(fact), condition) is not True:
+            # nic_firmware is one version per RDMA device of the cable: one bad adapter is enough.
+            values = facts.get(fact)
+            values = values if isinstance(values, (list, tuple)) else [values]
+            bad = [value for value in values if version_condition_holds(value, condition) is True]
+            if not bad:
                 return None
-            found.append(_describe(fact, facts.get(fact), condition))
+            found.append(_describe(fact, bad[0], condition))
     return ", ".join(found)
 
 
