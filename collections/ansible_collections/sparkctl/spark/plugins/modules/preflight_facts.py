@@ -24,9 +24,9 @@ description:
   - Meant to run with C(become). RV(euid) is then what C(id -u) prints under C(become), the proof that the SSH user
     becomes root, and RV(user) is still the SSH user (C(SUDO_USER), else the session's login uid).
     As root the port owners of every user are found.
-  - The kernel release (RV(os.kernel)), the driver and CUDA versions (RV(ansible_facts.spark_gpu_facts)), C(CmaTotal)
-    (RV(ansible_facts.spark_host_facts)) and pending firmware updates (RV(firmware)) are what the preflight role's
-    known-bad platform check matches.
+  - The kernel release (RV(os.kernel)), the driver and CUDA versions (RV(ansible_facts.spark_gpu_facts)), the cable's
+    adapter firmware (RV(ansible_facts.spark_link_facts)) and C(CmaTotal) (RV(ansible_facts.spark_host_facts)) are what
+    the preflight role's known-bad platform check matches; pending firmware updates (RV(firmware)) are its warning.
   - A missing C(nvidia-smi), C(fwupdmgr), interface or path is not a module failure; each reader reports it in its fact, and the
     play (the C(sparkctl.spark.preflight_checks) filter) decides.
 author:
