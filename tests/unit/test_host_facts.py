@@ -48,6 +48,8 @@ def test_meminfo_of_a_gb10_host_in_bytes():
         "mem_available_bytes": 118606228 * KIB,
         "swap_total_bytes": 16777212 * KIB,
         "swap_free_bytes": 16777212 * KIB,
+        "cma_total_bytes": 0,
+        "cma_free_bytes": 0,
     }
 
 
@@ -58,6 +60,8 @@ def test_meminfo_of_a_small_host_without_swap():
         "mem_available_bytes": 1102356 * KIB,
         "swap_total_bytes": 0,
         "swap_free_bytes": 0,
+        "cma_total_bytes": None,
+        "cma_free_bytes": None,
     }
 
 

@@ -182,10 +182,19 @@ def test_interface_with_roce_at_index_3(spark_sysfs):
         "ipv6": [],
         "address_error": None,
         "rdma_device": IBDEV,
+        "rdma_fw_version": None,
         "rdma_port": 1,
         "gids": expected_table(3),
         "roce_v2_ipv4": [{"index": 3, "ipv4": "192.168.100.10"}],
     }
+
+
+def test_the_adapters_firmware_version_is_read_where_sysfs_has_it(spark_sysfs):
+    (spark_sysfs / "class" / "infiniband" / IBDEV / "fw_ver").write_text("28.43.1014\n")
+
+    facts = sysfs_net.interface_facts(NETDEV, str(spark_sysfs), str(spark_sysfs))
+
+    assert (facts["rdma_device"], facts["rdma_fw_version"]) == (IBDEV, "28.43.1014")
 
 
 def test_rdma_tree_can_live_under_its_own_root(tmp_path):
@@ -231,6 +240,7 @@ def test_missing_interface_is_listed_not_raised(spark_sysfs):
         "ipv6": [],
         "address_error": None,
         "rdma_device": None,
+        "rdma_fw_version": None,
         "rdma_port": None,
         "gids": [],
         "roce_v2_ipv4": [],
@@ -462,6 +472,7 @@ def test_module_reports_the_link(spark_sysfs, fake_ip, capsys):
         "ipv6": ["fe80::4ebb:47ff:fe2e:11a3/64"],
         "address_error": None,
         "rdma_device": IBDEV,
+        "rdma_fw_version": None,
         "rdma_port": 1,
         "gids": expected_table(3),
         "roce_v2_ipv4": [{"index": 3, "ipv4": "192.168.100.10"}],

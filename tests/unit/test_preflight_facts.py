@@ -4,6 +4,7 @@ through Ansible's collectors, the SSH user behind become, and the GPU, link and 
 from __future__ import annotations
 
 import os
+import platform
 
 import module_runner
 import pytest
@@ -56,8 +57,11 @@ def test_module_reads_the_whole_node_in_one_run(bare_node, capsys):
     }, capsys)
 
     assert rc == 0 and result["changed"] is False and not result.get("failed")
-    assert set(result["os"]) == {"distribution", "distribution_version", "architecture", "service_mgr"}
+    assert set(result["os"]) == {"distribution", "distribution_version", "architecture", "service_mgr", "kernel"}
     assert result["os"]["architecture"]
+    assert result["os"]["kernel"] == platform.release()
+    # No fwupdmgr on the node: nothing run, nothing claimed.
+    assert result["firmware"] == {"checked": False, "error": None, "fwupdmgr": None, "updates": []}
     assert result["euid"] == os.geteuid()
     assert result["user"]
     facts = result["ansible_facts"]

@@ -7,14 +7,27 @@ from __future__ import annotations
 
 import re
 
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkctl.spark.plugins.module_utils.host import MEMINFO_FIELDS
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import known_bad
+
 DOCUMENTATION = r"""
 name: preflight_checks
 short_description: Evaluate a node's facts against what sparkctl needs
 version_added: 0.1.0
 description:
-  - Takes the facts gathered on one node (distribution, GPU, link, memory, disk, ports, sudo) and the requirements,
-    and returns one result per check with C(status) C(pass), C(fail), C(warn) or C(skip), what was found, and the fix.
+  - Takes the facts gathered on one node (distribution, kernel, GPU, link, memory, disk, ports, sudo, pending firmware
+    updates) and the requirements, and returns one result per check with C(status) C(pass), C(fail), C(warn) or
+    C(skip), what was found, and the fix.
   - "Pure evaluation: it never contacts the node, so the same verdict can be unit-tested on recorded facts."
+  - C(platform.known_bad) matches the node's kernel release, driver and CUDA versions, the firmware of the cable's
+    RDMA devices (C(nic_firmware)) and C(/proc/meminfo) fields
+    against the known-bad platform entries (the data file C(known_bad_platforms_file) of the requirements, then
+    C(known_bad_platforms_extra), less the ids in C(known_bad_platforms_ignore)); each match fails the check (or
+    warns, for an entry of C(severity) C(warn)) with the entry's id, reason, fix and source.
+  - C(platform.firmware_updates) warns about pending firmware updates C(fwupdmgr) listed; it is skipped, as not
+    checked, where the node has no C(fwupdmgr).
 options:
   _input:
     description: Facts of one node, see the preflight role's tasks/facts.yml for the keys.
@@ -348,7 +361,71 @@ def check_hub(facts, req):
                     hub.get("detail") or "", hub.get("fix") or "")]
 
 
-CHECKS = (check_os, check_access, check_gpu, check_memory, check_disk, check_link, check_ports, check_ssh_ports, check_hub)
+# /proc/meminfo's names for the keys host facts store, so that entries name fields as the kernel prints them.
+_MEMINFO_NAMES = dict((key, name) for name, key in MEMINFO_FIELDS)
+
+
+def _platform_facts(facts):
+    gpu = facts.get("gpu") or {}
+    meminfo = (facts.get("host") or {}).get("meminfo") or {}
+    interfaces = ((facts.get("link") or {}).get("interfaces") or {}).values()
+    return {
+        "kernel": facts.get("kernel"),
+        "driver": gpu.get("driver_version"),
+        "cuda": gpu.get("cuda_driver_version"),
+        "nic_firmware": sorted(set(i["rdma_fw_version"] for i in interfaces if (i or {}).get("rdma_fw_version"))),
+        "meminfo": dict((_MEMINFO_NAMES[key], value) for key, value in meminfo.items() if key in _MEMINFO_NAMES),
+    }
+
+
+def check_known_bad(facts, req):
+    """The node's kernel, driver, CUDA, cable firmware and meminfo facts against the known-bad platform entries."""
+    if "known_bad_platforms_file" not in req and "known_bad_platforms_extra" not in req:
+        return []
+    title = "Not a known-bad platform"
+    try:
+        entries = known_bad.all_entries(req.get("known_bad_platforms_file"), req.get("known_bad_platforms_extra") or [])
+    except known_bad.KnownBadError as exc:
+        raise AnsibleFilterError("known-bad platform entries: %s" % exc) from None
+    platform = _platform_facts(facts)
+    found = known_bad.matches(entries, platform, ignore=req.get("known_bad_platforms_ignore") or ())
+    seen = ", ".join("%s %s" % (name, "/".join(value) if isinstance(value, list) else value)
+                     for name, value in ((name, platform.get(name)) for name in known_bad.VERSION_FACTS) if value)
+    if not found:
+        detail = f"{seen or 'no version read'}: none of {len(entries)} known-bad entries match"
+        return [_result("platform.known_bad", title, "pass", detail)]
+    status = "fail" if any(entry["severity"] == "fail" for entry, _what in found) else "warn"
+    details, fixes = [], []
+    for entry, what in found:
+        source = f" (seen: {entry['source']})" if entry["source"] else ""
+        details.append(f"known-bad entry '{entry['id']}' matches {what}: {entry['reason'].strip()}{source}")
+        fixes.append((f"{entry['id']}: " if len(found) > 1 else "") + entry["fix"].strip())
+    fixes.append("A node already fixed another way: list the id in 'preflight_known_bad_platforms_ignore'.")
+    return [_result("platform.known_bad", title, status, "; ".join(details), " ".join(fixes))]
+
+
+def check_firmware_updates(facts, req):
+    """Pending firmware updates are worth knowing before a long serve, never a reason to stop."""
+    if "firmware" not in facts:
+        return []
+    firmware = facts.get("firmware") or {}
+    title = "Pending firmware updates (fwupd)"
+    if not firmware.get("fwupdmgr"):
+        return [_result("platform.firmware_updates", title, "skip", "not checked: fwupdmgr is not installed on the node")]
+    if not firmware.get("checked"):
+        return [_result("platform.firmware_updates", title, "warn", f"not checked: {firmware.get('error') or 'fwupdmgr gave no answer'}",
+                        "Run `fwupdmgr get-updates` on the node to see why.")]
+    updates = firmware.get("updates") or []
+    if not updates:
+        return [_result("platform.firmware_updates", title, "pass", "fwupdmgr lists no pending update")]
+    listed = ", ".join(f"{u.get('name') or u.get('device_id') or '?'} {u.get('version') or '?'} -> {u.get('update_version') or '?'}"
+                       for u in updates)
+    return [_result("platform.firmware_updates", title, "warn", f"{len(updates)} pending: {listed}",
+                    "Apply them in a maintenance window (`sudo fwupdmgr update`, then reboot), and re-run preflight.")]
+
+
+CHECKS = (check_os, check_access, check_gpu, check_memory, check_disk, check_link, check_ports, check_ssh_ports, check_hub,
+          check_known_bad, check_firmware_updates)
 
 
 def preflight_checks(facts, requirements):

@@ -21,6 +21,10 @@ MEMINFO_FIELDS = (
     ("MemAvailable", "mem_available_bytes"),
     ("SwapTotal", "swap_total_bytes"),
     ("SwapFree", "swap_free_bytes"),
+    # The contiguous memory allocator's pool: preflight's known-bad platform entries may name it
+    # (roles/preflight/files/known_bad_platforms.yml); absent (None) on kernels built without CMA.
+    ("CmaTotal", "cma_total_bytes"),
+    ("CmaFree", "cma_free_bytes"),
 )
 
 TCP_LISTEN_STATE = "0A"

@@ -64,8 +64,8 @@ def _read(path):
 
 
 def read_os_facts(module, environ=None, euid=None, proc_root="/proc"):
-    """distribution, distribution_version, architecture, service_mgr (as setup's min subset names
-    them), user (the SSH user) and euid (what `id -u` prints) of the node the module runs on."""
+    """distribution, distribution_version, architecture, service_mgr, kernel (as setup's min subset
+    names them), user (the SSH user) and euid (what `id -u` prints) of the node the module runs on."""
     from ansible.module_utils.facts.system.distribution import DistributionFactCollector
     from ansible.module_utils.facts.system.platform import PlatformFactCollector
     from ansible.module_utils.facts.system.service_mgr import ServiceMgrFactCollector
@@ -83,6 +83,8 @@ def read_os_facts(module, environ=None, euid=None, proc_root="/proc"):
         "distribution_version": facts.get("distribution_version"),
         "architecture": facts.get("architecture"),
         "service_mgr": facts.get("service_mgr"),
+        # The release `uname -r` prints, which the known-bad platform entries match.
+        "kernel": facts.get("kernel"),
         "user": login_user(environ, euid, parse_loginuid(_read(os.path.join(proc_root, "self", "loginuid"))),
                            _name_of_uid, getpass.getuser),
         "euid": euid,

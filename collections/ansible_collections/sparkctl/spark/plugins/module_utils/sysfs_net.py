@@ -269,6 +269,7 @@ def interface_facts(interface, sysfs_root, rdma_sysfs_root):
         "ipv6": [],
         "address_error": None,
         "rdma_device": None,
+        "rdma_fw_version": None,
         "rdma_port": None,
         "gids": [],
         "roce_v2_ipv4": [],
@@ -285,6 +286,8 @@ def interface_facts(interface, sysfs_root, rdma_sysfs_root):
     if ibdev is None:
         return facts
     facts["rdma_device"] = ibdev
+    # The adapter's firmware (a ConnectX-7's, e.g. 28.43.1014), which preflight's known-bad entries may name.
+    facts["rdma_fw_version"] = read_sysfs_value(os.path.join(rdma_sysfs_root, "class", "infiniband", ibdev, "fw_ver"))
     facts["rdma_port"] = rdma_port_of(rdma_sysfs_root, ibdev, interface)
     if facts["rdma_port"] is None:
         return facts

@@ -143,6 +143,11 @@ ansible_facts:
               description: RDMA device behind the netdev, V(null) when there is none.
               type: str
               sample: rocep1s0f1
+            rdma_fw_version:
+              description: Firmware version of RV(ansible_facts.spark_link_facts.interfaces.rdma_device) (its C(fw_ver) in sysfs),
+                V(null) when there is no RDMA device or the file cannot be read.
+              type: str
+              sample: 28.43.1014
             rdma_port:
               description: Port of RV(ansible_facts.spark_link_facts.interfaces.rdma_device) that carries the netdev.
               type: int

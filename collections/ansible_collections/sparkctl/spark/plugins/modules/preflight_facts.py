@@ -24,7 +24,10 @@ description:
   - Meant to run with C(become). RV(euid) is then what C(id -u) prints under C(become), the proof that the SSH user
     becomes root, and RV(user) is still the SSH user (C(SUDO_USER), else the session's login uid).
     As root the port owners of every user are found.
-  - A missing C(nvidia-smi), interface or path is not a module failure; each reader reports it in its fact, and the
+  - The kernel release (RV(os.kernel)), the driver and CUDA versions (RV(ansible_facts.spark_gpu_facts)), the cable's
+    adapter firmware (RV(ansible_facts.spark_link_facts)) and C(CmaTotal) (RV(ansible_facts.spark_host_facts)) are what
+    the preflight role's known-bad platform check matches; pending firmware updates (RV(firmware)) are its warning.
+  - A missing C(nvidia-smi), C(fwupdmgr), interface or path is not a module failure; each reader reports it in its fact, and the
     play (the C(sparkctl.spark.preflight_checks) filter) decides.
 author:
   - sparkctl developers (!UNKNOWN)
@@ -61,6 +64,13 @@ options:
     default:
       - /usr/local/cuda/bin/nvcc
       - nvcc
+  fwupdmgr:
+    description:
+      - Name or absolute path of fwupd's C(fwupdmgr); C(fwupdmgr get-updates --json) lists the pending firmware updates
+        in RV(firmware). Where it is not installed nothing is run and RV(firmware.checked) is V(false).
+      - An empty string skips the read.
+    type: str
+    default: fwupdmgr
 seealso:
   - module: sparkctl.spark.gpu_facts
   - module: sparkctl.spark.link_facts
@@ -108,6 +118,33 @@ os:
       description: C(ansible_facts.service_mgr).
       type: str
       sample: systemd
+    kernel:
+      description: C(ansible_facts.kernel), the release C(uname -r) prints.
+      type: str
+      sample: 6.17.0-1014-nvidia
+firmware:
+  description: Pending firmware updates as C(fwupdmgr get-updates --json) lists them.
+  returned: always
+  type: dict
+  contains:
+    checked:
+      description: Whether C(fwupdmgr) answered; V(false) where it is not installed or failed.
+      type: bool
+      sample: false
+    error:
+      description: Why a present C(fwupdmgr) could not be read, else V(null).
+      type: str
+      sample: null
+    fwupdmgr:
+      description: The C(fwupdmgr) that was run, V(null) when none was found.
+      type: str
+      sample: /usr/bin/fwupdmgr
+    updates:
+      description: One entry per device with a newer release.
+      type: list
+      elements: dict
+      sample: [{name: System Firmware, device_id: 362301da643102b9f38477387e2193e57abaa590, version: "0.1.0",
+                update_version: "0.2.0", summary: UEFI firmware}]
 user:
   description: The SSH user (not the root a C(become) run became).
   returned: always
@@ -139,6 +176,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.firmware import read_firmware_facts
 from ansible_collections.sparkctl.spark.plugins.module_utils.gpu import read_gpu_facts
 from ansible_collections.sparkctl.spark.plugins.module_utils.host import read_host_facts
 from ansible_collections.sparkctl.spark.plugins.module_utils.preflight import read_os_facts
@@ -157,6 +195,7 @@ def main():
             nvcc=dict(type="list", elements="str", default=["/usr/local/cuda/bin/nvcc", "nvcc"]),
             sysfs_root=dict(type="path", default="/sys"),
             rdma_sysfs_root=dict(type="path"),
+            fwupdmgr=dict(type="str", default="fwupdmgr"),
         ),
         supports_check_mode=True,
     )
@@ -170,7 +209,8 @@ def main():
     )
     module.exit_json(
         changed=False,
-        os=dict((key, os_facts[key]) for key in ("distribution", "distribution_version", "architecture", "service_mgr")),
+        os=dict((key, os_facts[key]) for key in ("distribution", "distribution_version", "architecture", "service_mgr", "kernel")),
+        firmware=read_firmware_facts(module, params["fwupdmgr"]),
         user=os_facts["user"],
         euid=os_facts["euid"],
         ansible_facts=facts,
