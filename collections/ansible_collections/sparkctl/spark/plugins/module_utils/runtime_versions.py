@@ -239,18 +239,27 @@ def _gather_venv(run_command, venv_path, names, versions, problems, exists):
     return version
 
 
+def _parsed_output(run_command, argv, label, parse, problems):
+    """parse(stdout) of argv; None, with a line in problems naming label and why, when the
+    command fails or prints something parse refuses."""
+    rc, out, err = run_command(argv)
+    if rc != 0:
+        problems.append("%s: %s" % (label, first_output_line(out, err) or "exit code %d" % rc))
+        return None
+    try:
+        return parse(out)
+    except ValueError as exc:
+        problems.append("%s: %s" % (label, exc))
+        return None
+
+
 def _gather_image(run_command, docker_path, image, versions, problems):
     if not docker_path:
         problems.append("docker not found")
         return
-    rc, out, err = run_command([docker_path, "image", "inspect", image])
-    if rc != 0:
-        problems.append("docker image inspect %s: %s" % (image, first_output_line(out, err) or "exit code %d" % rc))
-        return
-    try:
-        inspected = parse_image_inspect(out)
-    except ValueError as exc:
-        problems.append("docker image inspect %s: %s" % (image, exc))
+    inspected = _parsed_output(run_command, [docker_path, "image", "inspect", image], "docker image inspect %s" % image,
+                               parse_image_inspect, problems)
+    if inspected is None:
         return
     versions["image_id"] = inspected["id"]
     versions["image_context_hash"] = inspected["context_hash"]
@@ -260,14 +269,9 @@ def _gather_container(run_command, docker_path, container, names, versions, prob
     """Python, torch and the packages as the image's own Python reports them inside the
     engine's running container: an image names no versions of its own (a pulled NGC or fork
     image says nothing of the vLLM it carries), so they are read where the engine runs."""
-    rc, out, err = run_command([docker_path, "exec", container, "python3", "-I", "-c", VENV_PROBE_SCRIPT])
-    if rc != 0:
-        problems.append("docker exec %s: %s" % (container, first_output_line(out, err) or "exit code %d" % rc))
-        return
-    try:
-        probe = parse_venv_probe(out)
-    except ValueError as exc:
-        problems.append("docker exec %s: %s" % (container, exc))
+    probe = _parsed_output(run_command, [docker_path, "exec", container, "python3", "-I", "-c", VENV_PROBE_SCRIPT],
+                           "docker exec %s" % container, parse_venv_probe, problems)
+    if probe is None:
         return
     dists = probe["distributions"]
     versions["python"] = probe["python"]
