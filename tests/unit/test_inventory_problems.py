@@ -257,3 +257,21 @@ def test_profile_needing_more_nodes_than_the_inventory_has_is_refused():
     groups, hostvars = _cluster(workers=("spark2", "spark3"),
                                 spark1={"spark_profile_overrides": {"topology": {"nodes": 3, "tensor_parallel": 3}}})
     assert not any("topology.nodes" in p for p in inventory_problems(groups, hostvars))
+
+
+def test_a_malformed_known_bad_entry_of_the_users_is_refused_before_any_host_is_touched():
+    # An unquoted version YAML reads as a float (7.10 -> 7.1): refused with the variable and the fix,
+    # in the validation play, not at preflight's judge step after every node was read.
+    entry = {"id": "my-kernel", "match": {"kernel": {"min": 7.1}}, "reason": "r", "fix": "f"}
+    groups, hostvars = _cluster(spark1={"preflight_known_bad_platforms_extra": [entry]},
+                                spark2={"preflight_known_bad_platforms_extra": [entry]})
+    problems = inventory_problems(groups, hostvars)
+    assert len([p for p in problems if "preflight_known_bad_platforms_extra[0]" in p]) == 1, problems
+    assert any("spark1, spark2" in p and "quote it" in p for p in problems), problems
+
+
+def test_a_well_formed_known_bad_entry_of_the_users_passes():
+    entry = {"id": "my-kernel", "match": {"kernel": {"prefix": "6.18.44"}}, "reason": "r", "fix": "f"}
+    groups, hostvars = _cluster(spark1={"preflight_known_bad_platforms_extra": [entry]},
+                                spark2={"preflight_known_bad_platforms_extra": [entry]})
+    assert inventory_problems(groups, hostvars) == []

@@ -12,6 +12,7 @@ import re
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import api_proxy
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall
 from ansible_collections.sparkctl.spark.plugins.module_utils import hub_access
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import known_bad
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 
 DOCUMENTATION = r"""
@@ -32,6 +33,8 @@ description:
     C(spark_hf_token) is set (the token would cross the network in clear text; loopback is accepted), is refused.
   - The firewall role's variables a host sets (C(firewall_api_allowed_cidrs), C(firewall_extra_allowed_tcp_ports),
     C(firewall_ssh_ports), C(ansible_port), ...) are checked as the role's C(firewall_ruleset) filter checks them.
+  - The user's own known-bad platform entries (C(preflight_known_bad_platforms_extra)) are checked as the preflight
+    role reads them (an unknown fact or condition, a version YAML read as a number, a missing reason or fix).
 options:
   _input:
     description: The C(groups) magic variable.
@@ -78,6 +81,8 @@ MTU_MIN = 1280
 MTU_MAX = 9216
 # The shortest API key accepted (roles/engine_service: engine_service_api_key_min_length).
 API_KEY_MIN_LENGTH = 32
+# The preflight role's variable for the user's own known-bad platform entries.
+KNOWN_BAD_EXTRA = "preflight_known_bad_platforms_extra"
 
 
 def _cluster_hosts(groups):
@@ -293,6 +298,22 @@ def _firewall_problems(cluster, hostvars):
     return [f"{', '.join(hosts)}: {problem}" for problem, hosts in hosts_of.items()]
 
 
+def _known_bad_problems(cluster, hostvars):
+    """The user's own known-bad platform entries (preflight_known_bad_platforms_extra), checked as
+    preflight will read them: a malformed one is refused here, before any node is read, with the
+    hosts it concerns (group_vars would otherwise repeat it per host)."""
+    hosts_of = {}
+    for host in cluster:
+        vars_ = hostvars[host]
+        if KNOWN_BAD_EXTRA not in vars_:
+            continue
+        try:
+            known_bad.check_entries(vars_[KNOWN_BAD_EXTRA], KNOWN_BAD_EXTRA)
+        except known_bad.KnownBadError as exc:
+            hosts_of.setdefault(str(exc), []).append(host)
+    return [f"{', '.join(hosts)}: {problem}" for problem, hosts in hosts_of.items()]
+
+
 def inventory_problems(groups, hostvars):
     """Return a list of human-readable problems; empty when the inventory is sound."""
     if not HAS_NETADDR:
@@ -328,6 +349,7 @@ def inventory_problems(groups, hostvars):
         problems.append(endpoint_problem)
     problems.extend(_api_key_problems(any_vars))
     problems.extend(_profile_problems(any_vars, len(cluster)))
+    problems.extend(_known_bad_problems(cluster, hostvars))
 
     mgmt = any_vars.get("spark_management_network")
     mgmt_net = None
