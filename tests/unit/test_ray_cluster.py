@@ -87,6 +87,83 @@ def test_query_nodes_says_at_once_when_nothing_listens(unused_tcp_port):
     assert nodes == [] and error.startswith(f"cannot connect to the GCS at 127.0.0.1:{unused_tcp_port}")
 
 
+# A stand-in for Ray's state API in a throwaway venv: list_nodes returns the recorded healthy
+# cluster as dataclass records, the way ray.util.state's NodeState comes.
+FAKE_STATE_API = """
+import dataclasses, json, os
+@dataclasses.dataclass
+class NodeState:
+    node_id: str = None
+    node_ip: str = None
+    state: str = None
+    is_head_node: bool = False
+    resources_total: dict = None
+    state_message: str = None
+    labels: dict = None
+def list_nodes(address, limit, timeout, raise_on_missing_output):
+    if os.path.exists(os.path.join(os.path.dirname(__file__), "unreachable")):
+        raise ConnectionError("Failed to connect to GCS at address " + address)
+    records = json.load(open(os.path.join(os.path.dirname(__file__), "recorded.json")))
+    fields = [f.name for f in dataclasses.fields(NodeState)]
+    return [NodeState(**dict((k, v) for k, v in r.items() if k in fields)) for r in records]
+"""
+
+
+@pytest.fixture
+def python_with_fake_ray(tmp_path):
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    state = next(venv.glob("lib/python3*/site-packages")) / "ray" / "util" / "state"
+    state.mkdir(parents=True)
+    for package in (state.parent.parent, state.parent):
+        (package / "__init__.py").write_text("")
+    (state / "__init__.py").write_text(FAKE_STATE_API)
+    (state / "recorded.json").write_text((FIXTURES / "healthy.json").read_text())
+    return venv / "bin" / "python", state
+
+
+@pytest.fixture
+def listening_port():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def _run(argv):
+    import subprocess
+
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_an_image_runtime_asks_the_state_api_from_the_python_that_holds_ray(python_with_fake_ray, listening_port):
+    python, _state = python_with_fake_ray
+    nodes, error = R.query_nodes(f"127.0.0.1:{listening_port}", timeout=5, python_argv=[str(python)], run_command=_run)
+    assert error is None
+    assert nodes == recorded("healthy")
+    assert R.assess(nodes, EXPECTED)["healthy"]
+
+
+def test_a_state_api_that_fails_in_that_python_is_reported_with_its_last_line(python_with_fake_ray, listening_port):
+    python, state = python_with_fake_ray
+    (state / "unreachable").write_text("")
+    nodes, error = R.query_nodes(f"127.0.0.1:{listening_port}", timeout=5, python_argv=[str(python)], run_command=_run)
+    assert nodes == []
+    assert error == f"{python}: ConnectionError: Failed to connect to GCS at address 127.0.0.1:{listening_port}"
+
+
+def test_output_that_is_not_a_node_list_is_an_error(listening_port):
+    nodes, error = R.query_nodes(f"127.0.0.1:{listening_port}", timeout=5, python_argv=["docker", "exec", "c", "python3"],
+                                 run_command=lambda argv: (0, "Welcome to the container\n", ""))
+    assert nodes == [] and error == "docker exec c python3 printed no node list: 'Welcome to the container'"
+
+
 @pytest.fixture
 def unused_tcp_port():
     import socket
@@ -224,8 +301,17 @@ def test_engine_leftovers_module_reports_in_check_mode(tmp_path, capsys):
 
 
 def test_ray_cluster_facts_fails_with_what_is_missing(monkeypatch, capsys):
-    monkeypatch.setattr(ray_cluster_facts, "query_nodes", lambda address, timeout: (recorded("worker_stopped"), None))
+    asked = []
+
+    def query(address, timeout, python_argv, run_command):
+        asked.append(python_argv)
+        return recorded("worker_stopped"), None
+
+    monkeypatch.setattr(ray_cluster_facts, "query_nodes", query)
     code, out = run_module(ray_cluster_facts.main, {"address": "192.168.100.10:6379", "expected": EXPECTED,
-                                                    "fail_on_incomplete": True}, capsys)
+                                                    "fail_on_incomplete": True,
+                                                    "python_argv": ["/usr/bin/docker", "exec", "sparkctl-ray-head", "python3"]},
+                           capsys)
+    assert asked == [["/usr/bin/docker", "exec", "sparkctl-ray-head", "python3"]]
     assert code == 1 and out["failed"]
     assert "missing node(s) spark2 (192.168.100.11) with 1 GPU" in out["msg"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import primary_address
+from ansible_collections.sparkctl.spark.plugins.module_utils.units import unit_stem
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 
 DOCUMENTATION = r"""
@@ -28,7 +29,8 @@ description:
     (weights per rank + KV pool + overhead), C(profile_engine_port) (the engine's port behind the API proxy),
     C(profile_venv_packages) (a loaded profile to the pins its venv runtime installs, namely C(runtime.venv.packages) plus
     the Ray sparkctl supports when the topology runs on Ray and the profile pins no ray itself),
-    C(profile_units) (a loaded profile to the names of sparkctl's systemd units, C(spark_units)).
+    C(profile_units) (a loaded profile to the names of sparkctl's systemd units, C(spark_units)),
+    C(unit_container) (a unit's name to the docker container an image runtime runs it in, named like the unit).
 options:
   _input:
     description: The profile name, e.g. C(solar-open2-nvfp4-vllm-venv) (the file name without C(.yml)).
@@ -83,6 +85,7 @@ _value:
       (C(ray_head), C(ray_worker), C(engine), C(sglang_rank), C(sglang_router), C(api_proxy), C(firewall),
       C(firewall_revert), C(rsyncd_socket), C(rsyncd)) plus, for this profile, C(api) (the unit serving the API)
       and C(startup) (the unit whose log holds the engine's startup lines).
+    - C(unit_container) returns a string, e.g. C(sparkctl-ray-head) for C(sparkctl-ray-head.service).
   type: raw
 """
 
@@ -128,6 +131,11 @@ def profile_units(profile):
         return profiles.unit_names(profile)
     except (KeyError, TypeError) as exc:
         raise AnsibleFilterError(f"profile_units: the profile has no usable topology.kind ({exc})") from exc
+
+
+def unit_container(unit):
+    """The docker container an image runtime's unit runs its process in: the renderer names it like the unit."""
+    return unit_stem(unit)
 
 
 def profile_node_memory_bytes(profile):
@@ -191,4 +199,5 @@ class FilterModule:
             "profile_venv_packages": profile_venv_packages,
             "profile_cluster": profile_cluster,
             "profile_units": profile_units,
+            "unit_container": unit_container,
         }

@@ -5,10 +5,12 @@
 the engine service (found by exact name or argv, ended by PID, never by a pattern).
 
 The judging functions are pure so they are unit-tested with recorded state-API output;
-only query_nodes() imports Ray (it runs with the venv's python on the head)."""
+only query_nodes() imports Ray (the module runs with the venv's python on the head), or runs
+STATE_QUERY_SCRIPT in the Python that holds it (an image's, inside its container)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -49,15 +51,37 @@ def normalize_nodes(raw_nodes):
     return nodes
 
 
-def query_nodes(address, timeout=10):
+# The fields of a NodeState normalize_nodes reads.
+STATE_FIELDS = ("node_id", "node_ip", "state", "is_head_node", "resources_total", "state_message")
+
+# Run by a Python that holds Ray but not this module (an image's, in the head's Ray container:
+# the node's own Python has no Ray): the GCS's nodes as JSON, STATE_FIELDS only.
+STATE_QUERY_SCRIPT = (
+    "import dataclasses, json, sys\n"
+    "from ray.util.state import list_nodes\n"
+    "fields = %r\n"
+    "def plain(node):\n"
+    "    if isinstance(node, dict):\n"
+    "        return node\n"
+    "    return dataclasses.asdict(node) if dataclasses.is_dataclass(node) else dict(vars(node))\n"
+    "nodes = list_nodes(address=sys.argv[1], limit=1000, timeout=int(sys.argv[2]), raise_on_missing_output=False)\n"
+    "print(json.dumps([dict((key, plain(node).get(key)) for key in fields) for node in nodes], default=str))\n"
+) % (STATE_FIELDS,)
+
+
+def query_nodes(address, timeout=10, python_argv=None, run_command=None):
     """(nodes, error): every node the GCS knows (ALIVE and DEAD), or the reason it could not
-    be asked. Needs Ray: call it only from the venv's python."""
+    be asked. Needs Ray: in this process (the module runs with the venv's python), or, with
+    python_argv, in that Python (e.g. docker exec <container> python3) through run_command(argv)
+    -> (rc, stdout, stderr)."""
     # Ray's own client waits ~40 s for a GCS that is not there; a plain TCP connect says so at once.
     host, _sep, port = str(address).rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=min(3, timeout)).close()
     except (OSError, ValueError) as exc:
         return [], f"cannot connect to the GCS at {address}: {exc}"
+    if python_argv:
+        return _query_nodes_in(list(python_argv), address, timeout, run_command)
     try:
         from ray.util.state import list_nodes  # pylint: disable=import-outside-toplevel
     except ImportError as exc:  # the module runs with the wrong interpreter
@@ -67,6 +91,22 @@ def query_nodes(address, timeout=10):
     except Exception as exc:  # pylint: disable=broad-except  # Ray raises many types for "unreachable"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return [], f"{type(exc).__name__}: {first}"
+    return normalize_nodes(raw), None
+
+
+def _query_nodes_in(python_argv, address, timeout, run_command):
+    rc, out, err = run_command(python_argv + ["-I", "-c", STATE_QUERY_SCRIPT, str(address), str(int(timeout))])
+    who = " ".join(python_argv)
+    if rc != 0:
+        # A traceback ends with the line that says what went wrong.
+        lines = [line.strip() for line in (err or out or "").splitlines() if line.strip()]
+        return [], f"{who}: {lines[-1] if lines else 'exit code %d' % rc}"
+    try:
+        raw = json.loads(out)
+    except ValueError:
+        raw = None
+    if not isinstance(raw, list):
+        return [], f"{who} printed no node list: {(out or '').strip()[:200]!r}"
     return normalize_nodes(raw), None
 
 

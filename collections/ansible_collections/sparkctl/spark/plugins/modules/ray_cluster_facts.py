@@ -21,8 +21,9 @@ description:
   - With O(wait_timeout) above 0, polls until every expected node and GPU is registered or the time is up.
   - Fails only when O(fail_on_incomplete=true) and the cluster is still incomplete; the message lists the missing
     nodes (name and address) and GPUs, or why the GCS did not answer. Never changes anything.
-  - Needs Ray, so run it with the interpreter of the venv or image that holds Ray
-    (C(ansible_python_interpreter=/opt/sparkctl/venvs/<profile>/bin/python)).
+  - Needs Ray. For a venv runtime run it with the venv's interpreter
+    (C(ansible_python_interpreter=/opt/sparkctl/venvs/<profile>/bin/python)); for an image runtime, whose Ray lives
+    in a container, give O(python_argv) and it asks from that Python instead.
 author:
   - sparkctl developers (!UNKNOWN)
 options:
@@ -68,6 +69,14 @@ options:
     description: Fail when the cluster is still incomplete at the end.
     type: bool
     default: false
+  python_argv:
+    description:
+      - A command that runs a Python holding Ray, e.g. V([/usr/bin/docker, exec, sparkctl-ray-head, python3]) for an
+        image runtime. When given, the state API is asked from it (a short script on its command line, the nodes as
+        JSON on its output) instead of from the module's own interpreter.
+    type: list
+    elements: str
+    default: []
 seealso:
   - name: Ray state API
     description: C(ray.util.state.list_nodes).
@@ -86,6 +95,14 @@ EXAMPLES = r"""
     fail_on_incomplete: true
   vars:
     ansible_python_interpreter: /opt/sparkctl/venvs/lab-standin/bin/python
+
+- name: The same for an image runtime, asked from the Python in the head's Ray container
+  sparkctl.spark.ray_cluster_facts:
+    address: 192.168.100.10:6379
+    expected:
+      - {name: spark1, ip: 192.168.100.10, gpus: 1}
+      - {name: spark2, ip: 192.168.100.11, gpus: 1}
+    python_argv: [/usr/bin/docker, exec, sparkctl-ray-head, python3]
 """
 
 RETURN = r"""
@@ -176,6 +193,7 @@ def main():
             interval=dict(type="int", default=2),
             query_timeout=dict(type="int", default=10),
             fail_on_incomplete=dict(type="bool", default=False),
+            python_argv=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -187,7 +205,8 @@ def main():
         module.fail_json(msg="expected: %s" % exc)
     started = time.monotonic()
     while True:
-        nodes, error = query_nodes(params["address"], params["query_timeout"])
+        nodes, error = query_nodes(params["address"], params["query_timeout"], params["python_argv"],
+                                   lambda argv: module.run_command(argv, check_rc=False))
         result = assess(nodes, expected, error)
         waited = round(time.monotonic() - started, 1)
         if result["healthy"] or waited >= params["wait_timeout"]:
