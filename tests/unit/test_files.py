@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_bytes_and_mode, write_file_atomic
+from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_bytes_and_mode, read_file_state, write_file_atomic
 
 
 def test_a_missing_file_reads_as_none(tmp_path):
@@ -44,3 +44,13 @@ def test_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         write_file_atomic(str(path), b"new", 0o644)
     assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["stamp.json"]
+
+
+def test_the_file_state_is_read_from_one_open_with_its_owner(tmp_path):
+    path = tmp_path / "record.json"
+    assert read_file_state(str(path)) == (None, None, None)
+    path.write_bytes(b"{}\n")
+    path.chmod(0o644)
+    info = path.stat()
+    assert read_file_state(str(path)) == (b"{}\n", 0o644, (info.st_uid, info.st_gid))
+    assert read_bytes_and_mode(str(path)) == (b"{}\n", 0o644)

@@ -117,11 +117,7 @@ _value:
       type: str
 """
 
-# The collection's root: galaxy.yml in a checkout, MANIFEST.json once built and installed.
-COLLECTION_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
-
-
-def collection_version(directory=COLLECTION_DIR):
+def collection_version(directory=profiles.COLLECTION_DIR):
     """The version the collection declares (galaxy.yml, else an installed MANIFEST.json)."""
     galaxy = os.path.join(directory, "galaxy.yml")
     if os.path.isfile(galaxy):

@@ -141,13 +141,22 @@ def read_record(path):
     cannot be read or is not a record (it is then replaced by the next write)."""
     try:
         with open(path, "rb") as handle:
-            text = handle.read().decode("utf-8")
+            content = handle.read()
     except FileNotFoundError:
         return None, None
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, "%s: %s" % (path, getattr(exc, "strerror", None) or exc)
+    except OSError as exc:
+        return None, "%s: %s" % (path, exc.strerror or exc)
+    return record_of(path, content)
+
+
+def record_of(path, content):
+    """(record, problem) of a record file's bytes already read (None: no file), as read_record."""
+    if content is None:
+        return None, None
     try:
-        return parse_record(text), None
+        return parse_record(content.decode("utf-8")), None
+    except UnicodeDecodeError as exc:
+        return None, "%s: %s" % (path, exc)
     except RecordError as exc:
         return None, "%s: %s" % (path, exc)
 

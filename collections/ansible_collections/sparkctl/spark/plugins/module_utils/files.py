@@ -12,15 +12,22 @@ import stat
 import tempfile
 
 
-def read_bytes_and_mode(path):
-    """(content bytes, permission bits) of path; (None, None) when it does not exist. Any other
-    error (a directory, no permission) is raised: it must not read as "missing" and be overwritten."""
+def read_file_state(path):
+    """(content bytes, permission bits, (uid, gid)) of path, from one open; (None, None, None)
+    when it does not exist. Any other error (a directory, no permission) is raised: it must not
+    read as "missing" and be overwritten."""
     try:
         with open(path, "rb") as handle:
-            content = handle.read()
-            return content, stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
+            info = os.fstat(handle.fileno())
+            return handle.read(), stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid)
     except FileNotFoundError:
-        return None, None
+        return None, None, None
+
+
+def read_bytes_and_mode(path):
+    """(content bytes, permission bits) of path, as read_file_state reads them."""
+    content, mode, _owner = read_file_state(path)
+    return content, mode
 
 
 def write_file_atomic(path, data, mode):

@@ -84,7 +84,6 @@ problem:
 """
 
 import os
-import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes
@@ -92,23 +91,13 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import (
     NODE_RECORD_MODE,
     NODE_RECORD_PATH,
     deployment_id,
-    read_record,
+    record_of,
     record_text,
     settle,
 )
-from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
+from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 
 DIRECTORY_MODE = 0o755
-
-
-def file_state(path):
-    """(content bytes, mode bits, (uid, gid)) of path; (None, None, None) when it does not exist."""
-    try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            return handle.read(), stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid)
-    except FileNotFoundError:
-        return None, None, None
 
 
 def main():
@@ -124,10 +113,13 @@ def main():
     if wanted.get("deployment_id") != deployment_id(wanted):
         module.fail_json(msg="record's deployment_id %r is not the digest of its identity (%s): build it with the "
                              "sparkctl.spark.deployment filter." % (wanted.get("deployment_id"), deployment_id(wanted)))
-    previous, problem = read_record(path)
+    try:
+        content, mode, owner = read_file_state(path)
+    except OSError as exc:
+        module.fail_json(msg="Cannot read the deployment record %s: %s" % (path, exc.strerror or exc), path=path)
+    previous, problem = record_of(path, content)
     kept = settle(wanted, [previous] if previous else [])
     text = to_bytes(record_text(kept))
-    content, mode, owner = file_state(path)
     # Root owns what sparkctl keeps under /etc/sparkctl; a module run as another user cannot give it away.
     owner_wanted = (0, 0) if os.geteuid() == 0 else owner
     changed = content != text or mode != NODE_RECORD_MODE or owner != owner_wanted

@@ -30,8 +30,10 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import 
 from ansible_collections.sparkctl.spark.plugins.module_utils.units import UNITS, unit_stem
 
 SCHEMA_VERSION = 1
-# Where the collection ships its profiles: <collection>/profiles/.
-COLLECTION_PROFILES = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "profiles"))
+# The collection's root (galaxy.yml in a checkout, MANIFEST.json once installed), and where it
+# ships its profiles.
+COLLECTION_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+COLLECTION_PROFILES = os.path.join(COLLECTION_DIR, "profiles")
 DEFAULT_PROFILE = "solar-open2-nvfp4-vllm-venv"
 
 GIB = 1024**3
