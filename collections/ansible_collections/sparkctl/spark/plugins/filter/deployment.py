@@ -117,6 +117,7 @@ _value:
       type: str
 """
 
+
 def collection_version(directory=profiles.COLLECTION_DIR):
     """The version the collection declares (galaxy.yml, else an installed MANIFEST.json)."""
     galaxy = os.path.join(directory, "galaxy.yml")
