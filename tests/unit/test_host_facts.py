@@ -598,23 +598,33 @@ def test_module_without_systemctl(tmp_path, monkeypatch, fake_systemctl, capsys)
     assert fake_systemctl["calls"] == []
 
 
-def test_module_on_this_machine_finds_a_socket_the_test_holds(fake_systemctl, capsys):
-    """Reads the real /proc: the listener opened here must be found with this process as holder."""
+def test_module_on_this_machine_finds_a_socket_the_test_holds(fake_systemctl, capsys, tmp_path):
+    """Reads the real /proc and /proc/self/mounts: the listener opened here must be found with
+    this process as holder, and the bytes of a directory the test fills counted. (A directory
+    of the test's own: the disk facts walk the whole tree under a path, and "/" on a
+    developer's machine is millions of files.)"""
     if not os.path.exists("/proc/net/tcp"):
         pytest.skip("no /proc/net/tcp")
     fake_systemctl["path"] = None
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "model.safetensors").write_bytes(os.urandom(256 * 1024))
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
         port = listener.getsockname()[1]
 
-        rc, result = run_module({"ports": [port], "paths": ["/"]}, capsys)
+        rc, result = run_module({"ports": [port], "paths": [str(checkpoint)]}, capsys)
 
     facts = result["ansible_facts"]["spark_host_facts"]
     assert rc == 0
     assert facts["meminfo"]["mem_total_bytes"] > 0
-    assert facts["disks"]["/"]["checked_path"] == "/"
-    assert facts["disks"]["/"]["mount_point"] == "/"
+    disk = facts["disks"][str(checkpoint)]
+    assert disk["checked_path"] == str(checkpoint)
+    assert disk["used_bytes"] >= 256 * 1024
+    mount_point = disk["mount_point"]
+    assert mount_point == "/" or f"{os.path.realpath(checkpoint)}/".startswith(mount_point.rstrip("/") + "/")
+    assert disk["free_bytes"] > 0
     holders = facts["ports"][str(port)]["holders"]
     assert facts["ports"][str(port)]["in_use"] is True
     assert holders[0]["address"] == "127.0.0.1"
