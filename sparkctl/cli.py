@@ -32,6 +32,7 @@ COMMAND_HELP = {
     "serve": "start Ray and the engine services",
     "verify": "check the served model end to end",
     "bench": "run the benchmarks",
+    "fabric-test": "measure every cable half between the head and each worker against a minimum",
     "stop": "stop the engine services",
     "status": "show what runs where (read-only, fast)",
     "logs": "show the services' recent logs (read-only, fast)",
@@ -41,7 +42,7 @@ COMMAND_HELP = {
 # The variable playbooks/logs.yml reads for the number of lines (--node is a --limit).
 LOGS_LINES_VAR = "logs_lines"
 # Commands whose point is what their play prints: shown after the stage table.
-PRINTING_COMMANDS = ("status", "logs")
+PRINTING_COMMANDS = ("status", "logs", "fabric-test")
 
 
 def _run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
@@ -87,9 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("action", choices=["up", "down", "status", "shell"])
     lab.add_argument("node", nargs="?", help="the node for `shell`")
     lab.add_argument("--yes", action="store_true", help="`down` without asking")
-    rep = sub.add_parser("report", help="print the last reports (preflight, verify, benchmark)",
-                         description="Print the last reports the stages wrote: preflight, verify and benchmark "
-                                     "(default: each one present).")
+    rep = sub.add_parser("report", help="print the last reports (preflight, verify, benchmark, fabric-test)",
+                         description="Print the last reports the stages wrote: preflight, verify, benchmark and "
+                                     "fabric-test (default: each one present).")
     rep.add_argument("which", nargs="?", choices=REPORT_NAMES, help="only this report")
     rep.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the raw JSON")
     hist = sub.add_parser("history", help="list the deployments a passing verify recorded, newest first",

@@ -69,7 +69,8 @@ def show_preflight(path: Path, console: Console | None = None) -> bool:
 # --- verify and benchmark ----------------------------------------------------------------
 
 # Each report and where its stage writes it, relative to the report directory.
-REPORT_FILES = {"preflight": "preflight.json", "verify": "verify.json", "benchmark": "benchmark/benchmark.json"}
+REPORT_FILES = {"preflight": "preflight.json", "verify": "verify.json", "benchmark": "benchmark/benchmark.json",
+                "fabric-test": "fabric-test.json"}
 REPORT_NAMES = tuple(REPORT_FILES)
 VERIFY_MARK_STYLE = {"PASS": "green", "FAIL": "bold red", "warn": "yellow", "skip": "dim"}
 
@@ -129,6 +130,29 @@ def show_benchmark(path: Path, console: Console | None = None) -> bool:
     return bool(report.get("ok"))
 
 
+def show_fabric_test(path: Path, console: Console | None = None) -> bool:
+    """Per cable half: both ends, the Gbit/s measured alone and the minimum (roles/fabric_test)."""
+    console = console or Console()
+    report = load(path)
+    verdict = "OK" if report.get("ok") else "FAILED"
+    table = Table(title=f"Fabric test ({report.get('tool', '?')}, {report.get('seconds_per_half', '?')} s per half): {verdict}")
+    for column in ("", "peer", "half", f"{report.get('head', 'head')} side", "peer side", "Gbit/s", "minimum"):
+        table.add_column(column)
+    for row in report.get("results") or []:
+        mark = "PASS" if row.get("ok") else "FAIL"
+        gbps = row.get("gbps")
+        table.add_row(f"[{VERIFY_MARK_STYLE[mark]}]{mark}[/]", str(row.get("peer", "?")), str(row.get("half", "?")),
+                      f"{row.get('interface', '?')} {row.get('source', '?')}",
+                      f"{row.get('peer_interface', '?')} {row.get('address', '?')}",
+                      "-" if gbps is None else f"{gbps:.2f}", f"{row.get('minimum_gbps', '?')}")
+    console.print(table)
+    for line in report.get("problems") or []:
+        console.print(f"[bold red]x[/] {line}")
+    console.print(f"report: {path}")
+    return bool(report.get("ok"))
+
+
 def show_report(directory: Path, name: str, console: Console | None = None) -> bool:
-    show = {"preflight": show_preflight, "verify": show_verify, "benchmark": show_benchmark}[name]
+    show = {"preflight": show_preflight, "verify": show_verify, "benchmark": show_benchmark,
+            "fabric-test": show_fabric_test}[name]
     return show(report_path(directory, name), console)

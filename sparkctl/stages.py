@@ -16,6 +16,7 @@ COMMAND_STAGES = {
     "serve": "serve",
     "verify": "verify",
     "bench": "benchmark",
+    "fabric-test": "fabric_test",
     "stop": "stop",
     "status": "status",
     "logs": "logs",

@@ -1,0 +1,64 @@
+"""The fabric test on the two-node lab (roles/fabric_test, `sparkctl fabric-test`): iperf3 for real
+over both veth cable halves, each alone, against the lab's minimum (inventories/lab: 1 Gbit/s).
+Healthy, every half passes; with one half shaped below the minimum (tc tbf on the head's side)
+and the other taken down on the worker, one run fails and names each half with what is wrong
+with it. The lab is put back as found (qdisc removed, link up, a ping over the half)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from labrun import LAB_INVENTORY_DIR, REPO, node_exec
+
+pytestmark = pytest.mark.lab
+
+HEAD, WORKER = "spark1", "spark2"
+HALF0, HALF1 = "enp1s0f1np1", "enP2p1s0f1np1"
+
+
+def _fabric_test(report_dir):
+    env = dict(os.environ, SPARKCTL_REPORT_DIR=str(report_dir), ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    proc = subprocess.run([sys.executable, "-m", "sparkctl", "fabric-test", "-i", str(LAB_INVENTORY_DIR), "--json"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    report = json.loads((report_dir / "fabric-test.json").read_text())
+    return proc, json.loads(proc.stdout), report
+
+
+def test_healthy_halves_pass_then_a_slow_and_a_down_half_are_named(lab_up, report_dir):
+    proc, doc, report = _fabric_test(report_dir)
+    assert doc["exit_code"] == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert report["ok"] and report["tool"] == "iperf3"
+    halves = {(r["peer"], r["half"], r["interface"], r["peer_interface"]) for r in report["results"]}
+    assert halves == {(WORKER, 0, HALF0, HALF0), (WORKER, 1, HALF1, HALF1)}
+    assert all(r["gbps"] >= r["minimum_gbps"] == 1 for r in report["results"]), report["results"]
+    (report_dir / "fabric-test.json").unlink()
+
+    # The head sends: shaping its side of half 0 slows what the worker receives there.
+    node_exec(HEAD, "tc", "qdisc", "add", "dev", HALF0, "root", "tbf", "rate", "200mbit", "burst", "64kb",
+              "latency", "100ms")
+    try:
+        node_exec(WORKER, "ip", "link", "set", HALF1, "down")
+        try:
+            proc, doc, report = _fabric_test(report_dir)
+        finally:
+            node_exec(WORKER, "ip", "link", "set", HALF1, "up")
+    finally:
+        node_exec(HEAD, "tc", "qdisc", "del", "dev", HALF0, "root")
+    # The other tests find the cable as it was: the half answers again.
+    node_exec(HEAD, "ping", "-c", "1", "-W", "5", "-I", HALF1, "192.168.101.11")
+
+    assert doc["exit_code"] == 1
+    slow, down = sorted(report["results"], key=lambda r: r["half"])
+    assert not report["ok"] and not slow["ok"] and not down["ok"]
+    assert 0 < slow["gbps"] < 1
+    assert slow["problem"].startswith(f"half 0 {HALF0} 192.168.100.10 -> {WORKER} {HALF0} 192.168.100.11: ")
+    assert "below the minimum 1 Gbit/s (fabric_test_min_gbps)" in slow["problem"]
+    assert down["gbps"] is None
+    assert down["problem"].startswith(f"half 1 {HALF1} 192.168.101.10 -> {WORKER} {HALF1} 192.168.101.11: no traffic (")
+    # The run's failure says the same, naming both halves.
+    failures = " ".join(str(f) for stage in doc["stages"] for f in stage.get("failures") or [])
+    assert "half 0" in failures and "half 1" in failures, failures
