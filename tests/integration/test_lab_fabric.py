@@ -62,3 +62,14 @@ def test_healthy_halves_pass_then_a_slow_and_a_down_half_are_named(lab_up, repor
     # The run's failure says the same, naming both halves.
     failures = " ".join(str(f) for stage in doc["stages"] for f in stage.get("failures") or [])
     assert "half 0" in failures and "half 1" in failures, failures
+
+
+def test_verify_with_the_fabric_check_on_reports_every_half(lab_up, run_site, report_dir):
+    run = run_site("-e", "verify_fabric_test=true", playbook="playbooks/verify.yml")
+    assert run.rc == 0, run.output[-4000:]
+    report = json.loads((report_dir / "verify.json").read_text())
+    rows = [row for row in report["rows"] if row["what"].startswith("fabric ")]
+    assert [(row["mark"], row["what"]) for row in rows] == [("PASS", f"fabric {WORKER} half 0"),
+                                                             ("PASS", f"fabric {WORKER} half 1")]
+    assert report["fabric"]["tool"] == "iperf3" and report["fabric"]["ok"] is True
+    assert f"PASS fabric {WORKER} half 1: " in run.output

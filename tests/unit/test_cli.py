@@ -280,7 +280,7 @@ def test_missing_report_says_what_to_run(project, capsys):
 
 
 VERIFY_DOC = {
-    "schema_version": 1, "status": "failed", "ok": False,
+    "schema_version": 2, "status": "failed", "ok": False,
     "failures": ["generation: /health answers but no token arrived within 5 s: the engine is wedged"],
     "warnings": [],
     "checks": [{"name": "health", "ok": True, "skipped": False, "message": "health: 200"},
@@ -289,7 +289,15 @@ VERIFY_DOC = {
     "memory": {"rows": [{"host": "spark1", "status": "warn", "message": "spark1: 9.00 GiB, 1.00 GiB above the guard"}]},
     "parity": {"rows": [{"item": "driver"}], "mismatches": ["driver"]},
     "firewall": {"rows": [{"host": "spark2", "status": "fail", "message": "table inet sparkctl is not loaded"}]},
+    "fabric": {},
     "context": {},
+    # What the verify stage renders from the evidence above (the verify_report filter): the wrapper prints these.
+    "rows": [{"mark": "PASS", "what": "health", "detail": "health: 200"},
+             {"mark": "FAIL", "what": "generation", "detail": "generation: wedged"},
+             {"mark": "PASS", "what": "startup kv_cache_tokens", "detail": "kv_cache_tokens: 65536 >= 4096"},
+             {"mark": "warn", "what": "memory spark1", "detail": "spark1: 9.00 GiB, 1.00 GiB above the guard"},
+             {"mark": "FAIL", "what": "version parity", "detail": "differ: driver"},
+             {"mark": "FAIL", "what": "firewall spark2", "detail": "table inet sparkctl is not loaded"}],
 }
 
 
@@ -308,6 +316,12 @@ def test_report_shows_verify_and_benchmark_and_fails_on_a_failed_verify(project,
     assert cli.main(["report", "benchmark"]) == 0
     (reports / "verify.json").write_text(json.dumps(dict(VERIFY_DOC, status="passed", ok=True, failures=[])))
     assert cli.main(["report", "verify"]) == 0
+    capsys.readouterr()
+    # A report from before the rows were rendered into it: said so, not rendered a second way.
+    older = {key: value for key, value in VERIFY_DOC.items() if key != "rows"}
+    (reports / "verify.json").write_text(json.dumps(dict(older, schema_version=1)))
+    assert cli.main(["report", "verify"]) == 1
+    assert "written by an older sparkctl" in capsys.readouterr().out
 
 
 def test_api_key_without_its_playbook_exits_2(project, capsys):

@@ -26,7 +26,7 @@ def test_a_healthy_cluster_passes_with_its_warnings_listed():
     assert report["status"] == "passed_with_warnings" and report["ok"] is True
     assert report["failures"] == []
     assert report["warnings"] == ["startup fact moe_backend: not found"]
-    assert report["context"] == {"profile": "p"} and report["schema_version"] == 1
+    assert report["context"] == {"profile": "p"} and report["schema_version"] == 2
     json.dumps(report)  # the document is what the report file holds
 
 
@@ -59,7 +59,7 @@ def test_summary_has_one_line_per_piece_of_evidence_and_the_verdict():
     assert lines[2].startswith("skip tools")
     assert any(line.startswith("warn startup") and "moe_backend" in line for line in lines)
     assert sum(line.startswith("PASS memory") for line in lines) == 2
-    assert "PASS parity" in lines[-2] and "1 items identical" in lines[-2]
+    assert lines[-2] == "PASS version parity: 1 items identical on every node"
     assert lines[-1] == "verify PASSED with 1 warning(s)"
     failed = verify_lines(verify_report({"checks": [{"name": "auth", "ok": False, "message": "auth: open"}]}))
     assert failed[0].startswith("FAIL auth") and failed[-1] == "verify FAILED: 1 failure(s)"
@@ -102,7 +102,7 @@ def test_every_nodes_firewall_table_is_checked_against_its_rule_set():
     ]
     assert [row["status"] for row in report["firewall"]["rows"]] == ["ok", "fail", "fail", "fail"]
     lines = verify_lines(report)
-    assert "PASS firewall   spark1: table inet sparkctl holds exactly /etc/sparkctl/firewall.nft (compared in a " \
+    assert "PASS firewall spark1: table inet sparkctl holds exactly /etc/sparkctl/firewall.nft (compared in a " \
            "scratch network namespace)" in lines
     assert sum(line.startswith("FAIL firewall") for line in lines) == 3
 
@@ -121,3 +121,23 @@ def test_a_firewall_turned_off_is_a_warning_not_a_silent_pass():
 
 def test_a_report_without_firewall_evidence_has_no_firewall_rows():
     assert verify_report(PASSING_PROBE)["firewall"] == {"rows": []}
+
+
+def test_the_fabric_test_when_run_is_a_row_per_half_and_a_failure_per_bad_half():
+    fabric = {"tool": "iperf3", "ok": False,
+              "results": [{"peer": "spark2", "half": 0, "gbps": 5.29, "minimum_gbps": 1.0, "ok": True, "problem": None},
+                          {"peer": "spark2", "half": 1, "gbps": None, "minimum_gbps": 1.0, "ok": False,
+                           "problem": "half 1 enP2p1s0f1np1 192.168.101.10 -> spark2 enP2p1s0f1np1 192.168.101.11: "
+                                      "no traffic (No route to host)"}],
+              "problems": ["half 1 enP2p1s0f1np1 192.168.101.10 -> spark2 enP2p1s0f1np1 192.168.101.11: "
+                           "no traffic (No route to host)"]}
+    report = verify_report(PASSING_PROBE, fabric=fabric)
+    assert report["status"] == "failed" and report["fabric"] == fabric
+    assert report["failures"] == ["fabric: " + fabric["problems"][0]]
+    fabric_rows = [row for row in report["rows"] if row["what"].startswith("fabric")]
+    assert fabric_rows == [
+        {"mark": "PASS", "what": "fabric spark2 half 0", "detail": "5.29 Gbit/s (minimum 1, iperf3)"},
+        {"mark": "FAIL", "what": "fabric spark2 half 1", "detail": fabric["problems"][0]},
+    ]
+    # Not run: no row, no failure.
+    assert not [row for row in verify_report(PASSING_PROBE)["rows"] if row["what"].startswith("fabric")]

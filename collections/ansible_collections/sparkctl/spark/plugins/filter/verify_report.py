@@ -16,7 +16,8 @@ description:
     C(state.yml)) into one document with C(status) V(passed),
     V(passed_with_warnings) or V(failed), the list of failures and the list of warnings, each one line naming
     what is wrong.
-  - Use P(sparkctl.spark.verify_lines#filter) for the human summary of that document.
+  - The document's C(rows) are its one rendering for people, one row per piece of evidence; the play
+    (P(sparkctl.spark.verify_lines#filter)) and the C(sparkctl) wrapper both print them.
 options:
   _input:
     description: The endpoint probe's result (C(checks) list), or an empty mapping when it did not run.
@@ -39,6 +40,12 @@ options:
       - Per node, the firewall role's C(firewall_state_report) (C(enabled), C(nft_installed), C(table),
         C(config_file), C(present), C(in_sync), C(differences)). A table missing or differing from its rule set
         fails; a firewall turned off (or left loaded while off) is a warning.
+    type: dict
+    default: {}
+  fabric:
+    description:
+      - The fabric test's report (the C(report) of M(sparkctl.spark.fabric_bandwidth)) when verify ran it
+        (C(verify_fabric_test)); each half below its minimum or without traffic fails.
     type: dict
     default: {}
   context:
@@ -78,10 +85,17 @@ _value:
     memory: {description: The memory headroom result, type: dict}
     parity: {description: The version parity result, type: dict}
     firewall: {description: "C(rows): per node C(host), C(status) (V(ok), V(warn), V(fail)) and C(message)", type: dict}
+    fabric: {description: The fabric test's report when it ran, else an empty mapping, type: dict}
+    rows:
+      description: "The evidence for people: per check, startup fact, node's memory, the parity, each firewall and
+        each cable half measured, C(mark) (V(PASS), V(FAIL), V(warn), V(skip)), C(what) and C(detail)"
+      type: list
+      elements: dict
     context: {description: The given context, type: dict}
 """
 
-SCHEMA_VERSION = 1
+# 2: `rows` (the one rendering the play and the wrapper print), `fabric`.
+SCHEMA_VERSION = 2
 
 
 def _probe_lines(probe):
@@ -156,14 +170,53 @@ def _firewall_rows(firewall):
     return rows
 
 
+def _fabric_lines(fabric):
+    return ["fabric: %s" % problem for problem in (fabric or {}).get("problems") or []]
+
+
+_STATUS_MARK = {"ok": "PASS", "warn": "warn", "fail": "FAIL"}
+
+
+def _rows(report):
+    """(mark, what, detail) per probe check, startup fact, node's memory, the parity check, each firewall
+    and each cable half the fabric test measured: the document's one rendering for people."""
+    rows = []
+
+    def row(mark, what, detail):
+        rows.append({"mark": mark, "what": what, "detail": detail})
+
+    for check in report["checks"]:
+        row(_mark(check.get("ok"), check.get("skipped")), check.get("name", "?"), check.get("message", ""))
+    for fact in report["startup"]:
+        mark = "PASS" if fact.get("ok") else ("FAIL" if fact.get("on_mismatch") == "fail" else "warn")
+        row(mark, "startup %s" % fact.get("name", "?"), fact.get("message", ""))
+    for item in report["memory"].get("rows") or []:
+        row(_STATUS_MARK.get(item.get("status"), "?"), "memory %s" % item.get("host", "?"), item.get("message", ""))
+    parity = report["parity"]
+    if parity:
+        mismatches = parity.get("mismatches") or []
+        row("FAIL" if mismatches else "PASS", "version parity",
+            ("differ: " + ", ".join(mismatches)) if mismatches
+            else "%d items identical on every node" % len(parity.get("rows") or []))
+    for item in report["firewall"]["rows"]:
+        row(_STATUS_MARK.get(item["status"], "?"), "firewall %s" % item["host"], item["message"])
+    for half in report["fabric"].get("results") or []:
+        detail = half.get("problem") or "%.2f Gbit/s (minimum %g, %s)" % (
+            half["gbps"], half["minimum_gbps"], report["fabric"].get("tool", "?"))
+        row("PASS" if half.get("ok") else "FAIL", "fabric %s half %s" % (half.get("peer", "?"), half.get("half", "?")),
+            detail)
+    return rows
+
+
 def verify_report(probe, startup=None, memory=None, parity=None, context=None, fail_on_warnings=False,
-                  ignore_errors=False, firewall=None):
+                  ignore_errors=False, firewall=None, fabric=None):
     failures = _probe_lines(probe)
     startup_failures, startup_warnings = _startup_lines(startup)
     memory_failures, memory_warnings = _memory_lines(memory)
     firewall_rows = _firewall_rows(firewall)
     failures += startup_failures + memory_failures + _parity_lines(parity)
     failures += ["firewall %s: %s" % (r["host"], r["message"]) for r in firewall_rows if r["status"] == "fail"]
+    failures += _fabric_lines(fabric)
     warnings = startup_warnings + memory_warnings
     warnings += ["firewall %s: %s" % (r["host"], r["message"]) for r in firewall_rows if r["status"] == "warn"]
     if fail_on_warnings:
@@ -173,7 +226,7 @@ def verify_report(probe, startup=None, memory=None, parity=None, context=None, f
         status = "failed_ignored" if ignore_errors else "failed"
     else:
         status = "passed_with_warnings" if warnings else "passed"
-    return {
+    report = {
         "schema_version": SCHEMA_VERSION,
         "status": status,
         "ok": not failures or bool(ignore_errors),
@@ -184,8 +237,11 @@ def verify_report(probe, startup=None, memory=None, parity=None, context=None, f
         "memory": dict(memory or {}),
         "parity": dict(parity or {}),
         "firewall": {"rows": firewall_rows},
+        "fabric": dict(fabric or {}),
         "context": dict(context or {}),
     }
+    report["rows"] = _rows(report)
+    return report
 
 
 def _mark(ok, skipped=False):
@@ -193,27 +249,8 @@ def _mark(ok, skipped=False):
 
 
 def verify_lines(report):
-    """The human summary: one line per check, startup fact, node's memory and firewall, then the verdict."""
-    lines = []
-    for check in report.get("checks") or []:
-        lines.append("%s %-10s %s" % (_mark(check.get("ok"), check.get("skipped")), check.get("name", "?"),
-                                      check.get("message", "")))
-    for fact in report.get("startup") or []:
-        mark = "PASS" if fact.get("ok") else ("FAIL" if fact.get("on_mismatch") == "fail" else "warn")
-        lines.append("%s %-10s %s" % (mark, "startup", fact.get("message", fact.get("name", ""))))
-    for row in (report.get("memory") or {}).get("rows") or []:
-        mark = {"ok": "PASS", "warn": "warn", "fail": "FAIL"}.get(row.get("status"), "?")
-        lines.append("%s %-10s %s" % (mark, "memory", row.get("message", "")))
-    parity = report.get("parity") or {}
-    if parity:
-        compared = len(parity.get("rows") or [])
-        mismatches = parity.get("mismatches") or []
-        lines.append("%s %-10s %s" % ("FAIL" if mismatches else "PASS", "parity",
-                                      ("differ: " + ", ".join(mismatches)) if mismatches
-                                      else "%d items identical on every node" % compared))
-    for row in (report.get("firewall") or {}).get("rows") or []:
-        mark = {"ok": "PASS", "warn": "warn", "fail": "FAIL"}.get(row.get("status"), "?")
-        lines.append("%s %-10s %s: %s" % (mark, "firewall", row.get("host", "?"), row.get("message", "")))
+    """The human summary: the document's rows, then the verdict."""
+    lines = ["%s %s: %s" % (row["mark"], row["what"], row["detail"]) for row in report.get("rows") or []]
     verdict = {"passed": "verify PASSED", "passed_with_warnings": "verify PASSED with %d warning(s)",
                "failed": "verify FAILED: %d failure(s)", "failed_ignored":
                "verify FAILED: %d failure(s), ignored (spark_ignore_assert_errors)"}[report["status"]]
