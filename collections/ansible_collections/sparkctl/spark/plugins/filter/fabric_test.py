@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkctl.spark.plugins.filter.link_ping import _link_ping_targets
 from ansible_collections.sparkctl.spark.plugins.module_utils import fabric_test
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import peer_targets
 
 DOCUMENTATION = r"""
 name: fabric_test_pairs
@@ -65,7 +65,7 @@ def fabric_test_pairs(hostvars, cluster_hosts, head, method):
     if method not in fabric_test.METHODS:
         raise AnsibleFilterError(f"fabric_test_pairs: method {method!r} is not one of {', '.join(fabric_test.METHODS)}")
     try:
-        targets = _link_ping_targets(hostvars, cluster_hosts, head, None)
+        targets = peer_targets(hostvars, cluster_hosts, head)
         roce = None
         if method == "rdma":
             roce = {host: (hostvars[host].get("fabric_test_roce") or {}).get("roce") or {} for host in cluster_hosts}

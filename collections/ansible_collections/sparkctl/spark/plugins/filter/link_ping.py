@@ -9,7 +9,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import peer_targets
 
 DOCUMENTATION = r"""
 name: link_ping_targets
@@ -82,35 +82,9 @@ _SOURCE_RE = re.compile(r"^PING \S+ \(\S+\) from (\S+) ", re.MULTILINE)
 
 def link_ping_targets(hostvars, cluster_hosts, this_host, skip_hosts=None):
     try:
-        return _link_ping_targets(hostvars, cluster_hosts, this_host, skip_hosts)
+        return peer_targets(hostvars, cluster_hosts, this_host, skip_hosts)
     except ValueError as exc:
         raise AnsibleFilterError(f"link_ping_targets: {exc}") from exc
-
-
-def _link_ping_targets(hostvars, cluster_hosts, this_host, skip_hosts):
-    skip = set(skip_hosts or [])
-    own = list(hostvars[this_host]["spark_link"])
-    targets = []
-    seen = set()
-    for peer in cluster_hosts:
-        if peer == this_host or peer in skip or peer in seen:
-            continue
-        seen.add(peer)
-        peer_link = list(hostvars[peer]["spark_link"])
-        for half, mine in enumerate(own):
-            if half >= len(peer_link):
-                break
-            targets.append(
-                {
-                    "interface": mine["interface"],
-                    "source": bare_address(mine["address"]),
-                    "half": half,
-                    "peer": peer,
-                    "peer_interface": peer_link[half]["interface"],
-                    "address": bare_address(peer_link[half]["address"]),
-                }
-            )
-    return targets
 
 
 def parse_ping(stdout, stderr=""):

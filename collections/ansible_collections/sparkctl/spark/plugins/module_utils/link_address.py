@@ -54,3 +54,32 @@ def link_addresses(link):
 def primary_address(link):
     """The first cable half's bare address: the one Ray, the engines and MASTER_ADDR bind to."""
     return link_addresses(link)[0]
+
+
+def peer_targets(hostvars, cluster_hosts, this_host, skip_hosts=None):
+    """Per other host of cluster_hosts (but skip_hosts) and cable half i: this host's
+    spark_link[i] interface and address paired with the peer's, addresses without prefix length.
+    The jumbo ping (link_ping_targets) and the fabric test (fabric_test_pairs) take these paths."""
+    skip = set(skip_hosts or [])
+    own = list(hostvars[this_host]["spark_link"])
+    targets = []
+    seen = set()
+    for peer in cluster_hosts:
+        if peer == this_host or peer in skip or peer in seen:
+            continue
+        seen.add(peer)
+        peer_link = list(hostvars[peer]["spark_link"])
+        for half, mine in enumerate(own):
+            if half >= len(peer_link):
+                break
+            targets.append(
+                {
+                    "interface": mine["interface"],
+                    "source": bare_address(mine["address"]),
+                    "half": half,
+                    "peer": peer,
+                    "peer_interface": peer_link[half]["interface"],
+                    "address": bare_address(peer_link[half]["address"]),
+                }
+            )
+    return targets
