@@ -1,7 +1,9 @@
 """sparkctl: bring DGX Sparks joined by a direct RoCE cable to a verified serving cluster.
 
-Every command runs one or more stages, each a playbook in playbooks/, through
-ansible-runner. Exit codes: 0 success, 1 play failure, 2 bad usage or inventory,
+Every command runs one or more stages, each a playbook in playbooks/ (of the checkout, or
+of the installed sparkctl.spark collection: sparkctl/project.py), through ansible-runner.
+The two-node lab is a development tool of the repository: tests/lab/sparklab.
+Exit codes: 0 success, 1 play failure, 2 bad usage or inventory,
 3 unreachable host."""
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -82,12 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "logs":
             cmd.add_argument("-n", "--lines", type=_positive_int, default=50, help="lines per service (default 50)")
             cmd.add_argument("--node", help="only this node")
-    lab = sub.add_parser("lab", help="the embedded two-node lab (tests/lab/sparklab)",
-                         description="Delegates to tests/lab/sparklab: up (idempotent), down (REMOVES the lab), "
-                                     "status, shell NODE.")
-    lab.add_argument("action", choices=["up", "down", "status", "shell"])
-    lab.add_argument("node", nargs="?", help="the node for `shell`")
-    lab.add_argument("--yes", action="store_true", help="`down` without asking")
     rep = sub.add_parser("report", help="print the last reports (preflight, verify, benchmark, fabric-test)",
                          description="Print the last reports the stages wrote: preflight, verify, benchmark and "
                                      "fabric-test (default: each one present).")
@@ -338,30 +333,6 @@ def run_history(args: argparse.Namespace, root: Path) -> int:
     return show_history(directory)
 
 
-def run_lab(args: argparse.Namespace, root: Path) -> int:
-    sparklab = root / "tests" / "lab" / "sparklab"
-    if not sparklab.is_file():
-        print(f"sparkctl: no lab in this checkout ({sparklab} is missing).", file=sys.stderr)
-        return EXIT_USAGE
-    if args.action == "shell" and not args.node:
-        print("sparkctl: `lab shell` needs a NODE (e.g. spark1).", file=sys.stderr)
-        return EXIT_USAGE
-    if args.action == "down":
-        print("sparkctl: WARNING: `lab down` REMOVES the lab: its node containers, management network and "
-              "volumes (the node image is kept; `sparkctl lab up` recreates it).", file=sys.stderr)
-        if not args.yes:
-            if not sys.stdin.isatty():
-                print("sparkctl: refusing without a terminal to confirm; pass --yes.", file=sys.stderr)
-                return EXIT_USAGE
-            if input("Remove the lab? [y/N] ").strip().lower() not in ("y", "yes"):
-                print("sparkctl: lab kept.", file=sys.stderr)
-                return EXIT_FAILED
-    command = [sys.executable, str(sparklab), args.action]
-    if args.node:
-        command.append(args.node)
-    return subprocess.call(command, cwd=root)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     root = project_dir()
@@ -369,8 +340,6 @@ def main(argv: list[str] | None = None) -> int:
         return run_report(args, root)
     if args.command == "history":
         return run_history(args, root)
-    if args.command == "lab":
-        return run_lab(args, root)
     return run_stages(args, root)
 
 

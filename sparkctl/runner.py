@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import redact
 from .events import Tally
-from .project import report_dir
+from .project import collections_path, config_file, report_dir, state_dir
 from .result import StageResult
 from .stages import Stage
 
@@ -56,7 +56,7 @@ class RunOptions:
 
 
 def private_data_dir(root: Path) -> Path:
-    return root / ".sparkctl" / "runner"
+    return state_dir(root) / ".sparkctl" / "runner"
 
 
 def new_ident(stage: str, now: float | None = None) -> str:
@@ -87,13 +87,16 @@ def runner_kwargs(stage: Stage, options: RunOptions, root: Path, ident: str, ext
         "envvars": {
             # ansible-playbook from the wrapper's own environment (a venv need not be on PATH).
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
-            "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+            "ANSIBLE_CONFIG": str(config_file(root)),
             # The wrapper reads the reports where the playbooks write them.
             "SPARKCTL_REPORT_DIR": str(report_dir(root)),
             "ANSIBLE_NOCOLOR": "1",
             "ANSIBLE_FORCE_COLOR": "0",
         },
     }
+    installed = collections_path(root)
+    if installed is not None:
+        kwargs["envvars"]["ANSIBLE_COLLECTIONS_PATH"] = str(installed)
     if cmdline:
         kwargs["cmdline"] = shlex.join(cmdline)
     if options.tags:

@@ -1,6 +1,7 @@
-"""Which playbooks a command runs, in which order. `up` runs the stages site.yml imports,
-read from site.yml itself, so `ansible-playbook site.yml` and `sparkctl up` cannot drift
-apart."""
+"""Which playbooks a command runs, in which order. `up` runs the stages playbooks/site.yml
+imports (the collection's site playbook, which the checkout's site.yml imports), read from
+it, so `ansible-playbook site.yml`, `ansible-playbook sparkctl.spark.site` and `sparkctl up`
+cannot drift apart."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ COMMAND_STAGES = {
     "api-key": "api_key",
 }
 
-SITE = "site.yml"
+SITE = "playbooks/site.yml"
 IMPORT_KEYS = ("ansible.builtin.import_playbook", "import_playbook")
 
 
@@ -48,9 +49,9 @@ def playbook_path(root: Path, stage: str) -> Path:
 
 
 def up_stages(root: Path) -> tuple[str, ...]:
-    """The stages site.yml imports, in its order. The wrapper runs each as a run of its own
-    (its own table, log and exit code), so every entry must be an import of
-    playbooks/<stage>.yml; anything else is refused rather than silently left out of `up`."""
+    """The stages playbooks/site.yml imports, in its order. The wrapper runs each as a run of
+    its own (its own table, log and exit code), so every entry must be an import of a
+    <stage>.yml beside it; anything else is refused rather than silently left out of `up`."""
     site = root / SITE
     try:
         plays = yaml.safe_load(site.read_text(encoding="utf-8"))
@@ -65,8 +66,8 @@ def up_stages(root: Path) -> tuple[str, ...]:
     for index, play in enumerate(plays):
         target = next((play[key] for key in IMPORT_KEYS if isinstance(play, dict) and key in play), None)
         path = PurePosixPath(str(target)) if isinstance(target, str) else None
-        if path is None or path.parent != PurePosixPath("playbooks") or path.suffix != ".yml":
-            raise StageError(f"{site} entry {index + 1} is not an import_playbook of playbooks/<stage>.yml, "
+        if path is None or path.parent != PurePosixPath(".") or path.suffix != ".yml":
+            raise StageError(f"{site} entry {index + 1} is not an import_playbook of <stage>.yml beside it, "
                              "which is all `sparkctl up` can run stage by stage.")
         names.append(path.stem)
     return tuple(names)

@@ -9,7 +9,8 @@
 # Stages:
 #   venv    find Python >= 3.12 (python3.13/python3.12 on PATH, else pyenv's versions),
 #           create <repo>/.venv and `pip install -r requirements/dev.txt [-e .]`; pip
-#           runs only when requirements/dev.txt or pyproject.toml changed (stamp in .venv).
+#           runs only when requirements/dev.txt or pyproject.toml changed (stamp in .venv);
+#           then the lab's stand-in engine wheel (tests/lab/engine/dist) from its sources.
 #   apt     apt-get update + install rsync (and docker.io debootstrap), skipped when installed.
 #   nginx   unpack the distribution's nginx binary into <repo>/.venv/nginx (no service) for
 #           the API proxy's unit tests.
@@ -100,6 +101,9 @@ else
      -r "$REQS" "${editable[@]}")
   echo "$want_stamp" > "$STAMP"
 fi
+# The lab's stand-in engine wheel, which the lab profile installs from tests/lab/engine/dist:
+# built from its sources on every bootstrap (stdlib only, byte for byte reproducible), not committed.
+"$VENV/bin/python" "$REPO_ROOT/tests/lab/engine/_build/sparklab_build.py"
 stage_done venv "$t"
 
 # --- apt ------------------------------------------------------------------------

@@ -3,7 +3,6 @@ delegation and the report rendering. Nothing here runs a playbook."""
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,9 +15,11 @@ from sparkctl.stages import Stage
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     (tmp_path / "site.yml").write_text("---\n")
+    (tmp_path / "ansible.cfg").write_text("")
     (tmp_path / "inventories" / "spark").mkdir(parents=True)
     (tmp_path / "playbooks").mkdir()
     (tmp_path / "playbooks" / "preflight.yml").write_text("---\n")
+    (tmp_path / "playbooks" / "site.yml").write_text("---\n")
     monkeypatch.setenv("SPARKCTL_PROJECT", str(tmp_path))
     monkeypatch.delenv("SPARKCTL_REPORT_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
@@ -180,51 +181,12 @@ def test_up_with_a_site_yml_importing_no_stage_exits_2(project, capsys):
 # --- lab -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def lab_calls(project, monkeypatch):
-    (project / "tests" / "lab").mkdir(parents=True)
-    (project / "tests" / "lab" / "sparklab").write_text("")
-    calls = []
-    monkeypatch.setattr(subprocess, "call", lambda cmd, cwd=None: calls.append((cmd, cwd)) or 0)
-    return calls
-
-
-def test_lab_delegates_to_sparklab(project, lab_calls):
-    assert cli.main(["lab", "up"]) == 0
-    assert cli.main(["lab", "shell", "spark2"]) == 0
-    sparklab = str(project / "tests" / "lab" / "sparklab")
-    assert lab_calls == [([sys.executable, sparklab, "up"], project), ([sys.executable, sparklab, "shell", "spark2"], project)]
-
-
-def test_lab_shell_needs_a_node(project, lab_calls, capsys):
-    assert cli.main(["lab", "shell"]) == 2
-    assert lab_calls == []
-
-
-def test_lab_down_warns_and_needs_a_yes_without_a_terminal(project, lab_calls, capsys, monkeypatch):
-    monkeypatch.setattr(sys.stdin, "isatty", lambda: False, raising=False)
-    assert cli.main(["lab", "down"]) == 2
-    err = capsys.readouterr().err
-    assert "`lab down` REMOVES the lab" in err and "pass --yes" in err
-    assert lab_calls == []
-    assert cli.main(["lab", "down", "--yes"]) == 0
-    assert "REMOVES the lab" in capsys.readouterr().err
-    assert lab_calls[-1][0][-1] == "down"
-
-
-def test_lab_down_asks_on_a_terminal(project, lab_calls, monkeypatch):
-    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr("builtins.input", lambda prompt: "n")
-    assert cli.main(["lab", "down"]) == 1
-    assert lab_calls == []
-    monkeypatch.setattr("builtins.input", lambda prompt: "y")
-    assert cli.main(["lab", "down"]) == 0
-    assert len(lab_calls) == 1
-
-
-def test_lab_without_a_lab_checkout(project, capsys):
-    assert cli.main(["lab", "up"]) == 2
-    assert "no lab in this checkout" in capsys.readouterr().err
+def test_the_lab_is_not_a_product_command(project, capsys):
+    """The two-node lab is a development tool of the repository (tests/lab/sparklab)."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["lab", "up"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'lab'" in capsys.readouterr().err
 
 
 # --- report --------------------------------------------------------------------------

@@ -21,6 +21,9 @@ def record(recorded_at, profile="lab-standin", runtime_id="4f1d8a6c0b2e9d7f3a5c"
 @pytest.fixture
 def project_dir(tmp_path, monkeypatch):
     (tmp_path / "site.yml").write_text("---\n")
+    (tmp_path / "ansible.cfg").write_text("")
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "site.yml").write_text("---\n")
     monkeypatch.setenv("SPARKCTL_PROJECT", str(tmp_path))
     monkeypatch.delenv("SPARKCTL_REPORT_DIR", raising=False)
     monkeypatch.delenv("SPARKCTL_DEPLOYMENT_DIR", raising=False)

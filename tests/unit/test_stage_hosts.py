@@ -85,8 +85,8 @@ def _reachable_tags(play: dict) -> set[str]:
 
 
 def _stage_playbooks() -> list[str]:
-    site = yaml.safe_load((REPO / "site.yml").read_text())
-    return [entry["ansible.builtin.import_playbook"] for entry in site]
+    site = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
+    return ["playbooks/" + entry["ansible.builtin.import_playbook"] for entry in site]
 
 
 @pytest.mark.parametrize("playbook", _stage_playbooks())

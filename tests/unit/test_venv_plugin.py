@@ -416,18 +416,33 @@ def test_unknown_engine_registry_asks_for_one():
 # ------------------------------------------------------------------------------ lab fixtures
 
 
-def test_committed_engine_wheel_is_built_from_its_sources():
-    """tests/lab/engine/dist holds the wheel the lab profile pins; rebuild it with
-    `python3 tests/lab/engine/_build/sparklab_build.py` after changing the engine."""
+def _sparklab_build():
     sys.path.insert(0, str(LAB / "engine" / "_build"))
     try:
         import sparklab_build
     finally:
         sys.path.pop(0)
-    committed = LAB / "engine" / "dist" / sparklab_build.wheel_name()
-    assert committed.name == "sparklab_engine-0.2.0-py3-none-any.whl"
-    assert committed.read_bytes() == sparklab_build.wheel_bytes(), "rebuild: python3 tests/lab/engine/_build/sparklab_build.py"
-    assert sorted(p.name for p in committed.parent.iterdir()) == [committed.name]
+    return sparklab_build
+
+
+def test_engine_wheel_is_built_reproducibly_and_dist_matches_the_sources(tmp_path):
+    """tests/lab/engine/dist holds the wheel the lab profile pins, built by tests/bootstrap.sh
+    (`python3 tests/lab/engine/_build/sparklab_build.py`), not committed."""
+    sparklab_build = _sparklab_build()
+    built = tmp_path / sparklab_build.build_wheel(str(tmp_path))
+    assert built.name == "sparklab_engine-0.2.0-py3-none-any.whl"
+    assert built.read_bytes() == sparklab_build.wheel_bytes()
+    dist = LAB / "engine" / "dist"
+    if dist.is_dir():
+        assert sorted(p.name for p in dist.iterdir()) == [built.name]
+        assert (dist / built.name).read_bytes() == built.read_bytes(), \
+            "rebuild: python3 tests/lab/engine/_build/sparklab_build.py (tests/bootstrap.sh does)"
+
+
+def test_engine_wheel_is_not_committed():
+    tracked = subprocess.run(["git", "ls-files", "tests/lab/engine/dist"], cwd=LAB.parents[1], capture_output=True,
+                             text=True, check=True).stdout
+    assert tracked == ""
 
 
 def test_lab_plugin_installs_into_the_engine_and_registers_its_architecture(tmp_path, capsys):
@@ -438,7 +453,9 @@ def test_lab_plugin_installs_into_the_engine_and_registers_its_architecture(tmp_
     root = tmp_path / "venv"
     site = root / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
-    with zipfile.ZipFile(LAB / "engine" / "dist" / "sparklab_engine-0.2.0-py3-none-any.whl") as wheel:
+    wheel_dir = tmp_path / "dist"
+    wheel_dir.mkdir()
+    with zipfile.ZipFile(wheel_dir / _sparklab_build().build_wheel(str(wheel_dir))) as wheel:
         wheel.extractall(site)
     profile = P.load_profile("lab-standin", [str(LAB / "profiles")])
     spec = profile["runtime"]["venv"]

@@ -92,8 +92,9 @@ def project(tmp_path, monkeypatch):
     root = tmp_path / "project"
     (root / "playbooks").mkdir(parents=True)
     # A site.yml of three stages: `up` runs what it imports.
-    (root / "site.yml").write_text("---\n" + "".join(
-        f"- ansible.builtin.import_playbook: playbooks/{name}.yml\n" for name in ("preflight", "provision", "checkpoint")))
+    (root / "site.yml").write_text("---\n- ansible.builtin.import_playbook: playbooks/site.yml\n")
+    (root / "playbooks" / "site.yml").write_text("---\n" + "".join(
+        f"- ansible.builtin.import_playbook: {name}.yml\n" for name in ("preflight", "provision", "checkpoint")))
     (root / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = False\ninterpreter_python = auto_silent\n")
     for name, text in PLAYBOOKS.items():
         (root / "playbooks" / f"{name}.yml").write_text("---\n" + textwrap.dedent(text))

@@ -1,4 +1,4 @@
-"""Command -> stage plan: `up` runs the stages site.yml imports, in its order."""
+"""Command -> stage plan: `up` runs the stages playbooks/site.yml imports, in its order."""
 
 from pathlib import Path
 
@@ -9,11 +9,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 SITE = """---
 - name: Preflight
-  ansible.builtin.import_playbook: playbooks/preflight.yml
+  ansible.builtin.import_playbook: preflight.yml
 - name: Provision
-  import_playbook: playbooks/provision.yml
+  import_playbook: provision.yml
 - name: Checkpoint
-  ansible.builtin.import_playbook: playbooks/checkpoint.yml
+  ansible.builtin.import_playbook: checkpoint.yml
 """
 
 
@@ -22,7 +22,7 @@ def root(tmp_path):
     (tmp_path / "playbooks").mkdir()
     for name in ("preflight", "provision", "checkpoint", "runtime", "validate_inventory"):
         (tmp_path / "playbooks" / f"{name}.yml").write_text("---\n")
-    (tmp_path / "site.yml").write_text(SITE)
+    (tmp_path / "playbooks" / "site.yml").write_text(SITE)
     return tmp_path
 
 
@@ -33,7 +33,7 @@ def test_up_runs_what_site_yml_imports_in_its_order(root):
 
 
 def test_a_stage_added_to_site_yml_is_run_by_up(root):
-    (root / "site.yml").write_text(SITE + "- name: Runtime\n  ansible.builtin.import_playbook: playbooks/runtime.yml\n")
+    (root / "playbooks" / "site.yml").write_text(SITE + "- name: Runtime\n  ansible.builtin.import_playbook: runtime.yml\n")
     assert [s.name for s in stages.plan("up", root).stages] == ["preflight", "provision", "checkpoint", "runtime"]
 
 
@@ -43,8 +43,8 @@ def test_the_projects_up_is_site_yml():
 
 
 def test_without_site_yml_up_fails_naming_it(root):
-    (root / "site.yml").unlink()
-    with pytest.raises(stages.StageError, match=r"no site.yml in .*SPARKCTL_PROJECT"):
+    (root / "playbooks" / "site.yml").unlink()
+    with pytest.raises(stages.StageError, match=r"no playbooks/site.yml in .*SPARKCTL_PROJECT"):
         stages.plan("up", root)
 
 
@@ -52,11 +52,12 @@ def test_without_site_yml_up_fails_naming_it(root):
     "---\n",
     "---\n- name: A play\n  hosts: all\n  tasks: []\n",
     "---\n- ansible.builtin.import_playbook: elsewhere/preflight.yml\n",
-    "---\n- ansible.builtin.import_playbook: playbooks/preflight.yaml\n",
+    "---\n- ansible.builtin.import_playbook: playbooks/preflight.yml\n",
+    "---\n- ansible.builtin.import_playbook: preflight.yaml\n",
     "- [unclosed\n",
 ])
 def test_a_site_yml_the_wrapper_cannot_run_stage_by_stage_is_refused(root, site):
-    (root / "site.yml").write_text(site)
+    (root / "playbooks" / "site.yml").write_text(site)
     with pytest.raises(stages.StageError, match="site.yml"):
         stages.plan("up", root)
 
@@ -86,3 +87,10 @@ def test_every_command_has_its_playbook_in_the_project():
                                           "api-key", "fabric-test"}
     for command in stages.COMMAND_STAGES:
         assert [s.playbook.is_file() for s in stages.plan(command, REPO).stages] == [True]
+
+
+def test_the_checkouts_site_yml_is_the_collections_site_playbook():
+    """One chain of stages: the top-level site.yml only imports playbooks/site.yml."""
+    import yaml
+    plays = yaml.safe_load((REPO / "site.yml").read_text())
+    assert [play.get("ansible.builtin.import_playbook") for play in plays] == ["playbooks/site.yml"]

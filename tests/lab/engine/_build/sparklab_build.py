@@ -1,11 +1,12 @@
 """A stdlib-only PEP 517 build backend for the lab's stand-in engine, and the script that
-writes the committed wheel: `python3 tests/lab/engine/_build/sparklab_build.py`.
+writes its wheel into dist/: `python3 tests/lab/engine/_build/sparklab_build.py` (run by
+tests/bootstrap.sh; dist/ is not committed).
 
 Why not setuptools: building with it needs a download of setuptools (pip's isolated build
-environment) on a control node that reaches no index. Why the wheel is committed: the lab
+environment) on a control node that reaches no index. Why a wheel in dist/: the lab
 profile pins `sparklab-engine==0.2.0` from a find_links directory, like a user's private
 wheel. The build is reproducible (sorted entries, fixed timestamps and modes), so the
-unit tests can check that dist/ matches the sources."""
+unit tests can check that a wheel in dist/ matches the sources."""
 
 from __future__ import annotations
 
