@@ -3,7 +3,7 @@ writes the committed wheel: `python3 tests/lab/engine/_build/sparklab_build.py`.
 
 Why not setuptools: building with it needs a download of setuptools (pip's isolated build
 environment) on a control node that reaches no index. Why the wheel is committed: the lab
-profile pins `sparklab-engine==0.2.0` from a find_links directory, like a user's private
+profile pins `sparklab-engine==0.2.1` from a find_links directory, like a user's private
 wheel. The build is reproducible (sorted entries, fixed timestamps and modes), so the
 unit tests can check that dist/ matches the sources."""
 
