@@ -220,18 +220,22 @@ def slurped(doc):
 def test_status_says_why_the_engine_is_held_back_and_how_often_it_restarted():
     held = G.judge(10 * GIB, {"mem_available_bytes": 20 * GIB, "margin_bytes": 4 * GIB}, UNIT)
     held["checked_at"] = "2026-12-03T15:00:00Z"
-    units = [{"item": UNIT, "status": {"Id": UNIT, "LoadState": "loaded", "ActiveState": "failed",
-                                       "Result": "start-limit-hit", "NRestarts": "2"}},
+    units = [{"item": UNIT, "status": {"Id": UNIT, "LoadState": "loaded", "ActiveState": "failed", "Restart": "on-failure",
+                                       "Result": "exit-code", "NRestarts": "3", "StartLimitBurst": "3",
+                                       "StartLimitIntervalUSec": "10min"}},
              {"item": "sparkctl-ray-head.service", "status": {"Id": "sparkctl-ray-head.service", "LoadState": "loaded",
                                                               "ActiveState": "active", "Result": "success", "NRestarts": "4"}}]
     lines = gate_filters.engine_gate_lines(slurped(held), units, [UNIT])
     assert lines[0].startswith("engine held back: MemAvailable 10.0 GiB, baseline 20.0 GiB, margin 4.0 GiB")
-    assert lines[1].startswith("sparkctl-engine.service: failed, result start-limit-hit, 2 automatic restarts (start limit hit")
+    assert lines[1] == ("sparkctl-engine.service: failed, result exit-code, restart counter 3 (start limit: at most 3 "
+                        "starts in 10min, systemd tries no more; a run of the serve stage clears it)")
     assert len(lines) == 2
 
 
 def test_status_is_quiet_for_a_healthy_engine_and_no_state():
-    units = [{"item": UNIT, "status": {"Id": UNIT, "ActiveState": "active", "Result": "success", "NRestarts": "0"}}]
+    units = [{"item": UNIT, "status": {"Id": UNIT, "ActiveState": "active", "Result": "success", "NRestarts": "0"}},
+             {"item": "sparkctl-ray-head.service", "status": {"Id": "sparkctl-ray-head.service", "ActiveState": "failed",
+                                                              "Result": "exit-code", "NRestarts": "1"}}]
     passed = G.judge(20 * GIB, {"mem_available_bytes": 20 * GIB, "margin_bytes": 4 * GIB}, UNIT)
     assert gate_filters.engine_gate_lines(slurped(passed), units, [UNIT]) == []
     assert gate_filters.engine_gate_lines({"failed": True, "msg": "file not found"}, units, [UNIT]) == []

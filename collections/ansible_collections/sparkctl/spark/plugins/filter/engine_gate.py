@@ -46,7 +46,7 @@ _value:
     - "C(engine_gate_files): C(script), C(script_dir), C(script_text), C(baseline), C(state)."
     - "C(engine_gate_lines): a list of lines: the gate's verdict when it held the engine back
       (C(engine held back: MemAvailable X GiB, baseline Y GiB, margin Z GiB ...)), and for each gated unit that
-      is failed or restarted, its result and restart count."
+      is failed or restarted, its result and restart counter (systemd's C(NRestarts))."
   type: raw
 """
 
@@ -80,9 +80,15 @@ def engine_gate_lines(slurped, unit_results=None, gated_units=None):
         restarts = str(status.get("NRestarts", "0"))
         outcome = status.get("Result", "success")
         if status.get("ActiveState") == "failed" or outcome != "success" or restarts not in ("", "0"):
-            limit = " (start limit hit: systemd tries no more; a run of the serve stage clears it)" \
-                if outcome == "start-limit-hit" else ""
-            lines.append("%s: %s, result %s, %s automatic restarts%s" % (
+            # A failed unit whose Restart= would restart it is one systemd gave up on: its start limit
+            # (systemd 252 keeps the last try's result, later ones say start-limit-hit).
+            limit = ""
+            if status.get("ActiveState") == "failed" and (status.get("Restart", "on-failure") != "no"
+                                                           or outcome == "start-limit-hit"):
+                limit = " (start limit: at most %s starts in %s, systemd tries no more; a run of the serve stage " \
+                        "clears it)" % (status.get("StartLimitBurst", "?"), status.get("StartLimitIntervalUSec", "?"))
+            # NRestarts counts the restarts systemd scheduled, the one the start limit refused included.
+            lines.append("%s: %s, result %s, restart counter %s%s" % (
                 name, status.get("ActiveState", "?"), outcome, restarts or "0", limit))
     return lines
 
