@@ -256,7 +256,7 @@ def test_the_ray_sparkctl_adds_counts_as_installed_so_pip_does_not_run_again():
     packages = P.venv_packages(profile)
     assert P.RAY_REQUIREMENT in packages
     version = P.RAY_REQUIREMENT.split("==", 1)[1]
-    installed = [{"name": "ray", "version": version}, {"name": "sparklab_engine", "version": "0.2.0"}]
+    installed = [{"name": "ray", "version": version}, {"name": "sparklab_engine", "version": "0.2.1"}]
     assert V.missing_packages(packages, installed) == []
     assert V.missing_packages(packages, installed[1:]) == [P.RAY_REQUIREMENT]
 
@@ -425,7 +425,7 @@ def test_committed_engine_wheel_is_built_from_its_sources():
     finally:
         sys.path.pop(0)
     committed = LAB / "engine" / "dist" / sparklab_build.wheel_name()
-    assert committed.name == "sparklab_engine-0.2.0-py3-none-any.whl"
+    assert committed.name == "sparklab_engine-0.2.1-py3-none-any.whl"
     assert committed.read_bytes() == sparklab_build.wheel_bytes(), "rebuild: python3 tests/lab/engine/_build/sparklab_build.py"
     assert sorted(p.name for p in committed.parent.iterdir()) == [committed.name]
 
@@ -438,7 +438,7 @@ def test_lab_plugin_installs_into_the_engine_and_registers_its_architecture(tmp_
     root = tmp_path / "venv"
     site = root / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
-    with zipfile.ZipFile(LAB / "engine" / "dist" / "sparklab_engine-0.2.0-py3-none-any.whl") as wheel:
+    with zipfile.ZipFile(LAB / "engine" / "dist" / "sparklab_engine-0.2.1-py3-none-any.whl") as wheel:
         wheel.extractall(site)
     profile = P.load_profile("lab-standin", [str(LAB / "profiles")])
     spec = profile["runtime"]["venv"]

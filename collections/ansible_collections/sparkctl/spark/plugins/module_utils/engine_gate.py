@@ -100,11 +100,11 @@ def judge(available, baseline, unit=None):
 
     Held when MemAvailable is below baseline - margin. Without a baseline (no engine ever
     started on the node) there is nothing to come back to: not held."""
-    what = unit or "the engine"
+    what = unit or "The engine"
     if available is None:
         return {"held": True, "available_bytes": None, "baseline_bytes": None, "margin_bytes": None,
                 "floor_bytes": None, "unit": unit,
-                "message": "engine held back: MemAvailable could not be read from /proc/meminfo (%s not started)" % what}
+                "message": "engine held back: MemAvailable could not be read from /proc/meminfo (%s not started)" % (unit or "the engine")}
     if baseline is None:
         return {"held": False, "available_bytes": available, "baseline_bytes": None, "margin_bytes": None,
                 "floor_bytes": None, "unit": unit,
