@@ -82,6 +82,7 @@ def test_check_refuses_with_the_numbers_and_writes_the_state(tmp_path):
     assert written["held"] is True and written["unit"] == UNIT
     assert "MemAvailable 10.0 GiB, baseline 20.0 GiB, margin 4.0 GiB" in written["message"]
     assert oct(state.stat().st_mode & 0o777) == "0o644"
+    assert oct(state.parent.stat().st_mode & 0o777) == "0o700"  # created root-only, as the firewall's
 
 
 def test_a_pass_replaces_an_earlier_refusal(tmp_path):

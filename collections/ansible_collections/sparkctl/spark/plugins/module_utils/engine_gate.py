@@ -125,11 +125,11 @@ def judge(available, baseline, unit=None):
     return result
 
 
-def write_json_atomic(path, doc, mode=0o644):
+def write_json_atomic(path, doc, mode=0o644, directory_mode=0o755):
     """Write doc as JSON to path through a temporary file in its directory (a reader never
-    sees half a file), the directory created 0755 when missing."""
+    sees half a file), the directory created with directory_mode when missing."""
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
+    os.makedirs(directory, mode=directory_mode, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".engine-gate-", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -170,7 +170,9 @@ def check(unit, baseline_path=BASELINE_FILE, state_path=STATE_FILE, meminfo_path
             sleep(poll_seconds)
     verdict["schema"] = STATE_SCHEMA
     verdict["checked_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock()))
-    write_json_atomic(state_path, verdict)
+    # /run/sparkctl is root's only (the firewall keeps its candidate rule sets there too); the
+    # gate may be the first to create it after a boot.
+    write_json_atomic(state_path, verdict, directory_mode=0o700)
     return (1 if verdict["held"] else 0), verdict
 
 
