@@ -87,19 +87,131 @@ def test_the_api_requires_the_key(served):
     assert mode == ["600", "spark"]
 
 
-def test_profile_over_the_nodes_memory_is_refused_before_anything_starts(served, run_site):
-    stop = run_site(playbook="playbooks/stop.yml")
-    assert stop.rc == 0, stop.output[-3000:]
-    huge = {"memory": {"weights_per_rank_bytes": 200 * 1024**3, "node_budget_bytes": 400 * 1024**3}}
+ENGINE = "sparkctl-engine.service"
+ENGINE_ENV = "/etc/sparkctl/engine.env"
+GATE_STATE = "/run/sparkctl/engine-gate.json"
+BASELINE = "/var/lib/sparkctl/engine-baseline.json"
+GIB = 1024 ** 3
+
+
+def _unit_props(*names):
+    out = node_exec("spark1", "systemctl", "show", ENGINE, *[f"-p{n}" for n in names]).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def _journal(since):
+    return node_exec("spark1", "journalctl", "-u", ENGINE, "--since", since, "--no-pager", "-o", "cat").stdout
+
+
+def _now():
+    return node_exec("spark1", "date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
+
+
+def _wait_start_limit(since, deadline_s=120):
+    """The engine unit as systemd leaves it once the start limit stopped its restarts: failed (a
+    Restart=on-failure unit waiting for its next try is activating), and systemd said why
+    (systemd 252 keeps the last try's result; later ones report start-limit-hit)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        props = _unit_props("ActiveState", "Result", "NRestarts")
+        if props.get("ActiveState") == "failed" and (
+                props.get("Result") == "start-limit-hit" or "Start request repeated too quickly" in _journal(since)):
+            return props
+        assert time.monotonic() < deadline, props
+        time.sleep(2)
+
+
+def _mem_available():
+    text = node_exec("spark1", "cat", "/proc/meminfo").stdout
+    return int(next(line.split()[1] for line in text.splitlines() if line.startswith("MemAvailable:"))) * 1024
+
+
+def _wait_journal(since, text, deadline_s=60):
+    deadline = time.monotonic() + deadline_s
+    while text not in _journal(since):
+        assert time.monotonic() < deadline, f"{text!r} not in the journal of {ENGINE}"
+        time.sleep(0.5)
+
+
+def _crash_loop_held_back_and_bounded():
+    """The stand-in told to crash during boot, and memory held on the head once its boot began:
+    the boot crashes, each of systemd's restarts is refused by the memory gate before the engine
+    runs (the numbers in the journal and the gate's state), and the start limit ends the tries
+    after 3 starts in 10 minutes, leaving the unit failed.
+
+    The switch is the line the profile's engine.env would carry (SPARKLAB_ENGINE_CRASH_DURING_BOOT,
+    tests/lab/engine), put there by hand: a serve run that writes it restarts Ray too, which the
+    suite's time cannot carry; the run that repairs the file is the one that serves again. A lab
+    node sees the machine's memory, shared with the other lab and the suite: the test records its
+    own baseline (now, 1 GiB margin, no settling) and holds 3 GiB, so the margin is crossed
+    whatever else runs and the machine never runs short. Returns the hog's PID."""
+    available = _mem_available()
+    assert available > 8 * GIB, f"MemAvailable {available / GIB:.1f} GiB: too little to hold 3 GiB safely"
+    own = json.dumps({"mem_available_bytes": available, "margin_bytes": GIB, "settle_seconds": 0})
+    node_exec("spark1", "sh", "-c", f"printf '%s' '{own}' > {BASELINE}; "
+                                    f"echo SPARKLAB_ENGINE_CRASH_DURING_BOOT=1 >> {ENGINE_ENV}; rm -f /tmp/hog-ready")
+    # Starts earlier in the session count toward the limit too: clear its counters first.
+    node_exec("spark1", "systemctl", "reset-failed", ENGINE)
+    since = _now()
+    node_exec("spark1", "systemctl", "restart", ENGINE, check=False)
+    # The first start passed the gate; its boot (Ray placement, loading) and RestartSec (10 s) leave
+    # ample time to hold the memory before systemd's first restart.
+    _wait_journal(since, "sparkctl: memory back")
+    hog_pid = node_exec("spark1", "sh", "-c", "setsid python3 -c \"import time; b = b'x' * (3 * 1024 ** 3); "
+                        "open('/tmp/hog-ready', 'w').close(); time.sleep(900)\" >/dev/null 2>&1 & echo $!").stdout.strip()
+    node_exec("spark1", "sh", "-c", "for _ in $(seq 150); do [ -e /tmp/hog-ready ] && exit 0; sleep 0.2; done; exit 1")
+    props = _wait_start_limit(since)
+    journal = _journal(since)
+    # One boot, two restarts refused by the gate; NRestarts also counts the third restart systemd
+    # scheduled and the start limit refused.
+    assert props["NRestarts"] == "3", props
+    assert journal.count("crashing during boot on purpose") == 1, journal[-3000:]
+    assert journal.count("sparkctl: engine held back: MemAvailable") == 2, journal[-3000:]
+    assert "Start request repeated too quickly" in journal or props["Result"] == "start-limit-hit", journal[-3000:]
+    state = json.loads(node_exec("spark1", "cat", GATE_STATE).stdout)
+    assert state["held"] is True and state["unit"] == ENGINE, state
+    assert state["available_bytes"] < state["floor_bytes"] == available - GIB, state
+    assert "margin 1.0 GiB" in state["message"], state
+    return hog_pid
+
+
+def test_crash_loop_short_memory_and_a_profile_over_memory_hold_the_engine_back(served, run_site):
+    """A boot that crashes is restarted by systemd only while memory is back (the memory gate) and at
+    most 3 times in 10 minutes (the start limit), and status says why; a profile over the node's
+    memory is refused before anything starts; one serve run then serves again."""
+    hog_pid = None
     try:
+        hog_pid = _crash_loop_held_back_and_bounded()
+        status = run_site(playbook="playbooks/status.yml")
+        assert status.rc == 0, status.output[-3000:]
+        said = " ".join(status.output.split())  # the callback folds long lines
+        assert "engine held back: MemAvailable" in said and "margin 1.0 GiB" in said, said[-3000:]
+        assert f"{ENGINE}: failed, result exit-code, restart counter 3 (start limit: at most 3 starts" in said \
+            or f"{ENGINE}: failed, result start-limit-hit, restart counter 3" in said, said[-3000:]
+        node_exec("spark1", "kill", hog_pid)
+        hog_pid = None
+        # The baseline this test wrote goes: the serve run below records the node's own again.
+        node_exec("spark1", "rm", "-f", BASELINE)
+
+        stop = run_site(playbook="playbooks/stop.yml")
+        assert stop.rc == 0, stop.output[-3000:]
+        huge = {"memory": {"weights_per_rank_bytes": 200 * 1024**3, "node_budget_bytes": 400 * 1024**3}}
         refused = _serve(run_site, "-e", json.dumps({"spark_profile_overrides": huge}))
         assert refused.rc != 0
         assert "needed by profile lab-standin" in refused.output, refused.output[-4000:]
-        state = node_exec("spark1", "systemctl", "is-active", "sparkctl-engine.service", check=False).stdout.strip()
+        state = node_exec("spark1", "systemctl", "is-active", ENGINE, check=False).stdout.strip()
         assert state != "active"
     finally:
+        if hog_pid:
+            node_exec("spark1", "kill", hog_pid, check=False)
+            node_exec("spark1", "rm", "-f", BASELINE, check=False)
+        # Repairs engine.env (the crash switch goes), clears the start limit, records the baseline.
         again = _serve(run_site)
         assert again.rc == 0, again.output[-4000:]
+    assert _wait_healthy(120)
+    assert "SPARKLAB_ENGINE_CRASH_DURING_BOOT" not in node_exec("spark1", "cat", ENGINE_ENV).stdout
+    assert json.loads(node_exec("spark1", "cat", GATE_STATE).stdout)["held"] is False
+    assert json.loads(node_exec("spark1", "cat", BASELINE).stdout)["margin_bytes"] == 8 * GIB
 
 
 def test_reboot_brings_ray_and_the_engine_back_by_themselves(served, run_site):
@@ -115,3 +227,4 @@ def test_reboot_brings_ray_and_the_engine_back_by_themselves(served, run_site):
     run = _serve(run_site)
     assert run.rc == 0, run.output[-4000:]
     assert all(run.changed(h) == 0 for h in HOSTS), {h: run.changed_tasks(h) for h in HOSTS}
+

@@ -398,6 +398,23 @@ def test_a_kv_cache_smaller_than_max_model_len_is_fatal(tmp_path, loopback_only)
     assert code == 1 and "max seq len (4096) is larger than the maximum number of tokens that can be stored in KV cache (64)" in text
 
 
+@pytest.mark.parametrize("switch, crashes", [("1", True), ("0", False), ("", False)])
+def test_the_crash_switch_fails_every_boot_after_loading(tmp_path, loopback_only, switch, crashes):
+    model = make_checkpoint(tmp_path / "m")
+    env = dict(BASE_ENV, SPARKLAB_ENGINE_LOAD_S="0", SPARKLAB_ENGINE_CRASH_DURING_BOOT=switch)
+    if not crashes:
+        running = Running(serve_argv(model), env)
+        running.wait_ready()
+        running.engine.shutdown(0)
+        running.thread.join(5)
+        assert running.code == 0
+        return
+    code, text = _fatal_run(serve_argv(model), env)
+    assert code == 1
+    assert "Loading weights" in text and "EngineCore failed to start: crashing during boot on purpose" in text
+    assert "Application startup complete." not in text
+
+
 def test_ray_backend_without_ray_is_fatal(tmp_path, loopback_only, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     model = make_checkpoint(tmp_path / "m")

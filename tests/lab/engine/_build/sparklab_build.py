@@ -4,7 +4,7 @@ tests/bootstrap.sh; dist/ is not committed).
 
 Why not setuptools: building with it needs a download of setuptools (pip's isolated build
 environment) on a control node that reaches no index. Why a wheel in dist/: the lab
-profile pins `sparklab-engine==0.2.0` from a find_links directory, like a user's private
+profile pins `sparklab-engine==0.2.1` from a find_links directory, like a user's private
 wheel. The build is reproducible (sorted entries, fixed timestamps and modes), so the
 unit tests can check that a wheel in dist/ matches the sources."""
 

@@ -155,6 +155,9 @@ class EngineServer:
         started = time.monotonic()
         self._sleep(s.load_seconds)
         took = time.monotonic() - started
+        if s.crash_during_boot:
+            # A boot that dies after loading, as one whose kernels or weights fail does: the restart loop's test.
+            raise StartupError("crashing during boot on purpose (SPARKLAB_ENGINE_CRASH_DURING_BOOT is set)")
         per_rank_gib = checkpoint["total_bytes"] / tp / GIB
         for prefix in prefixes:
             log.info(f"Using '{MOE_BACKEND}' NvFp4 MoE backend", prefix)

@@ -45,6 +45,7 @@ class Settings:
     ray_watch_s: float = 5.0
     ray_address: str = "auto"
     hold_bytes: int = 0
+    crash_during_boot: bool = False
     comm: str = "sparklab-engine"
     timing: Timing = field(default_factory=Timing)
 
@@ -152,6 +153,7 @@ def parse_serve(argv, env=None):
         ray_watch_s=_env_float(env, "SPARKLAB_ENGINE_RAY_WATCH_S", 5.0),
         ray_address=env.get("RAY_ADDRESS") or "auto",
         hold_bytes=parse_bytes(env.get("SPARKLAB_ENGINE_HOLD_BYTES") or "0"),
+        crash_during_boot=(env.get("SPARKLAB_ENGINE_CRASH_DURING_BOOT") or "0").strip().lower() in ("1", "true", "yes"),
         comm=env.get("SPARKLAB_ENGINE_COMM", "sparklab-engine"),
         timing=timing,
     )

@@ -24,7 +24,9 @@ description:
     C(spark_host_facts.meminfo); arguments C(guard_bytes), the OOM guard's C(MemAvailable) line, and
     C(warn_margin_bytes)).
   - C(memory_headroom) fails a host whose C(MemAvailable) is at or below the guard line (the guard is about to kill
-    the engine) and warns when it is within C(warn_margin_bytes) above it.
+    the engine) and warns when it is within C(warn_margin_bytes) above it. Its optional C(gates) argument (host to the
+    engine memory gate's last verdict, RV(sparkctl.spark.verify_facts#module:engine_gate)) adds a failed row, with
+    the gate's numbers, for each host where the gate held an engine unit back.
 options:
   _input:
     description: Host name to the RV(versions) of M(sparkctl.spark.runtime_versions) on that host.
@@ -65,7 +67,8 @@ _value:
       with O(all=true), where a mismatched item is marked with the word C(differs))."
     - "C(memory_headroom): C(ok) (no host failed), C(rows) (one C({host, available_bytes, total_bytes, guard_bytes,
       margin_bytes, status, message}) per host, C(status) V(ok), V(warn) or V(fail), C(margin_bytes) =
-      available - guard), C(failed) and C(warned) (host names)."
+      available - guard; a row of a held-back engine also has C(baseline_bytes) and C(gate_margin_bytes)), C(failed)
+      and C(warned) (host names)."
   type: dict
 """
 
@@ -164,7 +167,7 @@ def _meminfo_value(meminfo, field, key):
     return _bytes_or_none(meminfo[field] if field in meminfo else meminfo.get(key))
 
 
-def memory_headroom(per_host, guard_bytes, warn_margin_bytes):
+def memory_headroom(per_host, guard_bytes, warn_margin_bytes, gates=None):
     if not isinstance(per_host, dict):
         raise AnsibleFilterError("memory_headroom: expected {host: {MemAvailable, MemTotal}}, got %s" % type(per_host).__name__)
     guard, margin_limit = _bytes_or_none(guard_bytes), _bytes_or_none(warn_margin_bytes)
@@ -199,6 +202,14 @@ def memory_headroom(per_host, guard_bytes, warn_margin_bytes):
             row["message"] = "%s: MemAvailable %s%s, %s above %s." % (
                 host, _gib(available), of_total, _gib(available - guard), guard_text)
         rows.append(row)
+    for host, gate in sorted((gates or {}).items()):
+        # The engine memory gate refused the last start of an engine unit on this node.
+        if isinstance(gate, dict) and gate.get("held"):
+            rows.append({"host": host, "available_bytes": _bytes_or_none(gate.get("available_bytes")),
+                         "total_bytes": None, "guard_bytes": guard, "margin_bytes": None,
+                         "baseline_bytes": _bytes_or_none(gate.get("baseline_bytes")),
+                         "gate_margin_bytes": _bytes_or_none(gate.get("margin_bytes")), "status": "fail",
+                         "message": "%s: %s (checked %s)" % (host, gate.get("message"), gate.get("checked_at", "?"))})
     failed = [row["host"] for row in rows if row["status"] == "fail"]
     return {"ok": not failed, "rows": rows, "failed": failed,
             "warned": [row["host"] for row in rows if row["status"] == "warn"]}

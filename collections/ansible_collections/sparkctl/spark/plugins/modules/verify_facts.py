@@ -88,6 +88,11 @@ options:
   deployment_file:
     description: The node's deployment record, returned as RV(deployment).
     type: path
+  engine_gate_file:
+    description:
+      - The engine memory gate's state file (C(module_utils/engine_gate.py) writes it at each start of an engine unit),
+        returned as RV(engine_gate).
+    type: path
   checkpoint_manifest_file:
     description:
       - The manifest the checkpoint stage keeps on the head (C(<checkpoint dir>/.sparkctl-manifest.json)), whose origin
@@ -133,6 +138,14 @@ meminfo:
   type: dict
   returned: always
   sample: {mem_total_bytes: 128501256192, mem_available_bytes: 121452777472}
+engine_gate:
+  description:
+    - The engine memory gate's last verdict on this node (C(held), C(message), C(available_bytes), C(baseline_bytes),
+      C(margin_bytes), C(floor_bytes), C(unit), C(checked_at)); V(null) without O(engine_gate_file) or without a gate
+      state on the node (no engine unit started since boot).
+  type: dict
+  returned: always
+  sample: {held: false, message: "memory back: MemAvailable 119.8 GiB, baseline 120.0 GiB, margin 4.0 GiB (needs >= 116.0 GiB)"}
 api_key_file:
   description: The key file's path and whether it exists (a link counts as it stands); V(null) without O(api_key_file).
   type: dict
@@ -178,6 +191,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import read_record
+from ansible_collections.sparkctl.spark.plugins.module_utils.engine_gate import read_state
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_startup import read_unit_startup
 from ansible_collections.sparkctl.spark.plugins.module_utils.host import parse_meminfo, read_text
 from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import (
@@ -199,6 +213,7 @@ def main():
             startup_log_lines=dict(type="int", default=20000),
             deployment_file=dict(type="path"),
             checkpoint_manifest_file=dict(type="path"),
+            engine_gate_file=dict(type="path"),
         ),
         required_if=RUNTIME_REQUIRED_IF,
         supports_check_mode=True,
@@ -217,6 +232,7 @@ def main():
         result.update(unit=dict(name=params["startup_unit"], active_state=state), startup=startup, startup_error=error)
     result["deployment"], result["deployment_problem"] = (
         read_record(params["deployment_file"]) if params["deployment_file"] else (None, None))
+    result["engine_gate"] = read_state(read_text(params["engine_gate_file"])) if params["engine_gate_file"] else None
     manifest_file = params["checkpoint_manifest_file"]
     result["checkpoint_manifest"] = checkpoint_manifest(manifest_file) if manifest_file else None
     module.exit_json(changed=False, **result)

@@ -23,7 +23,7 @@ import shlex
 
 import yaml
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import firewall, python_source
+from ansible_collections.sparkctl.spark.plugins.module_utils import engine_gate, firewall, python_source
 from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import content_digest
 from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
 from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import requirement_extras, requirement_name
@@ -1450,7 +1450,8 @@ def link_wait_argv(argv, interface, path_dirs=()):
 
 
 def _unit(description, user, exec_argv, env_files, after=(), requires=(), cpu_affinity=None, docker_name=None,
-          timeout=None, restart="on-failure", restart_sec=10, start_limit_burst=3, environment=None, stop_timeout=None):
+          timeout=None, restart="on-failure", restart_sec=10, start_limit_burst=3, environment=None, stop_timeout=None,
+          memory_gate=None):
     # Ray and the engines bind on every address: the firewall's table must be loaded
     # first (the check is a no-op on a node with the firewall turned off).
     gate = firewall.start_gate_unit_lines()
@@ -1473,6 +1474,12 @@ def _unit(description, user, exec_argv, env_files, after=(), requires=(), cpu_af
         if cpu_affinity:
             lines.append(f"CPUAffinity={cpu_affinity}")
         lines += ["LimitMEMLOCK=infinity", "LimitNOFILE=1048576"]
+    if memory_gate:
+        # The units that allocate the node's unified memory: every start and restart
+        # (systemd's own included) first waits for MemAvailable to be back within a margin of
+        # the pre-engine baseline, else fails, and the start limit ends the tries
+        # (module_utils/engine_gate.py). After the leftover container is removed: it holds memory.
+        lines.append(f"ExecStartPre={engine_gate.exec_start_pre(memory_gate)}")
     for key, value in (environment or {}).items():
         lines.append(f"Environment={systemd_quote(f'{key}={value}')}")
     lines.append(f"ExecStart={_exec(exec_argv)}")
@@ -1535,6 +1542,10 @@ def render(profile, cluster):
             path_dirs = [] if image else [f"{cluster['venv_path']}/bin"]
             exec_argv = link_wait_argv(exec_argv, (node or cluster["head"]).get("interface"), path_dirs)
             role = "head" if node is None else "worker"
+            # No memory gate here: a raylet allocates no GPU memory itself; the engine's ranks are
+            # Ray actors the engine unit's process places, so gating that unit keeps a held-back
+            # engine from allocating on any node, and a gated Ray would only keep a healthy
+            # cluster from rejoining (its units restart on their own, with their own limit).
             # Restart=always: Ray must come back however `ray start --block` ended (a
             # clean exit after `ray stop` by hand included). 10 starts in 10 minutes leave room for a
             # worker rejoining a restarted head (GCS "authentication error" for ~60 s).
@@ -1550,12 +1561,12 @@ def render(profile, cluster):
             api_exec = ["/usr/bin/docker", "exec", unit_stem(UNITS["ray_head"])] + argv
             units[head][UNITS["engine"]] = _unit(
                 f"sparkctl {engine} API for {name}", None, api_exec, [], after=(UNITS["ray_head"],),
-                requires=(UNITS["ray_head"],), timeout=timeout)
+                requires=(UNITS["ray_head"],), timeout=timeout, memory_gate=UNITS["engine"])
         else:
             units[head][UNITS["engine"]] = _unit(
                 f"sparkctl {engine} API for {name}", user, argv, [fabric_env, engine_env, key_file],
                 after=(UNITS["ray_head"],), requires=(UNITS["ray_head"],),
-                cpu_affinity=profile.get("cpu_affinity"), timeout=timeout)
+                cpu_affinity=profile.get("cpu_affinity"), timeout=timeout, memory_gate=UNITS["engine"])
     else:
         for rank, host in enumerate([head] + [w["name"] for w in workers]):
             rank_argv = argv if rank == 0 else engine_argv(profile, cluster, rank)
@@ -1571,7 +1582,8 @@ def render(profile, cluster):
                     exec_argv = exec_argv[:idx] + ["-v", f"{key_file}:{key_file}:ro"] + exec_argv[idx:]
             units[host][unit] = _unit(
                 f"sparkctl SGLang rank {rank}/{topo['nodes']} for {name}", user, exec_argv, files,
-                docker_name=unit_stem(unit) if image else None, cpu_affinity=profile.get("cpu_affinity"), timeout=timeout)
+                docker_name=unit_stem(unit) if image else None, cpu_affinity=profile.get("cpu_affinity"), timeout=timeout,
+                memory_gate=unit)
         router = router_argv(profile, cluster)
         if image:
             router = ["/usr/bin/docker", "run", "--rm", "--name", unit_stem(UNITS["sglang_router"]), "--network", "host",
