@@ -118,6 +118,12 @@ def main():
     os.makedirs(dist, exist_ok=True)
     path = os.path.join(dist, build_wheel(dist))
     print(f"wrote {path}")
+    # dist/ holds only this script's output: a wheel of an earlier version would leave the
+    # lab's find_links directory with two candidates.
+    for name in os.listdir(dist):
+        if name.startswith("sparklab_engine-") and name.endswith(".whl") and os.path.join(dist, name) != path:
+            os.remove(os.path.join(dist, name))
+            print(f"removed {name} (an earlier build)")
     return 0
 
 
