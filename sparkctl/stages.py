@@ -17,6 +17,7 @@ COMMAND_STAGES = {
     "verify": "verify",
     "bench": "benchmark",
     "stop": "stop",
+    "teardown": "teardown",
     "status": "status",
     "logs": "logs",
     "api-key": "api_key",
