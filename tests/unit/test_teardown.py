@@ -120,7 +120,14 @@ def _args(tmp_path, **extra):
     return dict(path=str(tmp_path / "var/lib/sparkctl/baseline.json"), **extra)
 
 
-def test_record_then_teardown_gives_the_node_back(tmp_path, node, capsys):
+def fake_owner(info):
+    """A stat result owned by uid 4242, gid 4243: a file of the service user, not of whoever runs the test."""
+    values = list(info)
+    values[4:6] = [4242, 4243]
+    return os.stat_result(values)
+
+
+def test_record_then_teardown_gives_the_node_back(tmp_path, node, capsys, monkeypatch):
     etc = tmp_path / "etc"
     etc.mkdir()
     (etc / "earlyoom").write_text("EARLYOOM_ARGS=-m 5\n")
@@ -159,11 +166,16 @@ def test_record_then_teardown_gives_the_node_back(tmp_path, node, capsys):
     assert (owned / "fabric.env").exists() and node.commands == []  # check mode changed nothing
 
     teardown["_ansible_check_mode"] = False
+    real_stat, chowns = os.stat, []
+    monkeypatch.setattr(os, "fstat", lambda fd: fake_owner(real_stat(fd)))
+    monkeypatch.setattr(os, "chown", lambda path, uid, gid: chowns.append((str(path), uid, gid)))
     rc, result = run_module(node_teardown.main, teardown, capsys)
+    monkeypatch.undo()
     assert rc == 0 and result["changed"], result
     assert not owned.exists() and not (tmp_path / "etc/netplan/40-cx7.yaml").exists()
     assert (etc / "earlyoom").read_text() == "EARLYOOM_ARGS=-m 5\n"
     assert (home_ssh / "authorized_keys").read_text() == "ssh-ed25519 AAAA me@laptop\n"
+    assert (str(home_ssh / "authorized_keys"), 4242, 4243) in chowns  # the user's file stays the user's
     assert (checkpoint / "model.safetensors").exists()
     assert result["kept"] == [str(tmp_path / p) for p in ("srv", "srv/sparkctl", "srv/sparkctl/models", "srv/sparkctl/models/x")]
     assert node.packages == {"bash"} and node.links["eth1"] == {"mtu": 1500, "addresses": []}

@@ -223,7 +223,7 @@ class Teardown:
                     self.act("remove %s (sparkctl's lines were all it held)" % path, fn=lambda p=path: os.unlink(p))
                     touched.append(path)
                 elif new != content:
-                    self.act("take sparkctl's lines out of %s" % path, fn=lambda p=path, n=new, m=mode: write_file_atomic(p, n, m))
+                    self.act("take sparkctl's lines out of %s" % path, fn=lambda p=path, n=new, m=mode, o=owner: rewrite(p, n, m, o))
                     touched.append(path)
             elif entry.get("existed") and entry.get("backup"):
                 want_mode, want_owner = int(entry["mode"], 8), (entry["uid"], entry["gid"])
@@ -269,7 +269,7 @@ class Teardown:
         for action in link_restore(baseline_links, live, link_addresses):
             interface = action["interface"]
             for address in action["del_addresses"]:
-                self.act("%s: delete %s" % (interface, address), ["ip", "addr", "del", address, "dev", interface])
+                self.act("%s: delete %s" % (interface, address), fn=lambda i=interface, a=address: self._delete_address(i, a))
             if action["mtu"]:
                 self.act("%s: mtu %s" % (interface, action["mtu"]), ["ip", "link", "set", "dev", interface, "mtu", str(action["mtu"])])
         for interface, before in sorted(baseline_links.items()):
@@ -285,6 +285,19 @@ class Teardown:
             if lost_link_local:
                 self.act("%s: cycle the link for its link-local address %s" % (interface, ", ".join(lost_link_local)),
                          fn=lambda i=interface: self._cycle(i))
+
+    def _delete_address(self, interface, address):
+        # networkd may drop the address itself once the reload lets the interface go: gone is done.
+        rc, _out, err = self.module.run_command(["ip", "addr", "del", address, "dev", interface])
+        if rc != 0 and address in self._addresses(interface):
+            raise OSError("ip addr del %s dev %s: %s" % (address, interface, err.strip()))
+
+    def _addresses(self, interface):
+        rc, out, _err = self.module.run_command(["ip", "-j", "addr", "show", "dev", interface])
+        if rc != 0:
+            return []
+        return ["%s/%s" % (a["local"], a["prefixlen"]) for entry in json.loads(out or "[]") for a in entry.get("addr_info", [])
+                if "local" in a]
 
     def _cycle(self, interface):
         for state in ("down", "up"):
@@ -341,6 +354,12 @@ def read_addr_gen_mode(interface):
             return int(handle.read().strip())
     except (OSError, ValueError):
         return None
+
+
+def rewrite(path, content, mode, owner):
+    """path with content, keeping its mode and owner (the service user's SSH files stay its own)."""
+    write_file_atomic(path, content, mode)
+    os.chown(path, *owner)
 
 
 def remove_path(path):
