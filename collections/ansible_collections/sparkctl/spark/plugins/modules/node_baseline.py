@@ -52,7 +52,9 @@ options:
     elements: str
     default: []
   groups:
-    description: Groups whose existence and members (from C(/etc/group)) are recorded (a package sparkctl installs may create one, a role may add the service user to it).
+    description:
+      - Groups whose existence and members (from C(/etc/group)) are recorded.
+      - A package sparkctl installs may create one, a role may add the service user to it.
     type: list
     elements: str
     default: []
@@ -76,7 +78,14 @@ baseline:
   description: The record (the one on the node when it existed).
   type: dict
   returned: always
-  sample: {"version": 1, "packages": ["bash"], "paths": {"/etc/sparkctl": false}, "files": {}, "links": {}, "linger": {"spark": false}, "groups": {"docker": null}}
+  sample:
+    version: 1
+    packages: [bash]
+    paths: {/etc/sparkctl: false}
+    files: {}
+    links: {}
+    linger: {spark: false}
+    groups: {docker: null}
 recorded:
   description: Whether this run wrote the record (or would, in check mode).
   type: bool
