@@ -140,7 +140,7 @@ def test_record_then_teardown_gives_the_node_back(tmp_path, node, capsys, monkey
                    files=[str(etc / "earlyoom"), str(home_ssh / "authorized_keys"), str(tmp_path / "etc/netplan/40-cx7.yaml")],
                    interfaces=["eth1"])
     rc, result = run_module(node_baseline.main, record, capsys)
-    assert rc == 0 and result["changed"] and result["baseline"]["paths"][str(tmp_path / "srv/sparkctl")] is False
+    assert rc == 0 and result["changed"] and result["baseline"]["parents"][str(tmp_path / "srv/sparkctl")] is False
     # A second record keeps the first: it is the node before sparkctl.
     (etc / "earlyoom").write_text("EARLYOOM_ARGS=-m 1 --prefer engine\n")
     rc, result = run_module(node_baseline.main, record, capsys)
@@ -177,7 +177,7 @@ def test_record_then_teardown_gives_the_node_back(tmp_path, node, capsys, monkey
     assert (home_ssh / "authorized_keys").read_text() == "ssh-ed25519 AAAA me@laptop\n"
     assert (str(home_ssh / "authorized_keys"), 4242, 4243) in chowns  # the user's file stays the user's
     assert (checkpoint / "model.safetensors").exists()
-    assert result["kept"] == [str(tmp_path / p) for p in ("srv", "srv/sparkctl", "srv/sparkctl/models", "srv/sparkctl/models/x")]
+    assert result["kept"] == [str(checkpoint)] and (tmp_path / "srv/sparkctl/models").is_dir()
     assert node.packages == {"bash"} and node.links["eth1"] == {"mtu": 1500, "addresses": []}
     assert not (tmp_path / "var/lib/sparkctl").exists()  # the record goes last
 
@@ -185,13 +185,34 @@ def test_record_then_teardown_gives_the_node_back(tmp_path, node, capsys, monkey
     assert (rc, result["changed"], result["recorded"]) == (0, False, False)
 
 
-def test_teardown_purges_the_checkpoint_only_when_not_kept(tmp_path, node, capsys):
-    checkpoint = tmp_path / "srv/sparkctl/models/x"
+def test_purge_takes_only_the_checkpoint_files_sparkctl_put_there_and_empty_parents(tmp_path, node, capsys):
+    checkpoint, other = tmp_path / "srv/sparkctl/models/x", tmp_path / "srv/sparkctl/models/sibling"
     run_module(node_baseline.main, _args(tmp_path, backup_dir=str(tmp_path / "b"), paths=[str(checkpoint)]), capsys)
-    checkpoint.mkdir(parents=True)
-    rc, result = run_module(node_teardown.main, _args(tmp_path), capsys)
-    # The outermost directory the record says was absent goes, with what it holds.
-    assert rc == 0 and f"remove {tmp_path / 'srv'}" in result["actions"]
+    (checkpoint / "sub").mkdir(parents=True)
+    (checkpoint / ".cache/huggingface").mkdir(parents=True)
+    for rel in ("model.safetensors", "sub/tokenizer.json", "model.safetensors.incomplete", ".sparkctl-created",
+                ".cache/huggingface/x.lock"):
+        (checkpoint / rel).write_text("x")
+    (checkpoint / ".sparkctl-manifest.json").write_text(json.dumps({"model.safetensors": {"size": 1, "sha256": None},
+                                                                     "sub/tokenizer.json": {"size": 1, "sha256": None}}))
+    other.mkdir()
+    (other / "weights.bin").write_text("not sparkctl's")
+    purge = _args(tmp_path, keep=[str(checkpoint)], purge_dirs=[{"path": str(checkpoint)}], remove_record=False)
+    rc, result = run_module(node_teardown.main, purge, capsys)
+    assert rc == 0 and not checkpoint.exists(), result
+    # The sibling someone else put beside it keeps its parents.
+    assert (other / "weights.bin").exists() and f"remove {tmp_path / 'srv'} (empty, made for sparkctl's paths)" not in result["actions"]
+    (checkpoint / "sub").mkdir(parents=True)
+    (checkpoint / "mine.txt").write_text("a user's file")
+    (checkpoint / "sub/tokenizer.json").write_text("x")
+    (checkpoint / ".sparkctl-manifest.json").write_text(json.dumps({"sub/tokenizer.json": {"size": 1, "sha256": None}}))
+    rc, result = run_module(node_teardown.main, purge, capsys)
+    assert (checkpoint / "mine.txt").exists() and not (checkpoint / "sub").exists()
+    assert any(a.startswith(f"keep {checkpoint}: 1 files sparkctl did not put there (mine.txt)") for a in result["actions"])
+    (checkpoint / "mine.txt").unlink()
+    other.joinpath("weights.bin").unlink()
+    other.rmdir()
+    rc, result = run_module(node_teardown.main, purge, capsys)
     assert not (tmp_path / "srv").exists() and tmp_path.exists()
 
 

@@ -103,6 +103,25 @@ def paths_to_remove(candidates, baseline_paths, keep=()):
     return remove, kept
 
 
+def parents_to_remove(parents, exists):
+    """The parent directories the record lists as absent then (a mkdir -p made them) that exist,
+    deepest first: each goes only once it is empty, after the removals deeper down; what someone
+    else put in one keeps it."""
+    created = [p for p, existed in parents.items() if existed is False and exists(p)]
+    return sorted(created, key=lambda p: (-p.count("/"), p))
+
+
+def listed_files_to_remove(rel_files, manifest_names, leftover=lambda rel, names: False):
+    """Of the files under a checkpoint directory (paths relative to it), the ones sparkctl put
+    there: those its manifest lists, their unfinished copies (leftover(rel, names)), its own
+    bookkeeping (.sparkctl-* at the top) and the hub client's download cache (.cache/huggingface/).
+    Anything else is someone else's and stays."""
+    names = set(manifest_names)
+    return sorted(rel for rel in rel_files
+                  if rel in names or leftover(rel, names) or ("/" not in rel and rel.startswith(".sparkctl-"))
+                  or rel.startswith(".cache/huggingface/"))
+
+
 def link_restore(baseline_links, live_links, inventory_addresses):
     """What to undo on each cable interface: the addresses the inventory gives it that it
     did not have at the baseline (other addresses stay), and the MTU back to the baseline's.

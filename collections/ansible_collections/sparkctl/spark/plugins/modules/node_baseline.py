@@ -17,6 +17,7 @@ description:
     (C(playbooks/teardown.yml) reads it); the installed packages, whether each of O(paths) exists, a copy of
     each of O(files) that exists (under O(backup_dir), with its mode and owner), the MTU, addresses and
     IPv6 address generation mode of each of O(interfaces), and which of O(linger_users) linger.
+  - The parents of O(paths) are recorded apart; a teardown removes one that did not exist only once it is empty.
   - When O(path) exists it is never rewritten (the first record is the node before sparkctl) and the module
     reports no change.
   - In check mode it reports the record it would write, and writes nothing.
@@ -82,6 +83,7 @@ baseline:
     version: 1
     packages: [bash]
     paths: {/etc/sparkctl: false}
+    parents: {/srv/sparkctl: false}
     files: {}
     links: {}
     linger: {spark: false}
@@ -175,8 +177,7 @@ def main():
         while parent not in ("", "/"):
             ancestors.add(parent)
             parent = os.path.dirname(parent)
-    for parent in ancestors:
-        recorded_paths.setdefault(parent, os.path.lexists(parent))
+    parent_paths = {parent: os.path.lexists(parent) for parent in sorted(ancestors - set(recorded_paths))}
     files = {}
     for path in p["files"]:
         if os.path.lexists(path) and os.path.isfile(path):
@@ -189,6 +190,7 @@ def main():
         "version": BASELINE_VERSION,
         "packages": sorted(installed_packages(out)),
         "paths": recorded_paths,
+        "parents": parent_paths,
         "files": files,
         "links": read_links(module, p["interfaces"]),
         "linger": {user: os.path.exists("/var/lib/systemd/linger/%s" % user) for user in p["linger_users"]},

@@ -76,6 +76,21 @@ options:
       block_marker:
         description: The text after C(# BEGIN ) and C(# END ) around a block sparkctl inserted (blockinfile).
         type: str
+  purge_dirs:
+    description:
+      - Directories sparkctl created (the record says they were absent) whose own files go, and only those (the checkpoints,
+        with O(teardown_purge_checkpoints) in roles/teardown); whatever else is in them stays, and keeps them.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The directory.
+        type: path
+        required: true
+      manifest:
+        description: The JSON manifest listing its files (relative names); default C(.sparkctl-manifest.json) in it.
+        type: path
   link_addresses:
     description: Interface -> the address the inventory gives it (spark_link), the cable only.
     type: dict
@@ -148,13 +163,21 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
+    CheckpointError,
+    load_manifest_file,
+    normalize_manifest,
+    owned_leftover,
+)
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
     autoremove_candidates,
     dependencies_to_purge,
     installed_packages,
     link_restore,
+    listed_files_to_remove,
     packages_to_purge,
+    parents_to_remove,
     paths_to_remove,
     strip_text,
 )
@@ -249,6 +272,54 @@ class Teardown:
             if os.path.lexists(path) and path not in skip:
                 self.act("remove %s" % path, fn=lambda p=path: remove_path(p))
         return [p for p in kept if os.path.lexists(p)], [p for p in remove if os.path.lexists(p) or self.check]
+
+    def purge_dir(self, path, manifest_path):
+        if not os.path.isdir(path):
+            return
+        names = []
+        try:
+            names = list(normalize_manifest(load_manifest_file(manifest_path)))
+        except CheckpointError as exc:
+            if os.path.exists(manifest_path):
+                self.module.warn("%s: %s; only sparkctl's own bookkeeping files in %s go" % (manifest_path, exc, path))
+        rel_files = []
+        for top, _dirs, files in os.walk(path):
+            rel_files += [os.path.relpath(os.path.join(top, f), path) for f in files]
+        remove = listed_files_to_remove(rel_files, names, owned_leftover)
+        left = sorted(set(rel_files) - set(remove))
+        if remove:
+            self.act("remove %d files sparkctl put in %s%s" % (len(remove), path, "" if left else ", and the directory"),
+                     fn=lambda: self._remove_files(path, remove))
+        if left:
+            self.actions.append("keep %s: %d files sparkctl did not put there (%s)" % (path, len(left), ", ".join(left[:5])))
+        elif not remove:
+            self.act("remove %s (empty)" % path, fn=lambda: self._prune(path))
+
+    def _remove_files(self, path, rel_files):
+        for rel in rel_files:
+            os.unlink(os.path.join(path, rel))
+        self._prune(path)
+
+    @staticmethod
+    def _prune(path):
+        """Remove the directories under path, and path, that are left empty."""
+        for top, _dirs, _files in os.walk(path, topdown=False):
+            if not os.listdir(top):
+                os.rmdir(top)
+
+    def parents(self, recorded, keep):
+        def empty(directory):
+            try:
+                return os.path.isdir(directory) and not os.path.islink(directory) and not os.listdir(directory)
+            except OSError:
+                return False
+
+        for directory in parents_to_remove(recorded, os.path.lexists):
+            if self.check:
+                if not any(k == directory or k.startswith(directory + "/") for k in keep if os.path.lexists(k)):
+                    self.actions.append("remove %s once empty" % directory)
+            elif empty(directory):
+                self.act("remove %s (empty, made for sparkctl's paths)" % directory, fn=lambda d=directory: os.rmdir(d))
 
     def netplan(self):
         netplan, networkctl = self.module.get_bin_path("netplan"), self.module.get_bin_path("networkctl")
@@ -388,6 +459,10 @@ def main():
                 markers=dict(type="list", elements="str", default=[]),
                 block_marker=dict(type="str"),
             )),
+            purge_dirs=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True),
+                manifest=dict(type="path"),
+            )),
             link_addresses=dict(type="dict", default={}),
             linger_users=dict(type="list", elements="str", default=[]),
             packages=dict(type="list", elements="str", default=[]),
@@ -416,6 +491,11 @@ def main():
                    and (p["path"] == d or p["path"].startswith(d.rstrip("/") + "/"))]
     skip = set(record_dirs) if p["remove_record"] else set(recorded_paths)
     kept, removed = t.paths(recorded_paths, p["keep"], skip)
+    for entry in p["purge_dirs"]:
+        if recorded_paths.get(entry["path"].rstrip("/")) is False:
+            t.purge_dir(entry["path"].rstrip("/"), entry.get("manifest") or os.path.join(entry["path"], ".sparkctl-manifest.json"))
+    purged = [e["path"].rstrip("/") for e in p["purge_dirs"]]
+    t.parents(baseline.get("parents", {}), [k.rstrip("/") for k in p["keep"] if k.rstrip("/") not in purged])
     if any(path.startswith("/etc/netplan/") for path in touched + removed):
         t.netplan()
     t.links(baseline.get("links", {}), p["link_addresses"])
