@@ -31,10 +31,22 @@ def test_only_requested_packages_absent_before_and_installed_now_are_purged():
     assert td.packages_to_purge(["nftables", "earlyoom", "nginx", "nginx"], ["nftables"], {"nftables", "nginx"}) == ["nginx"]
 
 
-def test_autoremove_candidates_present_before_stay():
-    sim = "NOTE: simulation\nRemv libnginx-mod [1.0]\nRemv oldorphan [2]\nInst x\n"
-    assert td.autoremove_candidates(sim) == ["libnginx-mod", "oldorphan"]
-    assert td.dependencies_to_purge(["libnginx-mod", "oldorphan"], ["oldorphan", "bash"]) == ["libnginx-mod"]
+def test_dependencies_are_the_automatically_installed_packages_absent_before():
+    assert td.simulated_purges("NOTE: simulation\nPurg libnginx-mod [1.0]\nRemv oldorphan [2]\nInst x\n") == ["libnginx-mod", "oldorphan"]
+    installed = {"libnginx-mod", "oldorphan", "bash", "mytool"}
+    assert td.dependencies_to_purge(installed, {"libnginx-mod", "oldorphan"}, ["oldorphan", "bash"]) == ["libnginx-mod"]
+    assert td.purge_is_contained(["nginx", "libnginx-mod"], {"nginx", "libnginx-mod"})
+    assert not td.purge_is_contained(["nginx", "mytool"], {"nginx", "libnginx-mod"})
+
+
+def test_a_package_installed_by_hand_since_keeps_what_it_depends_on(tmp_path, node, capsys):
+    run_module(node_baseline.main, _args(tmp_path, backup_dir=str(tmp_path / "b")), capsys)
+    node.packages |= {"nginx", "libnginx-mod", "nginx-addon"}
+    node.auto = {"libnginx-mod"}
+    node.rdepends = {"nginx": ["nginx-addon"]}  # installed by hand since, depends on nginx
+    rc, result = run_module(node_teardown.main, _args(tmp_path, packages=["nginx"]), capsys)
+    assert rc == 0 and "nginx" in node.packages and "nginx-addon" in node.packages
+    assert any("not purging nginx: nginx-addon" in str(w) for w in result["warnings"]), result["warnings"]
 
 
 def test_strip_takes_out_only_sparkctl_lines_added_since_the_record():
@@ -82,6 +94,8 @@ class FakeNode:
 
     def __init__(self):
         self.packages = {"bash"}
+        self.auto = set()
+        self.rdepends = {}
         self.links = {"eth1": {"mtu": 1500, "addresses": []}}
         self.commands = []
 
@@ -96,11 +110,13 @@ class FakeNode:
                 return 1, "", "no such device"
             info = [{"local": a.split("/")[0], "prefixlen": int(a.split("/")[1])} for a in link["addresses"]]
             return 0, json.dumps([{"ifname": argv[-1], "mtu": link["mtu"], "addr_info": info}]), ""
+        if argv[:2] == ["apt-mark", "showauto"]:
+            return 0, "".join(f"{p}\n" for p in sorted(self.auto)), ""
+        if argv[:3] == ["apt-get", "-s", "purge"]:
+            return 0, "".join(f"Purg {p} [1]\n" for p in argv[3:] + self.rdepends.get(argv[3], [])), ""
         self.commands.append(argv)
         if argv[:2] == ["apt-get", "purge"]:
             self.packages -= set(argv[4:])
-        elif argv[:2] == ["apt-get", "-s"]:
-            return 0, "", ""
         elif argv[:3] == ["ip", "addr", "del"]:
             self.links[argv[-1]]["addresses"].remove(argv[3])
         elif argv[:4] == ["ip", "link", "set", "dev"] and argv[5] == "mtu":
@@ -154,7 +170,8 @@ def test_record_then_teardown_gives_the_node_back(tmp_path, node, capsys, monkey
     (home_ssh / "authorized_keys").write_text("ssh-ed25519 AAAA me@laptop\nssh-ed25519 BBBB sparkctl-mesh@spark1\n")
     (tmp_path / "etc/netplan").mkdir()
     (tmp_path / "etc/netplan/40-cx7.yaml").write_text("network: {}\n")
-    node.packages |= {"nftables", "earlyoom"}
+    node.packages |= {"nftables", "earlyoom", "libearly"}
+    node.auto = {"libearly"}
     node.links["eth1"] = {"mtu": 9000, "addresses": ["192.168.100.10/24"]}
     strip = [{"path": str(home_ssh / "authorized_keys"), "markers": ["sparkctl-mesh@"]}]
     teardown = _args(tmp_path, keep=[str(checkpoint)], strip=strip, packages=["nftables", "earlyoom", "bash"],
@@ -214,6 +231,16 @@ def test_purge_takes_only_the_checkpoint_files_sparkctl_put_there_and_empty_pare
     other.rmdir()
     rc, result = run_module(node_teardown.main, purge, capsys)
     assert not (tmp_path / "srv").exists() and tmp_path.exists()
+
+
+def test_purge_on_a_worker_reads_the_verification_stamp(tmp_path, node, capsys):
+    checkpoint = tmp_path / "srv/models/x"
+    run_module(node_baseline.main, _args(tmp_path, backup_dir=str(tmp_path / "b"), paths=[str(checkpoint)]), capsys)
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_text("x")
+    (checkpoint / ".sparkctl-verified.json").write_text(json.dumps({"version": 1, "files": {"model.safetensors": {"size": 1}}}))
+    rc, result = run_module(node_teardown.main, _args(tmp_path, keep=[str(checkpoint)], purge_dirs=[{"path": str(checkpoint)}]), capsys)
+    assert rc == 0 and not (tmp_path / "srv").exists(), result
 
 
 def test_a_path_that_existed_before_sparkctl_is_never_removed(tmp_path, node, capsys):

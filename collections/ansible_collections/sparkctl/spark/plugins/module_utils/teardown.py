@@ -30,12 +30,12 @@ def installed_packages(dpkg_output):
     return names
 
 
-def autoremove_candidates(simulation_output):
-    """The packages `apt-get -s autoremove` would remove ('Remv NAME [VERSION]' lines)."""
+def simulated_purges(simulation_output):
+    """The packages `apt-get -s purge ...` would remove ('Purg NAME [VERSION]' lines)."""
     names = []
     for line in simulation_output.splitlines():
         fields = line.split()
-        if len(fields) >= 2 and fields[0] == "Remv":
+        if len(fields) >= 2 and fields[0] in ("Purg", "Remv"):
             names.append(fields[1].split(":")[0])
     return names
 
@@ -47,11 +47,18 @@ def packages_to_purge(requested, baseline_packages, installed_now):
     return [name for name in dict.fromkeys(requested) if name not in before and name in installed_now]
 
 
-def dependencies_to_purge(candidates, baseline_packages):
-    """Of apt's autoremove candidates, the ones absent at the baseline: dependencies that came
-    with sparkctl's packages. Orphans the node had before stay."""
+def dependencies_to_purge(installed_now, auto_marked, baseline_packages):
+    """The packages apt installed automatically (dependencies, recommendations) that were absent
+    at the baseline: what came with sparkctl's packages. apt's own autoremove would keep one a
+    package of the node recommends, though the node did without it before sparkctl."""
     before = set(baseline_packages)
-    return [name for name in dict.fromkeys(candidates) if name not in before]
+    return sorted(name for name in installed_now if name in auto_marked and name not in before)
+
+
+def purge_is_contained(would_remove, allowed):
+    """Whether a purge removes nothing but allowed: a package installed since the baseline that
+    depends on one of them (someone else's) would go with it, so the purge is not done then."""
+    return set(would_remove) <= set(allowed)
 
 
 def strip_text(current, original, hosts=(), markers=(), block_marker=None):

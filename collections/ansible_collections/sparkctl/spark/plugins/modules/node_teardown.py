@@ -36,8 +36,9 @@ description:
     puts back the MTU and the IPv6 address generation mode it had (then cycles the link once so its link-local
     address comes back). The management interface is never in O(link_addresses).
   - Turns lingering off for each of O(linger_users) that did not linger then.
-  - Purges each of O(packages) that was absent then and is installed now, then the dependencies apt would now
-    autoremove that were absent then too (orphans the node had before stay).
+  - Purges each of O(packages) that was absent then and is installed now, then every package apt marked as
+    installed automatically that was absent then (what came with them), each purge only when apt's simulation of it
+    removes nothing else.
   - Last, removes the record itself when O(remove_record) is true and it is under a path removed above.
   - Without a record (sparkctl never changed the node, or a run failed before its first change) it still deletes
     O(nft_tables) and reports that nothing else is known to be sparkctl's.
@@ -89,7 +90,9 @@ options:
         type: path
         required: true
       manifest:
-        description: The JSON manifest listing its files (relative names); default C(.sparkctl-manifest.json) in it.
+        description:
+          - The JSON manifest listing its files (relative names); default C(.sparkctl-manifest.json) in it.
+          - The files the verification stamp C(.sparkctl-verified.json) in it lists are sparkctl's too (a worker has no manifest).
         type: path
   link_addresses:
     description: Interface -> the address the inventory gives it (spark_link), the cable only.
@@ -164,6 +167,7 @@ import shutil
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
+    STAMP_NAME,
     CheckpointError,
     load_manifest_file,
     normalize_manifest,
@@ -171,7 +175,6 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
 )
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
-    autoremove_candidates,
     dependencies_to_purge,
     installed_packages,
     link_restore,
@@ -179,6 +182,8 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
     packages_to_purge,
     parents_to_remove,
     paths_to_remove,
+    purge_is_contained,
+    simulated_purges,
     strip_text,
 )
 
@@ -276,12 +281,16 @@ class Teardown:
     def purge_dir(self, path, manifest_path):
         if not os.path.isdir(path):
             return
-        names = []
-        try:
-            names = list(normalize_manifest(load_manifest_file(manifest_path)))
-        except CheckpointError as exc:
-            if os.path.exists(manifest_path):
-                self.module.warn("%s: %s; only sparkctl's own bookkeeping files in %s go" % (manifest_path, exc, path))
+        # The head keeps the manifest; every node keeps the stamp of what it verified (a worker's
+        # only list of the files it received).
+        names = set()
+        for listing in (manifest_path, os.path.join(path, STAMP_NAME)):
+            if not os.path.exists(listing):
+                continue
+            try:
+                names |= set(normalize_manifest(load_manifest_file(listing)))
+            except CheckpointError as exc:
+                self.module.warn("%s: %s; the files it lists in %s stay" % (listing, exc, path))
         rel_files = []
         for top, _dirs, files in os.walk(path):
             rel_files += [os.path.relpath(os.path.join(top, f), path) for f in files]
@@ -394,23 +403,47 @@ class Teardown:
                 self.act("take %s out of group %s" % (user, group), ["gpasswd", "-d", user, group])
 
     def packages(self, requested, baseline_packages):
-        rc, out, err = self.module.run_command(["dpkg-query", "-W", "-f", "${Package}\\t${db:Status-Abbrev}\\n"])
-        if rc != 0:
-            self.module.fail_json(msg="dpkg-query failed: %s" % err.strip())
-        purge = packages_to_purge(requested, baseline_packages, installed_packages(out))
+        installed = self._installed()
+        purge = packages_to_purge(requested, baseline_packages, installed)
+        if not purge and not (installed - set(baseline_packages)):
+            return
+        auto = self._auto_marked()
+        # What a purge may take: sparkctl's packages and what apt installed automatically since the
+        # record; a package installed by hand since (someone else's) is never taken along.
+        allowed = set(purge) | set(dependencies_to_purge(installed, auto, baseline_packages))
         if purge:
-            self.act("purge %s" % " ".join(purge), ["apt-get", "purge", "-y", "-q"] + purge)
+            self._purge(purge, allowed, "purge %s" % " ".join(purge))
         if self.check:
             if purge:
-                self.actions.append("purge the dependencies apt would then autoremove that were absent before sparkctl")
+                self.actions.append("purge the packages apt installed with them that were absent before sparkctl")
             return
-        rc, out, err = self.module.run_command(["apt-get", "-s", "autoremove"], environ_update=APT_ENV)
-        if rc != 0:
-            self.module.fail_json(msg="apt-get -s autoremove failed: %s" % err.strip())
-        deps = dependencies_to_purge(autoremove_candidates(out), baseline_packages)
+        deps = dependencies_to_purge(self._installed(), self._auto_marked(), baseline_packages)
         if deps:
-            self.act("purge %s (dependencies of sparkctl's packages)" % " ".join(deps), ["apt-get", "purge", "-y", "-q"] + deps)
+            self._purge(deps, allowed | set(deps), "purge %s (installed with sparkctl's packages)" % " ".join(deps))
 
+    def _auto_marked(self):
+        rc, out, err = self.module.run_command(["apt-mark", "showauto"])
+        if rc != 0:
+            self.module.fail_json(msg="apt-mark showauto failed: %s" % err.strip(), actions=self.actions)
+        return set(out.split())
+
+    def _installed(self):
+        rc, out, err = self.module.run_command(["dpkg-query", "-W", "-f", "${Package}\\t${db:Status-Abbrev}\\n"])
+        if rc != 0:
+            self.module.fail_json(msg="dpkg-query failed: %s" % err.strip(), actions=self.actions)
+        return installed_packages(out)
+
+    def _purge(self, names, allowed, description):
+        rc, out, err = self.module.run_command(["apt-get", "-s", "purge"] + names, environ_update=APT_ENV)
+        if rc != 0:
+            self.module.fail_json(msg="apt-get -s purge %s failed: %s" % (" ".join(names), err.strip()), actions=self.actions)
+        would = simulated_purges(out)
+        if not purge_is_contained(would, allowed):
+            others = sorted(set(would) - set(allowed))
+            self.module.warn("not purging %s: %s, which the node had before sparkctl or got since, would go with them"
+                             % (" ".join(names), " ".join(others)))
+            return
+        self.act(description, ["apt-get", "purge", "-y", "-q"] + names)
 
 def group_members_of(name):
     try:
