@@ -43,10 +43,11 @@ def test_a_package_installed_by_hand_since_keeps_what_it_depends_on(tmp_path, no
     run_module(node_baseline.main, _args(tmp_path, backup_dir=str(tmp_path / "b")), capsys)
     node.packages |= {"nginx", "libnginx-mod", "nginx-addon"}
     node.auto = {"libnginx-mod"}
-    node.rdepends = {"nginx": ["nginx-addon"]}  # installed by hand since, depends on nginx
+    # nginx-addon, installed by hand since, depends on nginx, which depends on libnginx-mod.
+    node.rdepends = {"nginx": ["nginx-addon"], "libnginx-mod": ["nginx", "nginx-addon"]}
     rc, result = run_module(node_teardown.main, _args(tmp_path, packages=["nginx"]), capsys)
-    assert rc == 0 and "nginx" in node.packages and "nginx-addon" in node.packages
-    assert any("not purging nginx: nginx-addon" in str(w) for w in result["warnings"]), result["warnings"]
+    assert rc == 0 and {"nginx", "nginx-addon", "libnginx-mod"} <= node.packages
+    assert not any(a.startswith("purge nginx") for a in result["actions"]), result["actions"]
 
 
 def test_strip_takes_out_only_sparkctl_lines_added_since_the_record():
@@ -241,6 +242,19 @@ def test_purge_on_a_worker_reads_the_verification_stamp(tmp_path, node, capsys):
     (checkpoint / ".sparkctl-verified.json").write_text(json.dumps({"version": 1, "files": {"model.safetensors": {"size": 1}}}))
     rc, result = run_module(node_teardown.main, _args(tmp_path, keep=[str(checkpoint)], purge_dirs=[{"path": str(checkpoint)}]), capsys)
     assert rc == 0 and not (tmp_path / "srv").exists(), result
+
+
+def test_a_directory_a_package_leaves_goes_only_when_empty(tmp_path, node, capsys):
+    cni = tmp_path / "etc/cni/net.d"
+    args = _args(tmp_path, backup_dir=str(tmp_path / "b"), empty_dirs=[str(cni), str(cni.parent)])
+    run_module(node_baseline.main, args, capsys)
+    cni.mkdir(parents=True)
+    (cni / "10-mine.conflist").write_text("{}")
+    run_module(node_teardown.main, _args(tmp_path, remove_record=False), capsys)
+    assert (cni / "10-mine.conflist").exists()
+    (cni / "10-mine.conflist").unlink()
+    run_module(node_teardown.main, _args(tmp_path), capsys)
+    assert not (tmp_path / "etc/cni").exists() and (tmp_path / "etc").exists()
 
 
 def test_a_path_that_existed_before_sparkctl_is_never_removed(tmp_path, node, capsys):

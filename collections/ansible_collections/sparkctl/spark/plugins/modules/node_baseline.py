@@ -37,6 +37,13 @@ options:
     type: list
     elements: path
     default: []
+  empty_dirs:
+    description:
+      - Directories recorded with the parents of O(paths); a teardown removes one that did not exist only once it is empty
+        (those a package sparkctl installs makes when its service first starts).
+    type: list
+    elements: path
+    default: []
   files:
     description: Files sparkctl may replace or edit; each is recorded with a copy when it exists.
     type: list
@@ -145,6 +152,7 @@ def main():
             path=dict(type="path", default="/var/lib/sparkctl/baseline.json"),
             backup_dir=dict(type="path", default="/var/lib/sparkctl/baseline"),
             paths=dict(type="list", elements="path", default=[]),
+            empty_dirs=dict(type="list", elements="path", default=[]),
             files=dict(type="list", elements="path", default=[]),
             interfaces=dict(type="list", elements="str", default=[]),
             linger_users=dict(type="list", elements="str", default=[]),
@@ -177,6 +185,7 @@ def main():
         while parent not in ("", "/"):
             ancestors.add(parent)
             parent = os.path.dirname(parent)
+    ancestors |= set(p["empty_dirs"])
     parent_paths = {parent: os.path.lexists(parent) for parent in sorted(ancestors - set(recorded_paths))}
     files = {}
     for path in p["files"]:
