@@ -35,6 +35,8 @@ COMMAND_HELP = {
     "bench": "run the benchmarks",
     "fabric-test": "measure every cable half between the head and each worker against a minimum",
     "stop": "stop the engine services",
+    "teardown": "remove everything sparkctl put on the nodes (checkpoints stay unless --purge-checkpoints); "
+                "--check lists it",
     "status": "show what runs where (read-only, fast)",
     "logs": "show the services' recent logs (read-only, fast)",
     "api-key": "print the API key kept on the head (shown only on request, never logged)",
@@ -42,6 +44,8 @@ COMMAND_HELP = {
 
 # The variable playbooks/logs.yml reads for the number of lines (--node is a --limit).
 LOGS_LINES_VAR = "logs_lines"
+# The variable roles/teardown reads for --purge-checkpoints.
+PURGE_CHECKPOINTS_VAR = "teardown_purge_checkpoints"
 # Commands whose point is what their play prints: shown after the stage table.
 PRINTING_COMMANDS = ("status", "logs", "fabric-test")
 
@@ -83,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "logs":
             cmd.add_argument("-n", "--lines", type=_positive_int, default=50, help="lines per service (default 50)")
             cmd.add_argument("--node", help="only this node")
+        if name == "teardown":
+            cmd.add_argument("--purge-checkpoints", action="store_true",
+                             help="remove the checkpoint directories sparkctl created too")
     rep = sub.add_parser("report", help="print the last reports (preflight, verify, benchmark, fabric-test)",
                          description="Print the last reports the stages wrote: preflight, verify, benchmark and "
                                      "fabric-test (default: each one present).")
@@ -163,6 +170,8 @@ def run_options(args: argparse.Namespace, root: Path):
             if limit:
                 raise UsageError("logs: give --node or --limit, not both")
             limit = args.node
+    if args.command == "teardown" and args.purge_checkpoints:
+        extravars[PURGE_CHECKPOINTS_VAR] = True
     return RunOptions(inventory=resolve_inventory(args.inventory, root), extravars=extravars, extravar_files=files,
                       check=args.check, tags=args.tags, skip_tags=args.skip_tags, limit=with_control_node(limit),
                       verbosity=args.verbose)

@@ -19,6 +19,7 @@ COMMAND_STAGES = {
     "bench": "benchmark",
     "fabric-test": "fabric_test",
     "stop": "stop",
+    "teardown": "teardown",
     "status": "status",
     "logs": "logs",
     "api-key": "api_key",

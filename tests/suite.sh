@@ -191,10 +191,14 @@ TWIN_INVENTORY=$REPO/inventories/lab-twin/hosts.yml
 # runtime's scenario and the fault catalogue, the longest test file.
 TWIN_TESTS=(tests/integration/test_lab_faults.py tests/integration/test_lab_checkpoint.py
             tests/integration/test_lab_runtime_image.py)
+# The twin's nodes as they are before anything runs on them: the teardown stage compares them
+# with it at the end (tests/integration/test_lab_teardown.py).
+TWIN_FRESH_SNAPSHOT=$REPO/.lab/twin-fresh-snapshot.json
 twin_create() {
   python tests/lab/sparklab down
   python tests/lab/sparklab up
   python tests/lab/sparklab hub start
+  python tests/lab/node_snapshot.py -i "$TWIN_INVENTORY" "$TWIN_FRESH_SNAPSHOT"
 }
 # The twin converges with the collection as a user installs it (README.md, "Use the collection
 # without the checkout"): built from this checkout, installed into an empty directory outside
@@ -223,11 +227,14 @@ twin_converge() {
 }
 twin_stages() {
   export SPARKLAB_INVENTORY=$TWIN_INVENTORY SPARKCTL_REPORT_DIR=$REPO/.lab/twin-reports
+  export SPARKCTL_FRESH_SNAPSHOT=$TWIN_FRESH_SNAPSHOT
   chain_stage twin-create twin_create &&
     chain_stage twin-converge twin_converge &&
     chain_stage scenarios-prepared role_scenarios full "${PREPARED_ROLE_SCENARIOS[@]}" &&
     chain_stage twin-integration python -m pytest "${TWIN_TESTS[@]}" -q -p no:cacheprovider -m lab --durations=15 \
       --junitxml="$COUNTS_DIR/integration-twin.xml" &&
+    chain_stage twin-teardown python -m pytest tests/integration/test_lab_teardown.py \
+      -q -p no:cacheprovider -m teardown -s --junitxml="$COUNTS_DIR/teardown-twin.xml" &&
     if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then chain_stage twin-down python tests/lab/sparklab down; fi
 }
 TWIN_IGNORES=()

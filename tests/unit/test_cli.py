@@ -81,6 +81,17 @@ def test_logs_options_become_variables_and_a_limit(project):
         cli.run_options(parse("logs", "--node", "spark2", "-l", "spark1"), project)
 
 
+def test_teardown_runs_its_playbook_and_purges_checkpoints_only_when_asked(project):
+    REPO = Path(__file__).resolve().parents[2]
+    assert cli.plan("teardown", REPO).stages[0].playbook == REPO / "playbooks" / "teardown.yml"
+    options = cli.run_options(parse("teardown", "--check"), project)
+    assert (options.check, options.extravars) == (True, {})
+    options = cli.run_options(parse("teardown", "--purge-checkpoints"), project)
+    assert options.extravars == {"teardown_purge_checkpoints": True}
+    with pytest.raises(SystemExit):
+        parse("stop", "--purge-checkpoints")
+
+
 @pytest.mark.parametrize("values, extravars", [
     (["x=1"], {"x": "1"}),
     (["x=1 y='two words'"], {"x": "1", "y": "two words"}),
@@ -167,7 +178,8 @@ def test_redact_command_file(tmp_path):
 
 
 @pytest.mark.parametrize("command, playbook", [("serve", "serve"), ("verify", "verify"), ("bench", "benchmark"),
-                                               ("stop", "stop"), ("status", "status"), ("logs", "logs")])
+                                               ("stop", "stop"), ("status", "status"), ("logs", "logs"),
+                                               ("teardown", "teardown")])
 def test_a_project_without_a_commands_playbook_exits_2(project, command, playbook, capsys):
     assert cli.main([command]) == 2
     assert f"playbooks/{playbook}.yml is missing" in capsys.readouterr().err

@@ -1,0 +1,153 @@
+# Copyright (c) sparkctl developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What a node was before sparkctl's first change (its baseline), and what a teardown does
+with it: the pure decisions the node_baseline and node_teardown modules share.
+
+The baseline is one JSON document, written once, before the first stage that changes a node
+(roles/spark/tasks/baseline.yml): the installed packages, whether each path sparkctl may
+create existed, a copy of each file sparkctl may replace or edit, the cable interfaces'
+MTU and addresses, and whether the service user lingered. A teardown removes only what
+the baseline says was not there, and puts back what it says was.
+"""
+
+from __future__ import annotations
+
+import os
+
+BASELINE_VERSION = 1
+
+
+def installed_packages(dpkg_output):
+    """The names dpkg-query -W -f '${Package}\\t${db:Status-Abbrev}\\n' lists with files on the
+    node: any status but n (not installed) and c (config files only)."""
+    names = set()
+    for line in dpkg_output.splitlines():
+        name, _, status = line.partition("\t")
+        if name and len(status) >= 2 and status[1] not in "nc":
+            names.add(name.split(":")[0])
+    return names
+
+
+def simulated_purges(simulation_output):
+    """The packages `apt-get -s purge ...` would remove ('Purg NAME [VERSION]' lines)."""
+    names = []
+    for line in simulation_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] in ("Purg", "Remv"):
+            names.append(fields[1].split(":")[0])
+    return names
+
+
+def packages_to_purge(requested, baseline_packages, installed_now):
+    """The packages sparkctl asks for that were absent at the baseline and are installed
+    now, in the order given: only those are sparkctl's to remove."""
+    before = set(baseline_packages)
+    return [name for name in dict.fromkeys(requested) if name not in before and name in installed_now]
+
+
+def dependencies_to_purge(installed_now, auto_marked, baseline_packages):
+    """The packages apt installed automatically (dependencies, recommendations) that were absent
+    at the baseline: what came with sparkctl's packages. apt's own autoremove would keep one a
+    package of the node recommends, though the node did without it before sparkctl."""
+    before = set(baseline_packages)
+    return sorted(name for name in installed_now if name in auto_marked and name not in before)
+
+
+def purge_is_contained(would_remove, allowed):
+    """Whether a purge removes nothing but allowed: a package installed since the baseline that
+    depends on one of them (someone else's) would go with it, so the purge is not done then."""
+    return set(would_remove) <= set(allowed)
+
+
+def strip_text(current, original, hosts=(), markers=(), block_marker=None):
+    """current with what sparkctl added taken out, everything else kept in order:
+    the lines between '# BEGIN <block_marker>' and '# END <block_marker>' (a blockinfile block),
+    and each line absent from original that contains one of markers or whose first field
+    (comma-separated host names) names one of hosts. original is the file at the baseline
+    ('' when it did not exist)."""
+    kept_before = set(original.splitlines())
+    out = []
+    inside = False
+    for line in current.splitlines(keepends=True):
+        bare = line.rstrip("\n")
+        if block_marker and bare == "# BEGIN " + block_marker:
+            inside = True
+            continue
+        if block_marker and bare == "# END " + block_marker:
+            inside = False
+            continue
+        if inside:
+            continue
+        if bare not in kept_before:
+            if any(marker and marker in bare for marker in markers):
+                continue
+            fields = bare.split()
+            if fields and hosts and set(fields[0].split(",")) & set(hosts):
+                continue
+        out.append(line)
+    return "".join(out)
+
+
+def paths_to_remove(candidates, baseline_paths, keep=()):
+    """The paths among candidates to remove: those the baseline recorded as absent (sparkctl
+    created them), minus any that is, or holds, a path in keep; a path inside another one
+    removed is left out (the outer removal takes it). Paths the baseline does not know are
+    never removed. Returns (remove, kept): kept lists the created paths left for keep."""
+    created = [p.rstrip("/") or "/" for p in candidates if baseline_paths.get(p.rstrip("/") or "/") is False]
+    keep = [k.rstrip("/") for k in keep if k]
+
+    def holds(outer, inner):
+        return inner == outer or inner.startswith(outer + "/")
+
+    remove, kept = [], []
+    for path in sorted(set(created), key=lambda p: (p.count("/"), p)):
+        if any(holds(path, k) for k in keep):
+            kept.append(path)
+        elif not any(holds(r, path) for r in remove):
+            remove.append(path)
+    return remove, kept
+
+
+def parents_to_remove(parents, exists):
+    """The parent directories the record lists as absent then (a mkdir -p made them) that exist,
+    deepest first: each goes only once it is empty, after the removals deeper down; what someone
+    else put in one keeps it."""
+    created = [p for p, existed in parents.items() if existed is False and exists(p)]
+    return sorted(created, key=lambda p: (-p.count("/"), p))
+
+
+def listed_files_to_remove(rel_files, manifest_names, leftover=lambda rel, names: False):
+    """Of the files under a checkpoint directory (paths relative to it), the ones sparkctl put
+    there: those its manifest lists, their unfinished copies (leftover(rel, names)), its own
+    bookkeeping (.sparkctl-* at the top) and the hub client's download cache (.cache/huggingface/).
+    Anything else is someone else's and stays."""
+    names = set(manifest_names)
+    return sorted(rel for rel in rel_files
+                  if rel in names or leftover(rel, names) or ("/" not in rel and rel.startswith(".sparkctl-"))
+                  or rel.startswith(".cache/huggingface/"))
+
+
+def link_restore(baseline_links, live_links, inventory_addresses):
+    """What to undo on each cable interface: the addresses the inventory gives it that it
+    did not have at the baseline (other addresses stay), and the MTU back to the baseline's.
+    live_links and baseline_links map interface -> {'mtu': int, 'addresses': ['a.b.c.d/n']};
+    inventory_addresses maps interface -> the spark_link address. Returns a list of
+    {'interface', 'del_addresses', 'mtu' (None when unchanged)}."""
+    actions = []
+    for interface, address in inventory_addresses.items():
+        before = baseline_links.get(interface)
+        live = live_links.get(interface)
+        if before is None or live is None:
+            continue
+        delete = [address] if address in live.get("addresses", []) and address not in before.get("addresses", []) else []
+        mtu = before.get("mtu") if before.get("mtu") and before.get("mtu") != live.get("mtu") else None
+        if delete or mtu:
+            actions.append({"interface": interface, "del_addresses": delete, "mtu": mtu})
+    return actions
+
+
+def backup_path(backup_dir, path):
+    """Where the baseline keeps its copy of path: the same path under backup_dir."""
+    return os.path.join(backup_dir, path.lstrip("/"))

@@ -1,0 +1,224 @@
+#!/usr/bin/python
+# Copyright (c) sparkctl developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_baseline
+short_description: Record once what a node was before sparkctl's first change, for a later teardown
+version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.linux
+description:
+  - When O(path) does not exist, records in it the node as it is now, before sparkctl changes it
+    (C(playbooks/teardown.yml) reads it); the installed packages, whether each of O(paths) exists, a copy of
+    each of O(files) that exists (under O(backup_dir), with its mode and owner), the MTU, addresses and
+    IPv6 address generation mode of each of O(interfaces), and which of O(linger_users) linger.
+  - The parents of O(paths) are recorded apart; a teardown removes one that did not exist only once it is empty.
+  - When O(path) exists it is never rewritten (the first record is the node before sparkctl) and the module
+    reports no change.
+  - In check mode it reports the record it would write, and writes nothing.
+author:
+  - sparkctl developers (!UNKNOWN)
+options:
+  path:
+    description: The baseline file (JSON, mode 0600).
+    type: path
+    default: /var/lib/sparkctl/baseline.json
+  backup_dir:
+    description: Where the copies of O(files) go, each under its own path.
+    type: path
+    default: /var/lib/sparkctl/baseline
+  paths:
+    description: Paths whose existence is recorded (files, directories, links); a teardown removes only those recorded absent.
+    type: list
+    elements: path
+    default: []
+  empty_dirs:
+    description:
+      - Directories recorded with the parents of O(paths); a teardown removes one that did not exist only once it is empty
+        (those a package sparkctl installs makes when its service first starts).
+    type: list
+    elements: path
+    default: []
+  files:
+    description: Files sparkctl may replace or edit; each is recorded with a copy when it exists.
+    type: list
+    elements: path
+    default: []
+  interfaces:
+    description: Network interfaces whose MTU, addresses and IPv6 address generation mode are recorded (the direct cable's).
+    type: list
+    elements: str
+    default: []
+  linger_users:
+    description: Users whose linger state (C(/var/lib/systemd/linger/USER)) is recorded.
+    type: list
+    elements: str
+    default: []
+  groups:
+    description:
+      - Groups whose existence and members (from C(/etc/group)) are recorded.
+      - A package sparkctl installs may create one, a role may add the service user to it.
+    type: list
+    elements: str
+    default: []
+seealso:
+  - module: sparkctl.spark.node_teardown
+"""
+
+EXAMPLES = r"""
+- name: Record the node before sparkctl's first change
+  sparkctl.spark.node_baseline:
+    paths: [/etc/sparkctl, /opt/sparkctl]
+    files: [/etc/default/earlyoom]
+    interfaces: [enp1s0f1np1]
+    linger_users: [spark]
+    groups: [docker]
+  become: true
+"""
+
+RETURN = r"""
+baseline:
+  description: The record (the one on the node when it existed).
+  type: dict
+  returned: always
+  sample:
+    version: 1
+    packages: [bash]
+    paths: {/etc/sparkctl: false}
+    parents: {/srv/sparkctl: false}
+    files: {}
+    links: {}
+    linger: {spark: false}
+    groups: {docker: null}
+recorded:
+  description: Whether this run wrote the record (or would, in check mode).
+  type: bool
+  returned: always
+"""
+
+import grp
+import json
+import os
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes
+from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
+from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import BASELINE_VERSION, backup_path, installed_packages
+
+DPKG_FORMAT = "${Package}\\t${db:Status-Abbrev}\\n"
+
+
+def read_links(module, interfaces):
+    """interface -> {'mtu', 'addresses', 'addr_gen_mode'} for each interface that exists."""
+    links = {}
+    for interface in interfaces:
+        rc, out, _err = module.run_command(["ip", "-j", "addr", "show", "dev", interface])
+        if rc != 0:
+            continue
+        for entry in json.loads(out or "[]"):
+            links[interface] = {
+                "mtu": entry.get("mtu"),
+                "addresses": ["%s/%s" % (a["local"], a["prefixlen"]) for a in entry.get("addr_info", []) if "local" in a],
+                "addr_gen_mode": read_addr_gen_mode(interface),
+            }
+    return links
+
+
+def read_addr_gen_mode(interface):
+    try:
+        with open("/proc/sys/net/ipv6/conf/%s/addr_gen_mode" % interface) as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def group_members(name):
+    """The members of group name, or None when there is no such group."""
+    try:
+        return sorted(grp.getgrnam(name).gr_mem)
+    except KeyError:
+        return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", default="/var/lib/sparkctl/baseline.json"),
+            backup_dir=dict(type="path", default="/var/lib/sparkctl/baseline"),
+            paths=dict(type="list", elements="path", default=[]),
+            empty_dirs=dict(type="list", elements="path", default=[]),
+            files=dict(type="list", elements="path", default=[]),
+            interfaces=dict(type="list", elements="str", default=[]),
+            linger_users=dict(type="list", elements="str", default=[]),
+            groups=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if os.path.exists(p["path"]):
+        try:
+            with open(p["path"]) as handle:
+                baseline = json.load(handle)
+        except (OSError, ValueError) as exc:
+            module.fail_json(msg="%s is not a readable baseline (%s); sparkctl wrote it before its first change: "
+                             "restore it from a backup, or remove it only on a node sparkctl never changed." % (p["path"], exc))
+        module.exit_json(changed=False, recorded=False, baseline=baseline)
+
+    rc, out, err = module.run_command(["dpkg-query", "-W", "-f", DPKG_FORMAT])
+    if rc != 0:
+        module.fail_json(msg="dpkg-query failed: %s" % err.strip())
+    parents = {os.path.dirname(p["path"]), p["backup_dir"]}
+    parents |= {os.path.dirname(backup_path(p["backup_dir"], f)) for f in p["files"]}
+    # The record's own directories are created here: recorded first, so a teardown removes them.
+    recorded_paths = {path: os.path.lexists(path) for path in list(p["paths"]) + sorted(parents)}
+    # A directory sparkctl creates with its parents (mkdir -p) takes them along: each parent
+    # of O(paths) is recorded too.
+    ancestors = set()
+    for path in p["paths"]:
+        parent = os.path.dirname(path)
+        while parent not in ("", "/"):
+            ancestors.add(parent)
+            parent = os.path.dirname(parent)
+    ancestors |= set(p["empty_dirs"])
+    parent_paths = {parent: os.path.lexists(parent) for parent in sorted(ancestors - set(recorded_paths))}
+    files = {}
+    for path in p["files"]:
+        if os.path.lexists(path) and os.path.isfile(path):
+            info = os.stat(path)
+            files[path] = {"existed": True, "backup": backup_path(p["backup_dir"], path),
+                           "mode": "%04o" % (info.st_mode & 0o7777), "uid": info.st_uid, "gid": info.st_gid}
+        else:
+            files[path] = {"existed": os.path.lexists(path), "backup": None}
+    baseline = {
+        "version": BASELINE_VERSION,
+        "packages": sorted(installed_packages(out)),
+        "paths": recorded_paths,
+        "parents": parent_paths,
+        "files": files,
+        "links": read_links(module, p["interfaces"]),
+        "linger": {user: os.path.exists("/var/lib/systemd/linger/%s" % user) for user in p["linger_users"]},
+        "groups": {name: group_members(name) for name in p["groups"]},
+    }
+    if not module.check_mode:
+        try:
+            for directory in sorted(parents, key=len):
+                os.makedirs(directory, mode=0o700, exist_ok=True)
+            for path, entry in files.items():
+                if entry["backup"]:
+                    os.makedirs(os.path.dirname(entry["backup"]), mode=0o700, exist_ok=True)
+                    shutil.copy2(path, entry["backup"])
+                    os.chmod(entry["backup"], 0o600)
+            write_file_atomic(p["path"], to_bytes(json.dumps(baseline, indent=1, sort_keys=True) + "\n"), 0o600)
+        except OSError as exc:
+            module.fail_json(msg="could not write the baseline %s: %s" % (p["path"], exc))
+    module.exit_json(changed=True, recorded=True, baseline=baseline)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,547 @@
+#!/usr/bin/python
+# Copyright (c) sparkctl developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: node_teardown
+short_description: Take off a node what sparkctl put on it, as its baseline record says
+version_added: 0.1.0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - sparkctl.spark.attributes.linux
+attributes:
+  check_mode:
+    details:
+      - Lists every action it would take (removals, restores, packages, link changes) and changes nothing.
+  diff_mode:
+    support: full
+    details:
+      - The diff lists what is there now (before) and what the teardown leaves (after), one action per line.
+description:
+  - Reads the record M(sparkctl.spark.node_baseline) wrote before sparkctl's first change, and undoes, in this order,
+    only what it says sparkctl did.
+  - Removes the images sparkctl built (those with the label O(docker_image_label)) when docker is there; deletes
+    the nftables tables O(nft_tables) (sparkctl's own table holds only its rules, so deleting it never cuts the
+    management path; other tables are not touched).
+  - Files the record holds; one that existed is put back from its copy (content, mode, owner) unless it is one of
+    O(strip), whose sparkctl lines are taken out instead and the rest kept; one that did not is removed (a stripped
+    file only once nothing else is left in it).
+  - Removes every path the record lists as absent then and present now, except O(keep) and the directories that hold
+    them. When a path under C(/etc/netplan) changed, runs C(netplan generate) and C(networkctl reload) so that
+    networkd lets the cable go (never C(netplan apply)).
+  - On each interface of O(link_addresses); deletes the inventory's address when the interface did not have it,
+    puts back the MTU and the IPv6 address generation mode it had (then cycles the link once so its link-local
+    address comes back). The management interface is never in O(link_addresses).
+  - Turns lingering off for each of O(linger_users) that did not linger then.
+  - Purges each of O(packages) that was absent then and is installed now, then every package apt marked as
+    installed automatically that was absent then (what came with them), each purge only when apt's simulation of it
+    removes nothing else.
+  - Last, removes the record itself when O(remove_record) is true and it is under a path removed above.
+  - Without a record (sparkctl never changed the node, or a run failed before its first change) it still deletes
+    O(nft_tables) and reports that nothing else is known to be sparkctl's.
+author:
+  - sparkctl developers (!UNKNOWN)
+options:
+  path:
+    description: The record M(sparkctl.spark.node_baseline) wrote.
+    type: path
+    default: /var/lib/sparkctl/baseline.json
+  keep:
+    description: Paths left in place with everything under them (the checkpoints unless they are purged).
+    type: list
+    elements: path
+    default: []
+  strip:
+    description: Files sparkctl edits rather than owns; what it added is taken out line by line.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The file.
+        type: path
+        required: true
+      hosts:
+        description: A line not in the recorded copy whose first field names one of these hosts is sparkctl's (known_hosts pins).
+        type: list
+        elements: str
+        default: []
+      markers:
+        description: A line not in the recorded copy that contains one of these strings is sparkctl's (authorized keys' comment).
+        type: list
+        elements: str
+        default: []
+      block_marker:
+        description: The text after C(# BEGIN ) and C(# END ) around a block sparkctl inserted (blockinfile).
+        type: str
+  purge_dirs:
+    description:
+      - Directories sparkctl created (the record says they were absent) whose own files go, and only those (the checkpoints,
+        with O(teardown_purge_checkpoints) in roles/teardown); whatever else is in them stays, and keeps them.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The directory.
+        type: path
+        required: true
+      manifest:
+        description:
+          - The JSON manifest listing its files (relative names); default C(.sparkctl-manifest.json) in it.
+          - The files the verification stamp C(.sparkctl-verified.json) in it lists are sparkctl's too (a worker has no manifest).
+        type: path
+  link_addresses:
+    description: Interface -> the address the inventory gives it (spark_link), the cable only.
+    type: dict
+    default: {}
+  linger_users:
+    description: Users whose lingering sparkctl may have turned on.
+    type: list
+    elements: str
+    default: []
+  group_members:
+    description:
+      - Group -> the user a role adds to it. After the packages, the user leaves the group when the record says it was not
+        a member; the group itself goes when the record says it did not exist (a package sparkctl installed made it).
+    type: dict
+    default: {}
+  packages:
+    description: The packages sparkctl's roles install; only those absent in the record are purged.
+    type: list
+    elements: str
+    default: []
+  nft_tables:
+    description: sparkctl's nftables tables, as C(FAMILY NAME).
+    type: list
+    elements: str
+    default: []
+  docker_image_label:
+    description: The label every image sparkctl builds carries.
+    type: str
+  remove_record:
+    description: Remove the record once the rest is done (a second teardown then finds nothing to do).
+    type: bool
+    default: true
+seealso:
+  - module: sparkctl.spark.node_baseline
+"""
+
+EXAMPLES = r"""
+- name: Take sparkctl off the node
+  sparkctl.spark.node_teardown:
+    keep: [/srv/sparkctl/models/solar]
+    link_addresses: {enp1s0f1np1: 192.168.100.10/24}
+    linger_users: [spark]
+    packages: [nftables, earlyoom]
+    nft_tables: [inet sparkctl]
+  become: true
+"""
+
+RETURN = r"""
+actions:
+  description: What was done (or would be, in check mode), in order.
+  type: list
+  elements: str
+  returned: always
+  sample: ["delete nft table inet sparkctl", "remove /etc/sparkctl", "purge nginx"]
+kept:
+  description: Paths sparkctl created that stay because they hold O(keep).
+  type: list
+  elements: str
+  returned: always
+recorded:
+  description: Whether the node had a record.
+  type: bool
+  returned: always
+"""
+
+import grp
+import json
+import os
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
+    STAMP_NAME,
+    CheckpointError,
+    load_manifest_file,
+    normalize_manifest,
+    owned_leftover,
+)
+from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
+from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
+    dependencies_to_purge,
+    installed_packages,
+    link_restore,
+    listed_files_to_remove,
+    packages_to_purge,
+    parents_to_remove,
+    paths_to_remove,
+    purge_is_contained,
+    simulated_purges,
+    strip_text,
+)
+
+APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
+ADDR_GEN_MODES = {0: "eui64", 1: "none", 2: "stable_secret", 3: "random"}
+
+
+class Teardown:
+    def __init__(self, module):
+        self.module = module
+        self.check = module.check_mode
+        self.actions = []
+
+    def act(self, description, argv=None, fn=None, ignore_rc=False):
+        self.actions.append(description)
+        if self.check:
+            return
+        if argv:
+            rc, _out, err = self.module.run_command(argv, environ_update=APT_ENV)
+            if rc != 0 and not ignore_rc:
+                self.module.fail_json(msg="%s: %s failed: %s" % (description, " ".join(argv), err.strip()), actions=self.actions)
+        if fn:
+            try:
+                fn()
+            except OSError as exc:
+                self.module.fail_json(msg="%s: %s" % (description, exc), actions=self.actions)
+
+    def docker_images(self, label):
+        docker = self.module.get_bin_path("docker")
+        if not label or not docker:
+            return
+        rc, out, _err = self.module.run_command([docker, "image", "ls", "-q", "--no-trunc", "--filter", "label=" + label])
+        if rc != 0:
+            return
+        for image in dict.fromkeys(out.split()):
+            self.act("remove image %s (label %s)" % (image, label), [docker, "image", "rm", "-f", image])
+
+    def nft_tables(self, tables):
+        nft = self.module.get_bin_path("nft")
+        if not nft:
+            return
+        for table in tables:
+            family_name = table.split()
+            rc, _out, _err = self.module.run_command([nft, "list", "table"] + family_name)
+            if rc == 0:
+                self.act("delete nft table %s" % table, [nft, "delete", "table"] + family_name)
+
+    def files(self, recorded, strip):
+        strip = {entry["path"]: entry for entry in strip}
+        touched = []
+        for path, entry in sorted(recorded.items()):
+            content, mode, owner = read_file_state(path) if os.path.isfile(path) else (None, None, None)
+            exists = os.path.lexists(path)
+            original = b""
+            if entry.get("backup"):
+                original, _m, _o = read_file_state(entry["backup"])
+                if original is None:
+                    self.module.fail_json(msg="the copy %s of %s the baseline recorded is missing: restore it from a backup "
+                                          "of /var/lib/sparkctl, or put %s back yourself." % (entry["backup"], path, path))
+            if path in strip and content is not None:
+                s = strip[path]
+                new = to_bytes(strip_text(to_text(content), to_text(original), s.get("hosts") or (), s.get("markers") or (),
+                                          s.get("block_marker")))
+                if not entry.get("existed") and not new.strip():
+                    self.act("remove %s (sparkctl's lines were all it held)" % path, fn=lambda p=path: os.unlink(p))
+                    touched.append(path)
+                elif new != content:
+                    self.act("take sparkctl's lines out of %s" % path, fn=lambda p=path, n=new, m=mode, o=owner: rewrite(p, n, m, o))
+                    touched.append(path)
+            elif entry.get("existed") and entry.get("backup"):
+                want_mode, want_owner = int(entry["mode"], 8), (entry["uid"], entry["gid"])
+                if content != original or mode != want_mode or owner != want_owner:
+                    self.act("restore %s from %s" % (path, entry["backup"]),
+                             fn=lambda p=path, e=entry, o=original, m=want_mode: self._restore(p, e, o, m))
+                    touched.append(path)
+            elif not entry.get("existed") and exists and path not in strip:
+                self.act("remove %s" % path, fn=lambda p=path: remove_path(p))
+                touched.append(path)
+        return touched
+
+    @staticmethod
+    def _restore(path, entry, original, mode):
+        if os.path.islink(path) or os.path.isdir(path):
+            remove_path(path)
+        write_file_atomic(path, original, mode)
+        os.chown(path, entry["uid"], entry["gid"])
+
+    def paths(self, recorded, keep, skip):
+        remove, kept = paths_to_remove(list(recorded), recorded, keep)
+        for path in remove:
+            if os.path.lexists(path) and path not in skip:
+                self.act("remove %s" % path, fn=lambda p=path: remove_path(p))
+        return [p for p in kept if os.path.lexists(p)], [p for p in remove if os.path.lexists(p) or self.check]
+
+    def purge_dir(self, path, manifest_path):
+        if not os.path.isdir(path):
+            return
+        # The head keeps the manifest; every node keeps the stamp of what it verified (a worker's
+        # only list of the files it received).
+        names = set()
+        for listing in (manifest_path, os.path.join(path, STAMP_NAME)):
+            if not os.path.exists(listing):
+                continue
+            try:
+                names |= set(normalize_manifest(load_manifest_file(listing)))
+            except CheckpointError as exc:
+                self.module.warn("%s: %s; the files it lists in %s stay" % (listing, exc, path))
+        rel_files = []
+        for top, _dirs, files in os.walk(path):
+            rel_files += [os.path.relpath(os.path.join(top, f), path) for f in files]
+        remove = listed_files_to_remove(rel_files, names, owned_leftover)
+        left = sorted(set(rel_files) - set(remove))
+        if remove:
+            self.act("remove %d files sparkctl put in %s%s" % (len(remove), path, "" if left else ", and the directory"),
+                     fn=lambda: self._remove_files(path, remove))
+        if left:
+            self.actions.append("keep %s: %d files sparkctl did not put there (%s)" % (path, len(left), ", ".join(left[:5])))
+        elif not remove:
+            self.act("remove %s (empty)" % path, fn=lambda: self._prune(path))
+
+    def _remove_files(self, path, rel_files):
+        for rel in rel_files:
+            os.unlink(os.path.join(path, rel))
+        self._prune(path)
+
+    @staticmethod
+    def _prune(path):
+        """Remove the directories under path, and path, that are left empty."""
+        for top, _dirs, _files in os.walk(path, topdown=False):
+            if not os.listdir(top):
+                os.rmdir(top)
+
+    def parents(self, recorded, keep):
+        def empty(directory):
+            try:
+                return os.path.isdir(directory) and not os.path.islink(directory) and not os.listdir(directory)
+            except OSError:
+                return False
+
+        for directory in parents_to_remove(recorded, os.path.lexists):
+            if self.check:
+                if not any(k == directory or k.startswith(directory + "/") for k in keep if os.path.lexists(k)):
+                    self.actions.append("remove %s once empty" % directory)
+            elif empty(directory):
+                self.act("remove %s (empty, made for sparkctl's paths)" % directory, fn=lambda d=directory: os.rmdir(d))
+
+    def netplan(self):
+        netplan, networkctl = self.module.get_bin_path("netplan"), self.module.get_bin_path("networkctl")
+        if netplan:
+            self.act("netplan generate (the cable's file is gone)", [netplan, "generate"])
+        if networkctl:
+            self.act("networkctl reload", [networkctl, "reload"], ignore_rc=True)
+
+    def links(self, baseline_links, link_addresses):
+        live = {}
+        for interface in link_addresses:
+            rc, out, _err = self.module.run_command(["ip", "-j", "addr", "show", "dev", interface])
+            if rc == 0:
+                for entry in json.loads(out or "[]"):
+                    live[interface] = {"mtu": entry.get("mtu"),
+                                       "addresses": ["%s/%s" % (a["local"], a["prefixlen"]) for a in entry.get("addr_info", [])
+                                                     if "local" in a]}
+        for action in link_restore(baseline_links, live, link_addresses):
+            interface = action["interface"]
+            for address in action["del_addresses"]:
+                self.act("%s: delete %s" % (interface, address), fn=lambda i=interface, a=address: self._delete_address(i, a))
+            if action["mtu"]:
+                self.act("%s: mtu %s" % (interface, action["mtu"]), ["ip", "link", "set", "dev", interface, "mtu", str(action["mtu"])])
+        for interface, before in sorted(baseline_links.items()):
+            if interface not in link_addresses:
+                continue
+            mode = before.get("addr_gen_mode")
+            now = read_addr_gen_mode(interface)
+            if mode is not None and now is not None and mode != now and mode in ADDR_GEN_MODES:
+                self.act("%s: IPv6 addrgenmode %s" % (interface, ADDR_GEN_MODES[mode]),
+                         ["ip", "link", "set", "dev", interface, "addrgenmode", ADDR_GEN_MODES[mode]])
+            lost_link_local = [a for a in before.get("addresses", []) if a.startswith("fe80:")
+                               and a not in live.get(interface, {}).get("addresses", [])]
+            if lost_link_local:
+                self.act("%s: cycle the link for its link-local address %s" % (interface, ", ".join(lost_link_local)),
+                         fn=lambda i=interface: self._cycle(i))
+
+    def _delete_address(self, interface, address):
+        # networkd may drop the address itself once the reload lets the interface go: gone is done.
+        rc, _out, err = self.module.run_command(["ip", "addr", "del", address, "dev", interface])
+        if rc != 0 and address in self._addresses(interface):
+            raise OSError("ip addr del %s dev %s: %s" % (address, interface, err.strip()))
+
+    def _addresses(self, interface):
+        rc, out, _err = self.module.run_command(["ip", "-j", "addr", "show", "dev", interface])
+        if rc != 0:
+            return []
+        return ["%s/%s" % (a["local"], a["prefixlen"]) for entry in json.loads(out or "[]") for a in entry.get("addr_info", [])
+                if "local" in a]
+
+    def _cycle(self, interface):
+        for state in ("down", "up"):
+            rc, _out, err = self.module.run_command(["ip", "link", "set", "dev", interface, state])
+            if rc != 0:
+                raise OSError("ip link set %s %s: %s" % (interface, state, err.strip()))
+
+    def linger(self, recorded, users):
+        for user in users:
+            if recorded.get(user) is False and os.path.exists("/var/lib/systemd/linger/%s" % user):
+                self.act("disable linger for %s" % user, ["loginctl", "disable-linger", user])
+
+    def groups(self, recorded, group_members):
+        for group, user in sorted(group_members.items()):
+            if group not in recorded:
+                continue
+            group_members_now = group_members_of(group)
+            if group_members_now is None:
+                continue
+            if recorded[group] is None:
+                self.act("delete group %s (absent before sparkctl)" % group, ["groupdel", group])
+            elif user in group_members_now and user not in recorded[group]:
+                self.act("take %s out of group %s" % (user, group), ["gpasswd", "-d", user, group])
+
+    def packages(self, requested, baseline_packages):
+        installed = self._installed()
+        purge = packages_to_purge(requested, baseline_packages, installed)
+        if not purge and not (installed - set(baseline_packages)):
+            return
+        auto = self._auto_marked()
+        # What a purge may take: sparkctl's packages and what apt installed automatically since the
+        # record; a package installed by hand since (someone else's) is never taken along.
+        allowed = set(purge) | set(dependencies_to_purge(installed, auto, baseline_packages))
+        if purge:
+            self._purge(purge, allowed, "purge %s" % " ".join(purge))
+        if self.check:
+            if purge:
+                self.actions.append("purge the packages apt installed with them that were absent before sparkctl")
+            return
+        deps = dependencies_to_purge(self._installed(), self._auto_marked(), baseline_packages)
+        if deps:
+            self._purge(deps, allowed | set(deps), "purge %s (installed with sparkctl's packages)" % " ".join(deps))
+
+    def _auto_marked(self):
+        rc, out, err = self.module.run_command(["apt-mark", "showauto"])
+        if rc != 0:
+            self.module.fail_json(msg="apt-mark showauto failed: %s" % err.strip(), actions=self.actions)
+        return set(out.split())
+
+    def _installed(self):
+        rc, out, err = self.module.run_command(["dpkg-query", "-W", "-f", "${Package}\\t${db:Status-Abbrev}\\n"])
+        if rc != 0:
+            self.module.fail_json(msg="dpkg-query failed: %s" % err.strip(), actions=self.actions)
+        return installed_packages(out)
+
+    def _purge(self, names, allowed, description):
+        rc, out, err = self.module.run_command(["apt-get", "-s", "purge"] + names, environ_update=APT_ENV)
+        if rc != 0:
+            self.module.fail_json(msg="apt-get -s purge %s failed: %s" % (" ".join(names), err.strip()), actions=self.actions)
+        would = simulated_purges(out)
+        if not purge_is_contained(would, allowed):
+            others = sorted(set(would) - set(allowed))
+            self.module.warn("not purging %s: %s, which the node had before sparkctl or got since, would go with them"
+                             % (" ".join(names), " ".join(others)))
+            return
+        self.act(description, ["apt-get", "purge", "-y", "-q"] + names)
+
+def group_members_of(name):
+    try:
+        return grp.getgrnam(name).gr_mem
+    except KeyError:
+        return None
+
+
+def read_addr_gen_mode(interface):
+    try:
+        with open("/proc/sys/net/ipv6/conf/%s/addr_gen_mode" % interface) as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def rewrite(path, content, mode, owner):
+    """path with content, keeping its mode and owner (the service user's SSH files stay its own)."""
+    write_file_atomic(path, content, mode)
+    os.chown(path, *owner)
+
+
+def remove_path(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def diff(module, actions):
+    """With --diff, the actions as the lines of what goes (before) and nothing in their place (after)."""
+    if not module._diff or not actions:
+        return {}
+    return {"diff": {"before": "".join(a + "\n" for a in actions), "after": "", "before_header": "sparkctl on this node",
+                     "after_header": "after the teardown"}}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", default="/var/lib/sparkctl/baseline.json"),
+            keep=dict(type="list", elements="path", default=[]),
+            strip=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True),
+                hosts=dict(type="list", elements="str", default=[]),
+                markers=dict(type="list", elements="str", default=[]),
+                block_marker=dict(type="str"),
+            )),
+            purge_dirs=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True),
+                manifest=dict(type="path"),
+            )),
+            link_addresses=dict(type="dict", default={}),
+            linger_users=dict(type="list", elements="str", default=[]),
+            packages=dict(type="list", elements="str", default=[]),
+            group_members=dict(type="dict", default={}),
+            nft_tables=dict(type="list", elements="str", default=[]),
+            docker_image_label=dict(type="str"),
+            remove_record=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    t = Teardown(module)
+    t.docker_images(p["docker_image_label"])
+    t.nft_tables(p["nft_tables"])
+    if not os.path.exists(p["path"]):
+        module.exit_json(changed=bool(t.actions), actions=t.actions, kept=[], recorded=False, **diff(module, t.actions))
+    try:
+        with open(p["path"]) as handle:
+            baseline = json.load(handle)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg="%s is not a readable baseline (%s): nothing was removed from the record's list." % (p["path"], exc))
+    recorded_paths = baseline.get("paths", {})
+    touched = t.files(baseline.get("files", {}), p["strip"])
+    # The record and its copies go last: a teardown that fails half-way can run again.
+    record_dirs = [d for d in recorded_paths if recorded_paths[d] is False
+                   and (p["path"] == d or p["path"].startswith(d.rstrip("/") + "/"))]
+    skip = set(record_dirs) if p["remove_record"] else set(recorded_paths)
+    kept, removed = t.paths(recorded_paths, p["keep"], skip)
+    for entry in p["purge_dirs"]:
+        if recorded_paths.get(entry["path"].rstrip("/")) is False:
+            t.purge_dir(entry["path"].rstrip("/"), entry.get("manifest") or os.path.join(entry["path"], ".sparkctl-manifest.json"))
+    purged = [e["path"].rstrip("/") for e in p["purge_dirs"]]
+    t.parents(baseline.get("parents", {}), [k.rstrip("/") for k in p["keep"] if k.rstrip("/") not in purged])
+    if any(path.startswith("/etc/netplan/") for path in touched + removed):
+        t.netplan()
+    t.links(baseline.get("links", {}), p["link_addresses"])
+    t.linger(baseline.get("linger", {}), p["linger_users"])
+    t.packages(p["packages"], baseline.get("packages", []))
+    t.groups(baseline.get("groups", {}), p["group_members"])
+    if p["remove_record"]:
+        outermost = sorted(record_dirs, key=len)[:1]
+        for path in outermost or [p["path"]]:
+            if os.path.lexists(path):
+                t.act("remove %s (the baseline record)" % path, fn=lambda q=path: remove_path(q))
+    module.exit_json(changed=bool(t.actions), actions=t.actions, kept=kept, recorded=True, **diff(module, t.actions))
+
+
+if __name__ == "__main__":
+    main()

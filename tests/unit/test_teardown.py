@@ -1,0 +1,311 @@
+"""The teardown's record and its undoing (modules node_baseline and node_teardown,
+module_utils/teardown.py), and roles/teardown's lists kept in step with the roles that create
+what they name."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.module_utils import basic
+from ansible_collections.sparkctl.spark.plugins.module_utils import teardown as td
+from ansible_collections.sparkctl.spark.plugins.modules import node_baseline, node_teardown
+from module_runner import run_module
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = REPO / "roles"
+
+
+# --- decisions ------------------------------------------------------------------------
+
+
+def test_installed_packages_are_the_ones_dpkg_says_are_installed():
+    out = "bash\tii \nnginx\trc \nlibfoo:arm64\tii \nhalf\tiF \n"
+    assert td.installed_packages(out) == {"bash", "libfoo", "half"}
+
+
+def test_only_requested_packages_absent_before_and_installed_now_are_purged():
+    assert td.packages_to_purge(["nftables", "earlyoom", "nginx", "nginx"], ["nftables"], {"nftables", "nginx"}) == ["nginx"]
+
+
+def test_dependencies_are_the_automatically_installed_packages_absent_before():
+    assert td.simulated_purges("NOTE: simulation\nPurg libnginx-mod [1.0]\nRemv oldorphan [2]\nInst x\n") == ["libnginx-mod", "oldorphan"]
+    installed = {"libnginx-mod", "oldorphan", "bash", "mytool"}
+    assert td.dependencies_to_purge(installed, {"libnginx-mod", "oldorphan"}, ["oldorphan", "bash"]) == ["libnginx-mod"]
+    assert td.purge_is_contained(["nginx", "libnginx-mod"], {"nginx", "libnginx-mod"})
+    assert not td.purge_is_contained(["nginx", "mytool"], {"nginx", "libnginx-mod"})
+
+
+def test_a_package_installed_by_hand_since_keeps_what_it_depends_on(tmp_path, node, capsys):
+    run_module(node_baseline.main, _args(tmp_path, backup_dir=str(tmp_path / "b")), capsys)
+    node.packages |= {"nginx", "libnginx-mod", "nginx-addon"}
+    node.auto = {"libnginx-mod"}
+    # nginx-addon, installed by hand since, depends on nginx, which depends on libnginx-mod.
+    node.rdepends = {"nginx": ["nginx-addon"], "libnginx-mod": ["nginx", "nginx-addon"]}
+    rc, result = run_module(node_teardown.main, _args(tmp_path, packages=["nginx"]), capsys)
+    assert rc == 0 and {"nginx", "nginx-addon", "libnginx-mod"} <= node.packages
+    assert not any(a.startswith("purge nginx") for a in result["actions"]), result["actions"]
+
+
+def test_strip_takes_out_only_sparkctl_lines_added_since_the_record():
+    original = "ssh-ed25519 AAAA user@laptop\n"
+    current = original + 'restrict,from="192.168.100.10" ssh-ed25519 BBBB sparkctl-mesh@spark1\nssh-rsa CCCC later@desk\n'
+    assert td.strip_text(current, original, markers=["sparkctl-mesh@"]) == original + "ssh-rsa CCCC later@desk\n"
+    # A line that was there before sparkctl stays even if it carries the marker.
+    assert td.strip_text(original, original, markers=["user@laptop"]) == original
+
+
+def test_strip_known_hosts_by_host_field_not_substring():
+    current = "192.168.100.11 ssh-ed25519 K1\n192.168.100.1 ssh-ed25519 K2\ngithub.com,1.2.3.4 ssh-ed25519 K3\n"
+    assert td.strip_text(current, "", hosts=["192.168.100.11", "1.2.3.4"]) == "192.168.100.1 ssh-ed25519 K2\n"
+
+
+def test_strip_removes_a_blockinfile_block():
+    marker = "sparkctl ssh_mesh: peers"
+    current = f"# BEGIN {marker}\nHost 192.168.100.11\n  IdentityFile x\n# END {marker}\nHost mine\n"
+    assert td.strip_text(current, "Host mine\n", block_marker=marker) == "Host mine\n"
+
+
+def test_paths_removed_are_those_recorded_absent_outermost_first_and_keep_wins():
+    recorded = {"/srv/sparkctl": False, "/srv/sparkctl/models/x": False, "/etc/sparkctl": False,
+                "/etc/sparkctl/fabric.env": False, "/home/spark/.ssh": True, "/unrecorded": None}
+    remove, kept = td.paths_to_remove(list(recorded) + ["/not/in/record"], recorded, keep=["/srv/sparkctl/models/x"])
+    assert remove == ["/etc/sparkctl"]
+    assert kept == ["/srv/sparkctl", "/srv/sparkctl/models/x"]
+    remove, kept = td.paths_to_remove(list(recorded), recorded)
+    assert (remove, kept) == (["/etc/sparkctl", "/srv/sparkctl"], [])
+
+
+def test_link_restore_removes_only_the_inventory_address_it_added_and_puts_the_mtu_back():
+    before = {"eth1": {"mtu": 1500, "addresses": ["fe80::1/64"]}, "eth2": {"mtu": 9000, "addresses": ["10.0.0.1/24"]}}
+    live = {"eth1": {"mtu": 9000, "addresses": ["192.168.100.10/24", "10.9.9.9/8"]},
+            "eth2": {"mtu": 9000, "addresses": ["10.0.0.1/24"]}}
+    actions = td.link_restore(before, live, {"eth1": "192.168.100.10/24", "eth2": "10.0.0.1/24", "mgmt0": "1.1.1.1/24"})
+    assert actions == [{"interface": "eth1", "del_addresses": ["192.168.100.10/24"], "mtu": 1500}]
+
+
+# --- the modules on a scratch file tree ---------------------------------------------------------
+
+
+class FakeNode:
+    """dpkg, ip, apt and the commands the modules run, as a node in a dict; the file tree is real (tmp_path)."""
+
+    def __init__(self):
+        self.packages = {"bash"}
+        self.auto = set()
+        self.rdepends = {}
+        self.links = {"eth1": {"mtu": 1500, "addresses": []}}
+        self.commands = []
+
+    def run_command(self, module, argv, **_kwargs):
+        argv = [str(a) for a in argv]
+        name = os.path.basename(argv[0])
+        if name == "dpkg-query":
+            return 0, "".join(f"{p}\tii \n" for p in sorted(self.packages)), ""
+        if argv[:3] == ["ip", "-j", "addr"]:
+            link = self.links.get(argv[-1])
+            if link is None:
+                return 1, "", "no such device"
+            info = [{"local": a.split("/")[0], "prefixlen": int(a.split("/")[1])} for a in link["addresses"]]
+            return 0, json.dumps([{"ifname": argv[-1], "mtu": link["mtu"], "addr_info": info}]), ""
+        if argv[:2] == ["apt-mark", "showauto"]:
+            return 0, "".join(f"{p}\n" for p in sorted(self.auto)), ""
+        if argv[:3] == ["apt-get", "-s", "purge"]:
+            return 0, "".join(f"Purg {p} [1]\n" for p in argv[3:] + self.rdepends.get(argv[3], [])), ""
+        self.commands.append(argv)
+        if argv[:2] == ["apt-get", "purge"]:
+            self.packages -= set(argv[4:])
+        elif argv[:3] == ["ip", "addr", "del"]:
+            self.links[argv[-1]]["addresses"].remove(argv[3])
+        elif argv[:4] == ["ip", "link", "set", "dev"] and argv[5] == "mtu":
+            self.links[argv[4]]["mtu"] = int(argv[6])
+        return 0, "", ""
+
+
+@pytest.fixture
+def node(monkeypatch):
+    fake = FakeNode()
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, argv, **kw: fake.run_command(self, argv, **kw))
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **kw: None)
+    return fake
+
+
+def _args(tmp_path, **extra):
+    return dict(path=str(tmp_path / "var/lib/sparkctl/baseline.json"), **extra)
+
+
+def fake_owner(info):
+    """A stat result owned by uid 4242, gid 4243: a file of the service user, not of whoever runs the test."""
+    values = list(info)
+    values[4:6] = [4242, 4243]
+    return os.stat_result(values)
+
+
+def test_record_then_teardown_gives_the_node_back(tmp_path, node, capsys, monkeypatch):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "earlyoom").write_text("EARLYOOM_ARGS=-m 5\n")
+    home_ssh = tmp_path / "home/spark/.ssh"
+    home_ssh.mkdir(parents=True)
+    (home_ssh / "authorized_keys").write_text("ssh-ed25519 AAAA me@laptop\n")
+    owned, checkpoint = tmp_path / "etc/sparkctl", tmp_path / "srv/sparkctl/models/x"
+    record = _args(tmp_path, backup_dir=str(tmp_path / "var/lib/sparkctl/baseline"),
+                   paths=[str(owned), str(checkpoint), str(tmp_path / "etc/netplan/40-cx7.yaml")],
+                   files=[str(etc / "earlyoom"), str(home_ssh / "authorized_keys"), str(tmp_path / "etc/netplan/40-cx7.yaml")],
+                   interfaces=["eth1"])
+    rc, result = run_module(node_baseline.main, record, capsys)
+    assert rc == 0 and result["changed"] and result["baseline"]["parents"][str(tmp_path / "srv/sparkctl")] is False
+    # A second record keeps the first: it is the node before sparkctl.
+    (etc / "earlyoom").write_text("EARLYOOM_ARGS=-m 1 --prefer engine\n")
+    rc, result = run_module(node_baseline.main, record, capsys)
+    assert (rc, result["changed"]) == (0, False)
+
+    # What a converge does.
+    owned.mkdir()
+    (owned / "fabric.env").write_text("NCCL_IB_GID_INDEX=3\n")
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_text("weights")
+    (home_ssh / "authorized_keys").write_text("ssh-ed25519 AAAA me@laptop\nssh-ed25519 BBBB sparkctl-mesh@spark1\n")
+    (tmp_path / "etc/netplan").mkdir()
+    (tmp_path / "etc/netplan/40-cx7.yaml").write_text("network: {}\n")
+    node.packages |= {"nftables", "earlyoom", "libearly"}
+    node.auto = {"libearly"}
+    node.links["eth1"] = {"mtu": 9000, "addresses": ["192.168.100.10/24"]}
+    strip = [{"path": str(home_ssh / "authorized_keys"), "markers": ["sparkctl-mesh@"]}]
+    teardown = _args(tmp_path, keep=[str(checkpoint)], strip=strip, packages=["nftables", "earlyoom", "bash"],
+                     link_addresses={"eth1": "192.168.100.10/24"}, _ansible_check_mode=True, _ansible_diff=True)
+
+    rc, result = run_module(node_teardown.main, teardown, capsys)
+    assert rc == 0 and result["changed"] and "purge nftables earlyoom" in result["actions"]
+    assert f"remove {owned}" in result["actions"] and result["diff"]["before"]
+    assert (owned / "fabric.env").exists() and node.commands == []  # check mode changed nothing
+
+    teardown["_ansible_check_mode"] = False
+    real_stat, chowns = os.stat, []
+    monkeypatch.setattr(os, "fstat", lambda fd: fake_owner(real_stat(fd)))
+    monkeypatch.setattr(os, "chown", lambda path, uid, gid: chowns.append((str(path), uid, gid)))
+    rc, result = run_module(node_teardown.main, teardown, capsys)
+    monkeypatch.undo()
+    assert rc == 0 and result["changed"], result
+    assert not owned.exists() and not (tmp_path / "etc/netplan/40-cx7.yaml").exists()
+    assert (etc / "earlyoom").read_text() == "EARLYOOM_ARGS=-m 5\n"
+    assert (home_ssh / "authorized_keys").read_text() == "ssh-ed25519 AAAA me@laptop\n"
+    assert (str(home_ssh / "authorized_keys"), 4242, 4243) in chowns  # the user's file stays the user's
+    assert (checkpoint / "model.safetensors").exists()
+    assert result["kept"] == [str(checkpoint)] and (tmp_path / "srv/sparkctl/models").is_dir()
+    assert node.packages == {"bash"} and node.links["eth1"] == {"mtu": 1500, "addresses": []}
+    assert not (tmp_path / "var/lib/sparkctl").exists()  # the record goes last
+
+    rc, result = run_module(node_teardown.main, teardown, capsys)
+    assert (rc, result["changed"], result["recorded"]) == (0, False, False)
+
+
+def test_purge_takes_only_the_checkpoint_files_sparkctl_put_there_and_empty_parents(tmp_path, node, capsys):
+    checkpoint, other = tmp_path / "srv/sparkctl/models/x", tmp_path / "srv/sparkctl/models/sibling"
+    run_module(node_baseline.main, _args(tmp_path, backup_dir=str(tmp_path / "b"), paths=[str(checkpoint)]), capsys)
+    (checkpoint / "sub").mkdir(parents=True)
+    (checkpoint / ".cache/huggingface").mkdir(parents=True)
+    for rel in ("model.safetensors", "sub/tokenizer.json", "model.safetensors.incomplete", ".sparkctl-created",
+                ".cache/huggingface/x.lock"):
+        (checkpoint / rel).write_text("x")
+    (checkpoint / ".sparkctl-manifest.json").write_text(json.dumps({"model.safetensors": {"size": 1, "sha256": None},
+                                                                     "sub/tokenizer.json": {"size": 1, "sha256": None}}))
+    other.mkdir()
+    (other / "weights.bin").write_text("not sparkctl's")
+    purge = _args(tmp_path, keep=[str(checkpoint)], purge_dirs=[{"path": str(checkpoint)}], remove_record=False)
+    rc, result = run_module(node_teardown.main, purge, capsys)
+    assert rc == 0 and not checkpoint.exists(), result
+    # The sibling someone else put beside it keeps its parents.
+    assert (other / "weights.bin").exists() and f"remove {tmp_path / 'srv'} (empty, made for sparkctl's paths)" not in result["actions"]
+    (checkpoint / "sub").mkdir(parents=True)
+    (checkpoint / "mine.txt").write_text("a user's file")
+    (checkpoint / "sub/tokenizer.json").write_text("x")
+    (checkpoint / ".sparkctl-manifest.json").write_text(json.dumps({"sub/tokenizer.json": {"size": 1, "sha256": None}}))
+    rc, result = run_module(node_teardown.main, purge, capsys)
+    assert (checkpoint / "mine.txt").exists() and not (checkpoint / "sub").exists()
+    assert any(a.startswith(f"keep {checkpoint}: 1 files sparkctl did not put there (mine.txt)") for a in result["actions"])
+    (checkpoint / "mine.txt").unlink()
+    other.joinpath("weights.bin").unlink()
+    other.rmdir()
+    rc, result = run_module(node_teardown.main, purge, capsys)
+    assert not (tmp_path / "srv").exists() and tmp_path.exists()
+
+
+def test_purge_on_a_worker_reads_the_verification_stamp(tmp_path, node, capsys):
+    checkpoint = tmp_path / "srv/models/x"
+    run_module(node_baseline.main, _args(tmp_path, backup_dir=str(tmp_path / "b"), paths=[str(checkpoint)]), capsys)
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_text("x")
+    (checkpoint / ".sparkctl-verified.json").write_text(json.dumps({"version": 1, "files": {"model.safetensors": {"size": 1}}}))
+    rc, result = run_module(node_teardown.main, _args(tmp_path, keep=[str(checkpoint)], purge_dirs=[{"path": str(checkpoint)}]), capsys)
+    assert rc == 0 and not (tmp_path / "srv").exists(), result
+
+
+def test_a_directory_a_package_leaves_goes_only_when_empty(tmp_path, node, capsys):
+    cni = tmp_path / "etc/cni/net.d"
+    args = _args(tmp_path, backup_dir=str(tmp_path / "b"), empty_dirs=[str(cni), str(cni.parent)])
+    run_module(node_baseline.main, args, capsys)
+    cni.mkdir(parents=True)
+    (cni / "10-mine.conflist").write_text("{}")
+    run_module(node_teardown.main, _args(tmp_path, remove_record=False), capsys)
+    assert (cni / "10-mine.conflist").exists()
+    (cni / "10-mine.conflist").unlink()
+    run_module(node_teardown.main, _args(tmp_path), capsys)
+    assert not (tmp_path / "etc/cni").exists() and (tmp_path / "etc").exists()
+
+
+def test_a_path_that_existed_before_sparkctl_is_never_removed(tmp_path, node, capsys):
+    mine = tmp_path / "opt/sparkctl"
+    mine.mkdir(parents=True)
+    run_module(node_baseline.main, _args(tmp_path, backup_dir=str(tmp_path / "b"), paths=[str(mine)]), capsys)
+    rc, result = run_module(node_teardown.main, _args(tmp_path), capsys)
+    assert rc == 0 and mine.exists() and all(str(mine) not in a for a in result["actions"])
+
+
+# --- roles/teardown names what the roles create ----------------------------------------------
+
+
+def _yaml(path):
+    return yaml.safe_load((ROLES / path).read_text(encoding="utf-8"))
+
+
+def test_teardown_lists_follow_the_roles():
+    names = _yaml("teardown/vars/main.yml")
+    wanted_packages = ([_yaml("firewall/defaults/main.yml")["firewall_package"], _yaml("oom_guard/defaults/main.yml")["oom_guard_package"],
+                        _yaml("api_proxy/defaults/main.yml")["api_proxy_package"]]
+                       + _yaml("engine_venv/defaults/main.yml")["engine_venv_apt_packages"]
+                       + _yaml("engine_image/defaults/main.yml")["engine_image_docker_packages"]
+                       + _yaml("engine_image/defaults/main.yml")["engine_image_python_packages"])
+    assert set(wanted_packages) <= set(names["teardown_packages"])
+    files = names["teardown_files"]
+    for role, var in (("direct_link", "direct_link_netplan_path"), ("oom_guard", "oom_guard_config_file"),
+                      ("engine_image", "engine_image_daemon_json")):
+        assert _yaml(f"{role}/defaults/main.yml")[var] in files, var
+    paths = names["teardown_fixed_paths"]
+    for role, var in (("api_proxy", "api_proxy_state_dir"), ("fabric_env", "fabric_env_dir"), ("checkpoint", "checkpoint_tools_venv"),
+                      ("engine_image", "engine_image_context_root")):
+        value = _yaml(f"{role}/defaults/main.yml")[var]
+        assert any(value == p or value.startswith(p + "/") for p in paths), var
+    firewall = _yaml("firewall/vars/main.yml")
+    assert names["teardown_nft_tables"] == [f"{firewall['firewall_family']} {firewall['firewall_table']}"]
+    assert firewall["firewall_wants_dir"] in paths
+    assert names["teardown_docker_image_label"] == _yaml("engine_image/defaults/main.yml")["engine_image_hash_label"]
+    mesh = _yaml("ssh_mesh/defaults/main.yml")
+    assert any(p.endswith("/.ssh/" + mesh["ssh_mesh_key_name"]) for p in paths)
+    strip = {Path(entry["path"]).name: entry for entry in names["teardown_strip"]}
+    assert strip["authorized_keys"]["markers"] == [mesh["ssh_mesh_key_comment_marker"]]
+    marker = _yaml("ssh_mesh/vars/main.yml")["ssh_mesh_client_marker"]
+    assert marker == "# {mark} " + strip["config"]["block_marker"]
+    assert set(names["teardown_group_members"]) == {_yaml("engine_image/defaults/main.yml")["engine_image_docker_group"]}
+
+
+def test_every_stage_that_changes_a_node_records_it_first():
+    for stage in ("provision", "checkpoint", "runtime", "serve"):
+        plays = yaml.safe_load((REPO / "playbooks" / f"{stage}.yml").read_text(encoding="utf-8"))
+        assert any(play.get("vars", {}).get("sparkctl_record_baseline") is True for play in plays), stage
+    for stage in ("preflight", "verify", "status", "stop", "teardown"):
+        plays = yaml.safe_load((REPO / "playbooks" / f"{stage}.yml").read_text(encoding="utf-8"))
+        assert not any(play.get("vars", {}).get("sparkctl_record_baseline") for play in plays), stage
