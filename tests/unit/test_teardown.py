@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.module_utils import basic
+from ansible_collections.sparkctl.spark.plugins.module_utils import fabric_test
 from ansible_collections.sparkctl.spark.plugins.module_utils import teardown as td
 from ansible_collections.sparkctl.spark.plugins.modules import node_baseline, node_teardown
 from module_runner import run_module
@@ -278,7 +279,9 @@ def test_teardown_lists_follow_the_roles():
                         _yaml("api_proxy/defaults/main.yml")["api_proxy_package"]]
                        + _yaml("engine_venv/defaults/main.yml")["engine_venv_apt_packages"]
                        + _yaml("engine_image/defaults/main.yml")["engine_image_docker_packages"]
-                       + _yaml("engine_image/defaults/main.yml")["engine_image_python_packages"])
+                       + _yaml("engine_image/defaults/main.yml")["engine_image_python_packages"]
+                       # The fabric test installs its method's tool (module_utils/fabric_test.PACKAGES).
+                       + list(fabric_test.PACKAGES.values()))
     assert set(wanted_packages) <= set(names["teardown_packages"])
     files = names["teardown_files"]
     for role, var in (("direct_link", "direct_link_netplan_path"), ("oom_guard", "oom_guard_config_file"),
