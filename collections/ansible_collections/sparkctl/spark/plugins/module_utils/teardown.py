@@ -14,6 +14,7 @@ the baseline says was not there, and puts back what it says was.
 
 from __future__ import annotations
 
+import grp
 import os
 
 BASELINE_VERSION = 1
@@ -151,3 +152,22 @@ def link_restore(baseline_links, live_links, inventory_addresses):
 def backup_path(backup_dir, path):
     """Where the baseline keeps its copy of path: the same path under backup_dir."""
     return os.path.join(backup_dir, path.lstrip("/"))
+
+
+def group_members(name):
+    """The members of group name, sorted, or None when there is no such group: what the record
+    keeps (node_baseline) and what teardown compares with it (node_teardown)."""
+    try:
+        return sorted(grp.getgrnam(name).gr_mem)
+    except KeyError:
+        return None
+
+
+def read_addr_gen_mode(interface, proc_root="/proc"):
+    """The interface's IPv6 address generation mode (net.ipv6.conf.<if>.addr_gen_mode), None when
+    unreadable: recorded and put back by teardown."""
+    try:
+        with open("%s/sys/net/ipv6/conf/%s/addr_gen_mode" % (proc_root, interface)) as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None

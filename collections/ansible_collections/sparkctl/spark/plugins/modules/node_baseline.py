@@ -101,7 +101,6 @@ recorded:
   returned: always
 """
 
-import grp
 import json
 import os
 import shutil
@@ -109,7 +108,13 @@ import shutil
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
-from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import BASELINE_VERSION, backup_path, installed_packages
+from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
+    BASELINE_VERSION,
+    backup_path,
+    group_members,
+    installed_packages,
+    read_addr_gen_mode,
+)
 
 DPKG_FORMAT = "${Package}\\t${db:Status-Abbrev}\\n"
 
@@ -128,22 +133,6 @@ def read_links(module, interfaces):
                 "addr_gen_mode": read_addr_gen_mode(interface),
             }
     return links
-
-
-def read_addr_gen_mode(interface):
-    try:
-        with open("/proc/sys/net/ipv6/conf/%s/addr_gen_mode" % interface) as handle:
-            return int(handle.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def group_members(name):
-    """The members of group name, or None when there is no such group."""
-    try:
-        return sorted(grp.getgrnam(name).gr_mem)
-    except KeyError:
-        return None
 
 
 def main():

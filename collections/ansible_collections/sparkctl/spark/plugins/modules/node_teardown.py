@@ -159,7 +159,6 @@ recorded:
   returned: always
 """
 
-import grp
 import json
 import os
 import shutil
@@ -176,6 +175,7 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
     dependencies_to_purge,
+    group_members,
     installed_packages,
     link_restore,
     listed_files_to_remove,
@@ -183,6 +183,7 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
     parents_to_remove,
     paths_to_remove,
     purge_is_contained,
+    read_addr_gen_mode,
     simulated_purges,
     strip_text,
 )
@@ -390,11 +391,11 @@ class Teardown:
             if recorded.get(user) is False and os.path.exists("/var/lib/systemd/linger/%s" % user):
                 self.act("disable linger for %s" % user, ["loginctl", "disable-linger", user])
 
-    def groups(self, recorded, group_members):
-        for group, user in sorted(group_members.items()):
+    def groups(self, recorded, users_added):
+        for group, user in sorted(users_added.items()):
             if group not in recorded:
                 continue
-            group_members_now = group_members_of(group)
+            group_members_now = group_members(group)
             if group_members_now is None:
                 continue
             if recorded[group] is None:
@@ -444,21 +445,6 @@ class Teardown:
                              % (" ".join(names), " ".join(others)))
             return
         self.act(description, ["apt-get", "purge", "-y", "-q"] + names)
-
-def group_members_of(name):
-    try:
-        return grp.getgrnam(name).gr_mem
-    except KeyError:
-        return None
-
-
-def read_addr_gen_mode(interface):
-    try:
-        with open("/proc/sys/net/ipv6/conf/%s/addr_gen_mode" % interface) as handle:
-            return int(handle.read().strip())
-    except (OSError, ValueError):
-        return None
-
 
 def rewrite(path, content, mode, owner):
     """path with content, keeping its mode and owner (the service user's SSH files stay its own)."""
