@@ -83,8 +83,8 @@ def engine_gate_lines(slurped, unit_results=None, gated_units=None):
             # A failed unit whose Restart= would restart it is one systemd gave up on: its start limit
             # (systemd 252 keeps the last try's result, later ones say start-limit-hit).
             limit = ""
-            if status.get("ActiveState") == "failed" and (status.get("Restart", "on-failure") != "no"
-                                                           or outcome == "start-limit-hit"):
+            restarting = status.get("Restart", "on-failure") != "no"
+            if status.get("ActiveState") == "failed" and (restarting or outcome == "start-limit-hit"):
                 limit = " (start limit: at most %s starts in %s, systemd tries no more; a run of the serve stage " \
                         "clears it)" % (status.get("StartLimitBurst", "?"), status.get("StartLimitIntervalUSec", "?"))
             # NRestarts counts the restarts systemd scheduled, the one the start limit refused included.

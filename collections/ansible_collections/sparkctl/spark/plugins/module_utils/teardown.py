@@ -25,7 +25,7 @@ def installed_packages(dpkg_output):
     node: any status but n (not installed) and c (config files only)."""
     names = set()
     for line in dpkg_output.splitlines():
-        name, _, status = line.partition("\t")
+        name, _tab, status = line.partition("\t")
         if name and len(status) >= 2 and status[1] not in "nc":
             names.add(name.split(":")[0])
     return names

@@ -80,7 +80,7 @@ options:
   purge_dirs:
     description:
       - Directories sparkctl created (the record says they were absent) whose own files go, and only those (the checkpoints,
-        with O(teardown_purge_checkpoints) in roles/teardown); whatever else is in them stays, and keeps them.
+        with C(teardown_purge_checkpoints) in roles/teardown); whatever else is in them stays, and keeps them.
     type: list
     elements: dict
     default: []
@@ -445,6 +445,7 @@ class Teardown:
                              % (" ".join(names), " ".join(others)))
             return
         self.act(description, ["apt-get", "purge", "-y", "-q"] + names)
+
 
 def rewrite(path, content, mode, owner):
     """path with content, keeping its mode and owner (the service user's SSH files stay its own)."""
