@@ -84,8 +84,10 @@ async def _ours(url: str, model: str, prompt: str) -> dict:
                                        chat=False, timeout_s=120)
     assert outcome.ok, outcome.error
     tokens, _ = outcome.completion_tokens
-    return {"ttft": outcome.t_first - outcome.t_send, "tokens": tokens,
-            "decode": _decode_rate(tokens, outcome.t_first, outcome.t_last)}
+    # An answer whose tokens all decoded to empty text (the tiny model sampled EOS or special
+    # tokens): timed by its chunks, but not text the official client's side would time: left out.
+    return {"ttft": outcome.t_first - outcome.t_send, "tokens": 0 if outcome.empty_text else tokens,
+            "decode": None if outcome.empty_text else _decode_rate(tokens, outcome.t_first, outcome.t_last)}
 
 
 async def _theirs(client: openai.AsyncOpenAI, model: str, prompt: str) -> dict:
@@ -98,6 +100,10 @@ async def _theirs(client: openai.AsyncOpenAI, model: str, prompt: str) -> dict:
             times.append(time.perf_counter())
         if chunk.usage:
             usage = chunk.usage.completion_tokens
+    if not times:
+        # No chunk carried text (the tiny model's answer was EOS or special tokens only): no
+        # figure to compare; the pair is left out like any answer under 16 tokens.
+        return {"ttft": None, "tokens": 0, "decode": None}
     tokens = usage or len(times)
     return {"ttft": times[0] - start, "tokens": tokens, "decode": _decode_rate(tokens, times[0], times[-1])}
 
