@@ -51,11 +51,20 @@ def _found(text: str, output: str) -> bool:
     return wanted in folded or wanted in folded.replace("''", "'") or wanted in folded.replace("\\'", "'")
 
 
+# The record of the node before sparkctl's first change (roles/teardown, tasks/baseline.yml):
+# every stage that changes a node takes it first, once per node, whatever the tags, so that
+# `sparkctl teardown` can undo even a run refused half-way. It is sparkctl's bookkeeping, not a
+# step of the stage; the entry's state probe still sees whether it changed anything.
+NODE_RECORD_TASKS = ("teardown : Record the node before sparkctl's first change",
+                     "teardown : Remember the record is there for this run's later stages")
+
+
 def _tasks(output: str) -> list[str]:
     """The tasks that ran, without the argument-spec checks every imported role runs whatever the
-    tags (they are tagged `always`): those change nothing and say nothing of how far the run got."""
+    tags (they are tagged `always`): those change nothing and say nothing of how far the run got;
+    nor the node's record every changing stage takes first (NODE_RECORD_TASKS)."""
     tasks = re.findall(r"^TASK \[(.*)\] \**$", output, flags=re.M)
-    return [t for t in tasks if "Validating arguments against arg spec" not in t]
+    return [t for t in tasks if "Validating arguments against arg spec" not in t and t not in NODE_RECORD_TASKS]
 
 
 def _stage_problems(entry: dict, run) -> list[str]:
