@@ -248,5 +248,11 @@ stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"
 wait_chain side
 stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p no:cacheprovider -m lab --durations=30 \
   --junitxml="$COUNTS_DIR/integration.xml"
-if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then stage lab-down molecule destroy --scenario-name default; fi
+# sparklab's own output (each step timed) shows in the log, which molecule's destroy hides;
+# molecule's destroy then finds the lab gone and resets its scenario state.
+lab_down() {
+  python tests/lab/sparklab down
+  molecule destroy --scenario-name default > /dev/null
+}
+if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then stage lab-down lab_down; fi
 wait_chain twin
