@@ -20,12 +20,18 @@ case "${1:-}" in
 esac
 
 declare -a STAGE_NAMES=() STAGE_SECONDS=()
+# Every stage's start and end (epoch seconds), for the CPU report at the end (tests/suite_cpu.py).
+STAGE_SPANS=$REPO/.lab/stage-spans.txt
+CPU_LOG=$REPO/.lab/suite-cpu.log
+mkdir -p "$REPO/.lab"; : > "$STAGE_SPANS"; : > "$CPU_LOG"
 stage() {
   local name=$1; shift
-  local start=$SECONDS
+  local start=$SECONDS epoch
+  epoch=$(date +%s)
   printf '\n===== %s =====\n' "$name"
   "$@"
   STAGE_NAMES+=("$name"); STAGE_SECONDS+=($((SECONDS - start)))
+  echo "$name $epoch $(date +%s)" >> "$STAGE_SPANS"
 }
 # Each pytest stage leaves a JUnit file here: the end report counts what ran, so a lost test shows.
 COUNTS_DIR=$REPO/.lab/suite-counts
@@ -36,6 +42,8 @@ report_times() {
   for i in "${!STAGE_NAMES[@]}"; do printf '%-14s %5ss\n' "${STAGE_NAMES[$i]}" "${STAGE_SECONDS[$i]}"; done
   printf '%-14s %5ss\n' total "$SECONDS"
   python3 tests/suite_counts.py "$COUNTS_DIR" tests/catalogue || true
+  if [[ -n ${CPU_SAMPLER:-} ]]; then kill "$CPU_SAMPLER" 2> /dev/null || true; fi
+  python3 tests/suite_cpu.py report "$CPU_LOG" "$STAGE_SPANS" || true
 }
 # Chains of stages that run in the background, beside the lab's stages, which mostly wait on
 # the nodes: each writes its output to .lab/<chain>.log, printed when the chain is waited for,
@@ -43,10 +51,12 @@ report_times() {
 declare -A CHAIN_PIDS=()
 chain_stage() {
   local name=$1; shift
-  local start=$SECONDS
+  local start=$SECONDS epoch
+  epoch=$(date +%s)
   printf '\n===== %s =====\n' "$name"
   "$@" || return 1
   echo "$name $((SECONDS - start))" >> "$CHAIN_TIMES"
+  echo "$name $epoch $(date +%s)" >> "$STAGE_SPANS"
 }
 start_chain() {
   local chain=$1; shift
@@ -78,6 +88,8 @@ stop_chains() {
   done
 }
 trap 'stop_chains; report_times' EXIT
+python3 tests/suite_cpu.py sample "$CPU_LOG" &
+CPU_SAMPLER=$!
 
 # The real server's venv (torch, transformers: most of that stage's time) installs beside the
 # bootstrap; it needs nothing the bootstrap puts in place, and is done before the timed tests.
