@@ -126,13 +126,15 @@ side_stages() {
   unit_stage && static_stages
 }
 
-# Every role scenario (molecule/<role>/), in the order site.yml runs the roles. The image
-# runtime's runs with its prepare (Docker, the lab's base image): the whole-site scenario runs
-# the default profile, a venv, so nothing on a converged lab has put them in place. It runs on
-# the twin, whose image-runtime tests and fault catalogue need the same Docker and base image.
+# Every role scenario (molecule/<role>/), in the order site.yml runs the roles. Two run their
+# whole sequence on the twin right after its converge. The image runtime's, with its prepare
+# (Docker, the lab's base image): the whole-site scenario runs the default profile, a venv, so
+# nothing on a converged lab has put them in place, and the twin's image-runtime tests and fault
+# catalogue need the same Docker and base image. The fabric test's (not a stage of site.yml):
+# its first run installs the test's tool, so its second run is the idempotence check.
 ROLE_SCENARIOS=(preflight direct_link firewall fabric_env linger ssh_mesh checkpoint engine_venv
                 oom_guard ray_cluster api_proxy engine_service verify)
-PREPARED_ROLE_SCENARIOS=(engine_image)
+PREPARED_ROLE_SCENARIOS=(engine_image fabric_test)
 SCENARIO_RESULTS=$COUNTS_DIR/scenarios.txt
 # role_scenarios full|converged SCENARIO...: `full` is molecule's whole test sequence with each
 # role's prepare (--quick; the image runtime, whose prerequisites the whole-site converge does

@@ -1,8 +1,10 @@
 """The fabric test on the two-node lab (roles/fabric_test, `sparkctl fabric-test`): iperf3 for real
 over both veth cable halves, each alone, against the lab's minimum (inventories/lab: 1 Gbit/s).
-Healthy, every half passes; with one half shaped below the minimum (tc tbf on the head's side)
-and the other taken down on the worker, one run fails and names each half with what is wrong
-with it. The lab is put back as found (qdisc removed, link up, a ping over the half)."""
+Healthy, every half passes: the role's scenario shows it (molecule/fabric_test, on the twin
+lab). Here, with one half shaped below the minimum (tc tbf on the head's side) and the other
+taken down on the worker, one run of the wrapper fails and names each half with what is wrong
+with it; the lab is put back as found (qdisc removed, link up, a ping over the half), and verify
+with the fabric check on passes every half."""
 
 from __future__ import annotations
 
@@ -28,15 +30,8 @@ def _fabric_test(report_dir):
     return proc, json.loads(proc.stdout), report
 
 
-def test_healthy_halves_pass_then_a_slow_and_a_down_half_are_named(lab_up, report_dir):
-    proc, doc, report = _fabric_test(report_dir)
-    assert doc["exit_code"] == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    assert report["ok"] and report["tool"] == "iperf3"
-    halves = {(r["peer"], r["half"], r["interface"], r["peer_interface"]) for r in report["results"]}
-    assert halves == {(WORKER, 0, HALF0, HALF0), (WORKER, 1, HALF1, HALF1)}
-    assert all(r["gbps"] >= r["minimum_gbps"] == 1 for r in report["results"]), report["results"]
-    (report_dir / "fabric-test.json").unlink()
-
+def test_a_slow_and_a_down_half_are_named(lab_up, report_dir):
+    (report_dir / "fabric-test.json").unlink(missing_ok=True)
     # The head sends: shaping its side of half 0 slows what the worker receives there.
     node_exec(HEAD, "tc", "qdisc", "add", "dev", HALF0, "root", "tbf", "rate", "200mbit", "burst", "64kb",
               "latency", "100ms")
