@@ -135,6 +135,9 @@ side_stages() {
 ROLE_SCENARIOS=(preflight direct_link firewall fabric_env linger ssh_mesh checkpoint engine_venv
                 oom_guard ray_cluster api_proxy engine_service verify)
 PREPARED_ROLE_SCENARIOS=(engine_image fabric_test)
+# The teardown's, last on the twin: it takes everything off (tests/integration/test_lab_teardown.py
+# runs its check mode before it and a half-failed first run after it).
+LAST_ROLE_SCENARIOS=(teardown)
 SCENARIO_RESULTS=$COUNTS_DIR/scenarios.txt
 # role_scenarios full|converged SCENARIO...: `full` is molecule's whole test sequence with each
 # role's prepare (--quick; the image runtime, whose prerequisites the whole-site converge does
@@ -239,6 +242,16 @@ twin_converge() {
   tail -n 4 "$rerun"
   export SPARKCTL_CONVERGED_RERUN_LOG=$rerun
 }
+# The teardown's check mode on the converged twin, the teardown role's scenario (the teardown,
+# again with nothing to do, every node against its fresh snapshot), then a half-failed first
+# run torn down.
+twin_teardown() {
+  python -m pytest tests/integration/test_lab_teardown.py -q -p no:cacheprovider -m teardown_check \
+    --junitxml="$COUNTS_DIR/teardown-twin.xml" &&
+    role_scenarios full "${LAST_ROLE_SCENARIOS[@]}" &&
+    python -m pytest tests/integration/test_lab_teardown.py -q -p no:cacheprovider -m teardown_after -s \
+      --junitxml="$COUNTS_DIR/teardown-twin-after.xml"
+}
 twin_stages() {
   export SPARKLAB_INVENTORY=$TWIN_INVENTORY SPARKCTL_REPORT_DIR=$REPO/.lab/twin-reports
   export SPARKCTL_FRESH_SNAPSHOT=$TWIN_FRESH_SNAPSHOT
@@ -247,8 +260,7 @@ twin_stages() {
     chain_stage scenarios-prepared role_scenarios full "${PREPARED_ROLE_SCENARIOS[@]}" &&
     chain_stage twin-integration python -m pytest "${TWIN_TESTS[@]}" -q -p no:cacheprovider -m lab --durations=15 \
       --junitxml="$COUNTS_DIR/integration-twin.xml" &&
-    chain_stage twin-teardown python -m pytest tests/integration/test_lab_teardown.py \
-      -q -p no:cacheprovider -m teardown -s --junitxml="$COUNTS_DIR/teardown-twin.xml" &&
+    chain_stage twin-teardown twin_teardown &&
     if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then chain_stage twin-down python tests/lab/sparklab down; fi
 }
 TWIN_IGNORES=()

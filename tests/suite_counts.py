@@ -48,7 +48,8 @@ def scenario_line(path: Path) -> str:
 def main(argv: list[str]) -> int:
     counts_dir, catalogue_dir = Path(argv[1]), Path(argv[2])
     print("\n===== tests run =====")
-    for name in ("timing", "unit", "real-server", "fresh-check", "integration", "integration-twin", "teardown-twin"):
+    for name in ("timing", "unit", "real-server", "fresh-check", "integration", "integration-twin", "teardown-twin",
+                 "teardown-twin-after"):
         path = counts_dir / f"{name}.xml"
         if not path.exists():
             print(f"{name:<14} (stage not reached)")

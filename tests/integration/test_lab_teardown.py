@@ -2,15 +2,17 @@
 
 Run last on a lab whose nodes were snapshotted fresh, before anything touched them (the
 suite's twin chain: tests/suite.sh takes the snapshot right after creating the twin, then
-converges it and runs its integration tests; this file is its last stage). Destructive: it
-leaves the lab torn down, and with the hub stand-in stopped.
+converges it and runs its integration tests; this file and the teardown role's scenario are
+its last stages). Destructive: it leaves the lab torn down, and with the hub stand-in stopped.
 
-1. `--check` on the converged cluster lists what would go (the checkpoint kept) and changes nothing.
-2. The teardown with the checkpoints purged: every node equals its fresh snapshot (tests/lab/node_snapshot.py)
-   but for ALLOWED below.
+1. `--check` on the converged cluster lists what would go (the checkpoint kept) and changes nothing
+   (marker `teardown_check`: the suite runs it before the role's scenario).
+2. The teardown itself, with the checkpoints purged, then again with nothing left to do, and every
+   node equal to its fresh snapshot but for node_snapshot.TEARDOWN_ALLOWED: the teardown role's
+   molecule scenario (molecule/teardown), which the suite runs between 1 and 3.
 3. A first run that fails half-way (the hub stopped: provision done, the checkpoint stage refuses its
    first download), then a teardown: the nodes equal their fresh snapshots again; a second teardown
-   changes nothing.
+   changes nothing (marker `teardown_after`).
 """
 
 from __future__ import annotations
@@ -30,32 +32,14 @@ pytestmark = pytest.mark.teardown
 
 TEARDOWN = "playbooks/teardown.yml"
 PURGE = ("-e", "teardown_purge_checkpoints=true")
-# What may differ between a fresh node and the same node after converge + tests + teardown,
-# each with why it is not sparkctl's to take off (fnmatch patterns on "section key").
-ALLOWED = {
-    # Ansible's own working directories in the login user's home: every Ansible run over SSH
-    # makes them (the teardown's own run too), whatever its playbook.
-    "files /home/*/.ansible": "Ansible's remote temporary directory",
-    "files /home/*/.ansible/*": "Ansible's remote temporary directory",
-    "files /home/*/.ansible_async": "Ansible's async job results (its async tasks)",
-    "files /home/*/.ansible_async/*": "Ansible's async job results (its async tasks)",
-    # Bookkeeping that package installs and purges, and user and group changes, rewrite in
-    # place: the linker's cache, and the backup copies of /etc/group and /etc/gshadow.
-    "files /etc/ld.so.cache": "rebuilt by ldconfig on each package install and purge",
-    "files /etc/group-": "the previous /etc/group, rewritten by each group change",
-    "files /etc/gshadow-": "the previous /etc/gshadow, rewritten by each group change",
-    # Docker's state in the kernel, which dockerd makes when it starts and leaves when its
-    # package is purged (a reboot clears it): its bridge and the iptables table it fills. The
-    # image runtime's tests have sparkctl install Docker on the lab; DGX OS ships it, so
-    # there sparkctl never installs or purges it.
-    "links docker0": "Docker's bridge, left in the kernel after docker.io is purged",
-    "nft_tables table ip filter": "the iptables table Docker fills, left in the kernel after docker.io is purged",
-}
 TIMINGS: dict[str, float] = {}
 
 
+ALLOWED = node_snapshot.TEARDOWN_ALLOWED
+
+
 def _fresh() -> dict:
-    path = Path(os.environ.get("SPARKCTL_FRESH_SNAPSHOT") or REPO / ".lab" / f"{lab_plan().name or 'sparklab'}-fresh-snapshot.json")
+    path = Path(os.environ.get("SPARKCTL_FRESH_SNAPSHOT") or node_snapshot.fresh_path(LAB_INVENTORY))
     if not path.is_file():
         pytest.fail(f"no snapshot of the fresh nodes at {path}: take it right after `sparklab up`, before any run "
                     f"(python tests/lab/node_snapshot.py -i {LAB_INVENTORY} {path})")
@@ -80,6 +64,7 @@ def fresh():
     return _fresh()
 
 
+@pytest.mark.teardown_check
 def test_check_lists_the_teardown_and_changes_nothing(run_site, fresh):
     before = _now()
     run = _timed("teardown --check", run_site, "--check", "--diff", playbook=TEARDOWN)
@@ -90,14 +75,11 @@ def test_check_lists_the_teardown_and_changes_nothing(run_site, fresh):
     assert node_snapshot.differences(before, _now()) == []
 
 
-def test_teardown_gives_back_the_fresh_nodes(run_site, fresh):
-    run = _timed("teardown --purge-checkpoints", run_site, *PURGE, playbook=TEARDOWN)
-    assert run.rc == 0, run.output[-4000:]
-    assert node_snapshot.differences(fresh, _now(), ALLOWED) == []
-
-
+@pytest.mark.teardown_after
 def test_teardown_after_a_first_run_that_failed_half_way(run_site, fresh):
     lab("hub", "stop")
+    # The role's scenario tore the cluster down: this run starts from nodes as fresh as they were.
+    assert node_snapshot.differences(fresh, _now(), ALLOWED) == []
     failed = _timed("site.yml failing at the checkpoint", run_site)
     assert failed.rc != 0, failed.output[-3000:]
     done = changed_tasks(failed.output)

@@ -8,6 +8,11 @@ members; nftables tables; each interface's MTU and addresses; lingering users.
 
     python tests/lab/node_snapshot.py -i inventories/lab-twin snap.json      # take one
     python tests/lab/node_snapshot.py -i inventories/lab-twin --diff snap.json # compare now with it
+    python tests/lab/node_snapshot.py -i inventories/lab --diff --teardown     # with the lab's fresh one,
+                                                                               # allowing TEARDOWN_ALLOWED
+
+Without FILE, the lab's fresh snapshot: .lab/<sparklab_name or "sparklab">-fresh-snapshot.json,
+which molecule's create (molecule/resources/create.yml) takes when it creates the lab.
 """
 
 from __future__ import annotations
@@ -21,6 +26,32 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SPARKLAB = REPO / "tests" / "lab" / "sparklab"
+
+# What may differ between a fresh node and the same node after converge, tests and `sparkctl
+# teardown`, each with why it is not sparkctl's to take off (fnmatch patterns on "section key").
+TEARDOWN_ALLOWED = {
+    # Ansible's own working directories in the login user's home: every Ansible run over SSH
+    # makes them (the teardown's own run too), whatever its playbook.
+    "files /home/*/.ansible": "Ansible's remote temporary directory",
+    "files /home/*/.ansible/*": "Ansible's remote temporary directory",
+    "files /home/*/.ansible_async": "Ansible's async job results (its async tasks)",
+    "files /home/*/.ansible_async/*": "Ansible's async job results (its async tasks)",
+    # Bookkeeping that package installs and purges, and user and group changes, rewrite in
+    # place: the linker's cache, and the backup copies of /etc/group, /etc/gshadow, /etc/passwd
+    # and /etc/shadow (a package such as iperf3 adds its system user on install and its purge
+    # removes it again; the files themselves are compared).
+    "files /etc/ld.so.cache": "rebuilt by ldconfig on each package install and purge",
+    "files /etc/group-": "the previous /etc/group, rewritten by each group change",
+    "files /etc/gshadow-": "the previous /etc/gshadow, rewritten by each group change",
+    "files /etc/passwd-": "the previous /etc/passwd, rewritten by each user change",
+    "files /etc/shadow-": "the previous /etc/shadow, rewritten by each user change",
+    # Docker's state in the kernel, which dockerd makes when it starts and leaves when its
+    # package is purged (a reboot clears it): its bridge and the iptables table it fills. The
+    # image runtime's tests have sparkctl install Docker on the lab; DGX OS ships it, so
+    # there sparkctl never installs or purges it.
+    "links docker0": "Docker's bridge, left in the kernel after docker.io is purged",
+    "nft_tables table ip filter": "the iptables table Docker fills, left in the kernel after docker.io is purged",
+}
 
 # The probe runs in the node's own python3 (the lab image has it; a snapshot must not install anything).
 PROBE = r"""
@@ -85,13 +116,28 @@ print(json.dumps({
 """
 
 
-def lab_nodes(inventory: Path) -> list[str]:
-    """The lab's node names, as the lab tool reads them from the inventory."""
+def _plan(inventory: Path):
+    """The lab's plan, as the lab tool reads it from the inventory (directory or hosts.yml)."""
     sys.path.insert(0, str(SPARKLAB.parent))
     import sparklab  # noqa: PLC0415  (tests/lab/sparklab.py, the lab's one reading of an inventory)
 
     path = sparklab.inventory_path(inventory)
-    return [node.name for node in sparklab.load_plan(path if path.is_file() else path / "hosts.yml").nodes]
+    return sparklab.load_plan(path if path.is_file() else path / "hosts.yml")
+
+
+def lab_nodes(inventory: Path) -> list[str]:
+    """The lab's node names."""
+    return [node.name for node in _plan(inventory).nodes]
+
+
+def lab_name(inventory: Path) -> str:
+    """The lab's sparklab_name ("" for the default lab)."""
+    return _plan(inventory).name
+
+
+def fresh_path(inventory: Path) -> Path:
+    """Where the snapshot of the lab's nodes as the lab tool created them is kept."""
+    return REPO / ".lab" / f"{lab_name(inventory) or 'sparklab'}-fresh-snapshot.json"
 
 
 def snapshot_node(node: str, inventory: Path | None = None) -> dict:
@@ -135,17 +181,24 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-i", "--inventory", type=Path, required=True, help="the lab's inventory (directory or hosts.yml)")
     parser.add_argument("--diff", action="store_true", help="compare the nodes now with FILE instead of writing it")
-    parser.add_argument("file", type=Path)
+    parser.add_argument("--teardown", action="store_true",
+                        help="with --diff: leave out what TEARDOWN_ALLOWED says a teardown may leave")
+    parser.add_argument("file", type=Path, nargs="?", help="default: the lab's fresh snapshot")
     args = parser.parse_args(argv)
+    path = args.file or fresh_path(args.inventory)
+    if args.diff and not path.is_file():
+        print(f"no snapshot at {path}: take one of the fresh nodes right after `sparklab up` created them, "
+              f"before any run (python tests/lab/node_snapshot.py -i {args.inventory} {path})", file=sys.stderr)
+        return 2
     nodes = lab_nodes(args.inventory)
     now = snapshot(nodes, args.inventory)
     if args.diff:
-        lines = differences(json.loads(args.file.read_text()), now)
-        print("\n".join(lines) or "no difference")
+        lines = differences(json.loads(path.read_text()), now, TEARDOWN_ALLOWED if args.teardown else None)
+        print("\n".join(lines) or f"no difference from {path} on {', '.join(nodes)}")
         return 1 if lines else 0
-    args.file.parent.mkdir(parents=True, exist_ok=True)
-    args.file.write_text(json.dumps(now, sort_keys=True) + "\n")
-    print(f"{args.file}: {', '.join(nodes)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(now, sort_keys=True) + "\n")
+    print(f"{path}: {', '.join(nodes)}")
     return 0
 
 
