@@ -294,6 +294,10 @@ def _load_inventory(path):
     """Flatten a YAML inventory and its group_vars into (groups, hostvars), as Ansible would for these files."""
     data = yaml.safe_load((path / "hosts.yml").read_text())
     group_vars = {f.stem: yaml.safe_load(f.read_text()) or {} for f in (path / "group_vars").glob("*.yml")}
+    # The directory form (group_vars/all/*.yml, read in name order), as the second labs use it.
+    for directory in (d for d in (path / "group_vars").iterdir() if d.is_dir()):
+        for f in sorted(directory.glob("*.yml")):
+            group_vars.setdefault(directory.name, {}).update(yaml.safe_load(f.read_text()) or {})
     groups, host_vars, member_of = {}, {}, {}
 
     def walk(name, body, chain):
@@ -317,7 +321,7 @@ def _load_inventory(path):
     return groups, hostvars
 
 
-@pytest.mark.parametrize("inventory", ["lab", "spark"])
+@pytest.mark.parametrize("inventory", ["lab", "spark", "lab-switch"])
 def test_shipped_inventories_are_sound(inventory):
     groups, hostvars = _load_inventory(REPO / "inventories" / inventory)
     assert inventory_problems(groups, hostvars) == []
