@@ -24,7 +24,7 @@ description:
   - Checks the groups C(spark_head) and C(spark_workers) and each cluster host's C(spark_link) plan
     without contacting any host, and returns one message per problem, each naming the variable and the fix.
   - Link addresses are parsed with netaddr.
-  - C(spark_fabric) says how the cable halves are joined, the same on every host: C(direct) (one cable, exactly two
+  - C(spark_fabric) says how the cable halves are joined, the same on every host - C(direct) (one cable, exactly two
     nodes) or C(switch) (every node's halves on shared subnets through a switch, any number of nodes). For both, each
     link address is unique, every node has an address in every half's subnet, and the halves' subnets are distinct.
   - The model profile (C(spark_model_profile), searched in C(spark_profile_paths) relative to the inventory directory,
