@@ -200,7 +200,7 @@ def write_inventory(dest: Path, mutate=None, change: dict | None = None, source:
     `mutate(children)` on the groups under `sparklab`, and return the new hosts.yml.
 
     change (the catalogue's `produce`): `groups` {group: [hosts]} sets who is in spark_head /
-    spark_workers; `host_vars` {host: {path: value}}; `group_vars` {path: value} (into
+    spark_workers (a host the lab lacks starts with no vars); `host_vars` {host: {path: value}}; `group_vars` {path: value} (into
     group_vars/all.yml); `profile_overrides` (spark_profile_overrides); `profile_files` {name:
     text} written to dest/profiles/, which goes first in spark_profile_paths. Other keys
     (extra_vars, hub) are for whoever runs the playbook. Paths the lab inventory gives relative
@@ -222,7 +222,9 @@ def write_inventory(dest: Path, mutate=None, change: dict | None = None, source:
     if "groups" in change:
         hosts = _cluster_hosts(children)
         for group, members in change["groups"].items():
-            children.setdefault(group, {})["hosts"] = {host: copy.deepcopy(hosts[host]) for host in members or []}
+            # A host the lab does not have starts empty: the entry's host_vars give it its vars
+            # (a validation entry only, e.g. a third node on a direct cable; it is never contacted).
+            children.setdefault(group, {})["hosts"] = {host: copy.deepcopy(hosts.get(host, {})) for host in members or []}
     for host, changes in (change.get("host_vars") or {}).items():
         hvars = _cluster_hosts(children)[host]
         for path, value in changes.items():

@@ -14,6 +14,11 @@ inventories/lab-twin: ``twin``): its containers, network and volumes carry the n
 docker label value is the name, and its known_hosts/ssh_config sit in .lab/<name>/, so
 each lab's commands touch only its own objects.  Without it the lab is the default one,
 with the names it always had (containers spark1/spark2, network sparklab-mgmt).
+
+spark_fabric picks the cable: direct (the default; a veth pair per cable half between the
+head and its one worker) or switch (inventories/lab-switch: any number of nodes, a Linux
+bridge per cable half at MTU 9000 in the lab's own network namespace <name>-switch, each
+node's half a veth plugged into it; ``up --nodes N --topology switch``).
 """
 from __future__ import annotations
 
@@ -43,6 +48,11 @@ REPO = HERE.parent.parent
 NODE_DIR = HERE / "node"
 LAB_DIR = REPO / ".lab"
 DEFAULT_INVENTORY = REPO / "inventories" / "lab"
+# The N-node lab on a switch stand-in (`up --topology switch` without -i).
+SWITCH_INVENTORY = REPO / "inventories" / "lab-switch"
+TOPOLOGIES = ("direct", "switch")
+# The switch stand-in's MTU: jumbo frames end to end, as a real switch for the cable is set up.
+SWITCH_MTU = 9000
 # The inventory (its directory or hosts.yml) when -i is not given: test code that runs the
 # tool as a subprocess picks a second lab up from its environment.
 INVENTORY_ENV = "SPARKLAB_INVENTORY"
@@ -212,6 +222,7 @@ class Plan:
     user: str
     inventory: Path
     name: str = ""          # sparklab_name; "" is the default lab
+    topology: str = "direct"  # spark_fabric: direct (a veth pair per cable half) or switch (a bridge per half)
 
     @property
     def head(self) -> Node:
@@ -225,6 +236,12 @@ class Plan:
     @property
     def docker_network(self) -> str:
         return f"{self.name}-mgmt" if self.name else NETWORK
+
+    @property
+    def switch_netns(self) -> str:
+        """The network namespace holding the switch stand-in's bridges (spark_fabric: switch):
+        its own namespace, so the docker host's firewall and bridges never see its frames."""
+        return f"{self.name or 'sparklab'}-switch"
 
     @property
     def state_dir(self) -> Path:
@@ -353,13 +370,6 @@ def load_plan(inventory: Path) -> Plan:
     workers = groups.get("spark_workers", [])
     if len(heads) != 1:
         raise LabError(f"{hosts_file}: the lab needs exactly one host in spark_head, found {heads}")
-    if len(workers) > 1:
-        raise LabError(
-            f"{hosts_file}: {len(workers)} workers ({', '.join(workers)}), but the lab's "
-            "direct cable is a point-to-point veth pair between the head and ONE worker, "
-            "as the real ConnectX-7 cable is.  More workers need a switch stand-in (a "
-            "bridge per cable half), which the lab does not build yet.")
-
     gv_dir, hv_dir = inventory / "group_vars", inventory / "host_vars"
     gvars_all = _vars_files(gv_dir, "all")
 
@@ -397,6 +407,16 @@ def load_plan(inventory: Path) -> Plan:
         nodes.append(Node(h, role, str(v["ansible_host"]), links,
                           int(need(h, v, "sparklab_roce_gid_index"))))
     any_vars = host_vars(heads[0])
+    topology = any_vars.get("spark_fabric", "direct")
+    if topology not in TOPOLOGIES:
+        raise LabError(f"{inventory}: spark_fabric {topology!r} must be one of {', '.join(TOPOLOGIES)} "
+                       "(the lab reads plain values only)")
+    if topology == "direct" and len(workers) > 1:
+        raise LabError(
+            f"{hosts_file}: {len(workers)} workers ({', '.join(workers)}), but the lab's "
+            "direct cable is a point-to-point veth pair between the head and ONE worker, "
+            "as the real ConnectX-7 cable is.  More workers need the switch stand-in: set "
+            "spark_fabric: switch (a bridge per cable half), as inventories/lab-switch does.")
     name = any_vars.get("sparklab_name") or ""
     if name and (not isinstance(name, str) or not LAB_NAME_RE.fullmatch(name) or name == "sparklab"):
         raise LabError(f"{inventory}: sparklab_name {name!r} must be lower-case letters, digits and "
@@ -406,13 +426,18 @@ def load_plan(inventory: Path) -> Plan:
         n.container = f"{name}-{n.name}" if name else n.name
     plan = Plan(nodes, str(need("all", any_vars, "spark_management_network")),
                 str(need("all", any_vars, "spark_sysfs_rdma_root")),
-                str(need("all", any_vars, "ansible_user")), inventory, name)
+                str(need("all", any_vars, "ansible_user")), inventory, name, topology)
     net = ipaddress.ip_network(plan.network)
     for n in nodes:
         if ipaddress.ip_address(n.mgmt_ip) not in net:
             raise LabError(f"{n.name}: ansible_host {n.mgmt_ip} is outside {plan.network}")
-    if len(nodes) == 2 and len(nodes[0].links) != len(nodes[1].links):
-        raise LabError("head and worker have different numbers of spark_link entries")
+    if len({len(n.links) for n in nodes}) > 1:
+        raise LabError("the nodes have different numbers of spark_link entries ("
+                       + ", ".join(f"{n.name}={len(n.links)}" for n in nodes) + ")")
+    if topology == "switch":
+        ports = [switch_port(n, half) for n in nodes for half in range(len(n.links))]
+        if len(set(ports)) != len(ports):
+            raise LabError(f"{inventory}: node names give clashing switch port names {ports}; shorten them")
     return plan
 
 
@@ -763,7 +788,10 @@ def cable_state(plan: Plan) -> list[tuple[Link, Link, bool]]:
 
 
 def ensure_cable(plan: Plan) -> int:
-    """Create missing/broken halves of the direct cable; returns how many it made."""
+    """Create missing/broken halves of the direct cable (or, on a switch, the node's ports);
+    returns how many it made."""
+    if plan.topology == "switch":
+        return ensure_switch(plan)
     made = 0
     if len(plan.nodes) < 2:
         return 0
@@ -787,6 +815,96 @@ def ensure_cable(plan: Plan) -> int:
         say(f"cable {a.name}:{x.interface} <-> {b.name}:{y.interface} created "
             f"({(time.monotonic() - t) * 1000:.0f} ms)")
     return made
+
+
+# --- The switch stand-in (spark_fabric: switch) ---------------------------------------
+# One Linux bridge per cable half (half0, half1, ...) in the lab's own network namespace
+# (Plan.switch_netns); each node's cable interface of a half is a veth whose other end is
+# a port of that half's bridge.  Every node keeps the real port names (enp1s0f1np1, ...).
+def switch_bridge(half: int) -> str:
+    return f"half{half}"
+
+
+def switch_port(node: Node, half: int) -> str:
+    """The switch-side end of a node's half: <node>-h<half>, or a digest of it when that is
+    longer than a netdev name may be (15 bytes)."""
+    name = f"{node.name}-h{half}"
+    if len(name) <= 15:
+        return name
+    return "p" + hashlib.sha256(node.name.encode()).hexdigest()[:10] + f"h{half}"
+
+
+def switch_links(plan: Plan) -> dict[str, dict]:
+    p = run(["ip", "-n", plan.switch_netns, "-j", "-d", "link", "show"], check=False)
+    return {link["ifname"]: link for link in json.loads(p.stdout or "[]")} if p.returncode == 0 else {}
+
+
+def switch_netns_exists(plan: Plan) -> bool:
+    return Path("/run/netns", plan.switch_netns).exists()
+
+
+def port_intact(node_end: dict | None, port: dict | None, bridge: str) -> bool:
+    """A node's half is plugged in: both ends are veths pointing at each other, and the
+    switch end is a port of its half's bridge."""
+    return (_is_veth(node_end) and _is_veth(port) and port.get("master") == bridge
+            and node_end.get("link_index") == port["ifindex"] and port.get("link_index") == node_end["ifindex"])
+
+
+def switch_state(plan: Plan) -> list[tuple[Node, Link, bool]]:
+    """[(node, link, plugged in)] for every node's every half."""
+    ports = switch_links(plan)
+    out = []
+    for node in plan.nodes:
+        own = node_links(node.pid)
+        for half, link in enumerate(node.links):
+            out.append((node, link, port_intact(own.get(link.interface), ports.get(switch_port(node, half)),
+                                                switch_bridge(half))))
+    return out
+
+
+def ensure_switch(plan: Plan) -> int:
+    """The switch stand-in: its namespace and bridges (MTU SWITCH_MTU), and every node's half
+    plugged into its bridge; returns how many node halves it (re)made."""
+    ns = plan.switch_netns
+    if not switch_netns_exists(plan):
+        run(["ip", "netns", "add", ns])
+        run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        say(f"switch namespace {ns} created")
+    ports = switch_links(plan)
+    for half in range(len(plan.head.links)):
+        bridge = switch_bridge(half)
+        if bridge not in ports:
+            # No STP (the kernel's default): one bridge per half, no loop to break, no listening delay.
+            run(["ip", "-n", ns, "link", "add", bridge, "mtu", str(SWITCH_MTU), "type", "bridge"])
+            say(f"switch {ns}: bridge {bridge} created (mtu {SWITCH_MTU})")
+        run(["ip", "-n", ns, "link", "set", bridge, "mtu", str(SWITCH_MTU), "up"])
+    made = 0
+    for node, link, ok in switch_state(plan):
+        if ok:
+            continue
+        half = node.links.index(link)
+        port, bridge = switch_port(node, half), switch_bridge(half)
+        t = time.monotonic()
+        run(["nsenter", "-t", str(node.pid), "-n", "ip", "link", "del", link.interface], check=False)
+        run(["ip", "-n", ns, "link", "del", port], check=False)
+        # The node's end at 1500 like the direct cable's (netplan sets the MTU); the switch's at SWITCH_MTU.
+        run(["ip", "link", "add", link.interface, "mtu", "1500",
+             "address", mac_for(node.name, link.interface), "netns", str(node.pid),
+             "type", "veth", "peer", "name", port, "mtu", str(SWITCH_MTU), "netns", ns])
+        run(["ip", "-n", ns, "link", "set", port, "master", bridge, "up"])
+        run(["nsenter", "-t", str(node.pid), "-n", "ip", "link", "set", link.interface, "up"])
+        made += 1
+        say(f"switch {ns}: {node.name}:{link.interface} plugged into {bridge} as {port} "
+            f"({(time.monotonic() - t) * 1000:.0f} ms)")
+    return made
+
+
+def remove_switch(plan: Plan) -> bool:
+    """Delete the switch namespace (its bridges and ports go with it); False when absent."""
+    if plan.topology != "switch" or not switch_netns_exists(plan):
+        return False
+    run(["ip", "netns", "del", plan.switch_netns])
+    return True
 
 
 def wait_systemd(node: Node, timeout: float = 120) -> str:
@@ -1013,6 +1131,8 @@ def cmd_down(plan: Plan, args) -> int:
             elif not args.keep_volumes:
                 docker("volume", "rm", *names)
                 say(f"removed volume(s) {', '.join(names)}")
+        if remove_switch(plan):
+            say(f"removed switch namespace {plan.switch_netns}")
         (plan.state_dir / "known_hosts").unlink(missing_ok=True)
         prune_old_images(image_tag(image_hash(plan)))
     say(f"lab{' ' + plan.name if plan.name else ''} down (node image kept)")
@@ -1065,7 +1185,12 @@ def cmd_status(plan: Plan, args) -> int:
         if plan.name:
             state = f"{n.container} {state}"
         rows.append((n.name, n.role, state, n.mgmt_ip, sysd, links))
-    if all(n.pid for n in plan.nodes) and len(plan.nodes) == 2:
+    if all(n.pid for n in plan.nodes) and plan.topology == "switch":
+        broken = [f"{n.name}:{link.interface}" for n, link, ok in switch_state(plan) if not ok]
+        cable = ((f"switch {plan.switch_netns}: every node plugged in" if not broken
+                  else f"switch {plan.switch_netns}: UNPLUGGED ({', '.join(broken)}): run `sparklab up`")
+                 if switch_netns_exists(plan) else "switch absent: run `sparklab up`")
+    elif all(n.pid for n in plan.nodes) and len(plan.nodes) == 2:
         broken = [x.interface for x, _y, ok in cable_state(plan) if not ok]
         cable = "intact" if not broken else f"BROKEN ({', '.join(broken)}): run `sparklab up`"
     else:
@@ -1179,6 +1304,25 @@ def cmd_base_image(plan: Plan, args) -> int:
     return 0
 
 
+def up_inventory(args) -> Path | None:
+    """-i, else for `up --topology switch` without $SPARKLAB_INVENTORY the switch lab's inventory."""
+    if args.inventory is None and getattr(args, "topology", None) == "switch" and not os.environ.get(INVENTORY_ENV):
+        return SWITCH_INVENTORY
+    return args.inventory
+
+
+def check_up_request(plan: Plan, topology: str | None, nodes: int | None) -> None:
+    """`up --topology T --nodes N` builds the lab the inventory describes: refuse, naming the
+    inventory and the fix, when it describes another."""
+    if topology is not None and topology != plan.topology:
+        raise LabError(f"--topology {topology}, but {plan.inventory} says spark_fabric: {plan.topology}; "
+                       "set spark_fabric in its group_vars/all, or pick the inventory with -i")
+    if nodes is not None and nodes != len(plan.nodes):
+        raise LabError(f"--nodes {nodes}, but {plan.inventory} has {len(plan.nodes)} "
+                       f"({', '.join(n.name for n in plan.nodes)}); add or remove hosts in its hosts.yml "
+                       "(spark_workers, each with ansible_host, spark_link and sparklab_roce_gid_index)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="sparklab", description="The sparkctl two-node lab (systemd containers "
@@ -1187,7 +1331,11 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"inventory directory with hosts.yml, or its hosts file (default: ${INVENTORY_ENV}, "
                     "else inventories/lab)")
     sub = ap.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="build/start everything (idempotent)").set_defaults(fn=cmd_up)
+    up = sub.add_parser("up", help="build/start everything (idempotent)")
+    up.add_argument("--topology", choices=TOPOLOGIES, default=None,
+                    help="check the inventory's spark_fabric is this; switch without -i takes inventories/lab-switch")
+    up.add_argument("--nodes", type=int, default=None, help="check the inventory has this many nodes")
+    up.set_defaults(fn=cmd_up)
     d = sub.add_parser("down", help="remove containers, network, volumes (keeps the image)")
     d.add_argument("--keep-volumes", action="store_true",
                    help="keep the nodes' /var/lib/docker volumes")
@@ -1223,7 +1371,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if os.geteuid() != 0 and args.command in ("up", "down", "image", "status"):
             raise LabError("sparklab needs root (debootstrap, nsenter, ip link)")
-        plan = load_plan(inventory_path(args.inventory))
+        plan = load_plan(inventory_path(up_inventory(args)))
+        if args.command == "up":
+            check_up_request(plan, args.topology, args.nodes)
         return args.fn(plan, args)
     except LabError as e:
         print(f"sparklab: error: {e}", file=sys.stderr)

@@ -61,7 +61,11 @@ def test_the_catalogue_is_well_formed():
         assert "hub" not in entry["produce"] or "hub" in entry.get("requires", []), where
         assert (REPO / entry.get("playbook", "site.yml")).is_file(), where
         for host in list(entry["produce"].get("host_vars", {})) + [h for m in entry["produce"].get("groups", {}).values() for h in m]:
-            assert host in LAB_NODES, where
+            # A node the lab lacks only where validation refuses the run before any host is contacted,
+            # with its management address and cable plan given by the entry.
+            assert host in LAB_NODES or (
+                entry["stage"] == "validation"
+                and {"ansible_host", "spark_link"} <= set(entry["produce"].get("host_vars", {}).get(host, {}))), where
 
 
 def test_the_catalogue_covers_every_case_the_issue_names():

@@ -36,7 +36,10 @@ ROCE = {
 
 
 def hostvars(hosts, roce=True):
-    return copy.deepcopy({h: {"spark_link": LINK[h], **({"fabric_test_roce": ROCE[h]} if roce else {})} for h in hosts})
+    # More than two nodes are on a switch (spark_fabric): a direct cable joins two.
+    fabric = {"spark_fabric": "switch"} if len(hosts) > 2 else {}
+    return copy.deepcopy({h: {"spark_link": LINK[h], **fabric, **({"fabric_test_roce": ROCE[h]} if roce else {})}
+                          for h in hosts})
 
 
 def test_the_head_measures_every_half_of_every_worker():

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import re
 from pathlib import Path
 
 import module_runner
@@ -77,10 +78,16 @@ def _rendered_cases():
         extra_tcp_ports=[9100, 22], trusted_interfaces=["wg0"], log_drops=True, log_rate="5/second")
     # No management network in the inventory: the API is open to any address of both families.
     cases["any-head"] = F.render(LINK, [22], api_port=8000, is_head=True, api_allowed_cidrs=["0.0.0.0/0", "::/0"])
+    # On a switch (spark_fabric: switch): the cable interfaces trust the two peers' addresses only.
+    cases["switch-head"] = F.render(LINK, [22], api_port=8000, is_head=True, api_allowed_cidrs=["10.0.0.0/24"],
+                                    peer_addresses=SWITCH_PEERS)
     return cases
 
 
-@pytest.mark.parametrize("case", list(INVENTORY_CASES) + ["options-head", "any-head"])
+SWITCH_PEERS = ["192.168.100.11", "192.168.101.11", "192.168.100.12", "192.168.101.12"]
+
+
+@pytest.mark.parametrize("case", list(INVENTORY_CASES) + ["options-head", "any-head", "switch-head"])
 def test_rule_set_matches_golden(case):
     rendered = _rendered_cases()[case]
     assert_golden_text(GOLDEN / f"{case}.nft", rendered)
@@ -94,6 +101,25 @@ def test_lab_head_lets_the_controller_call_the_api_and_nothing_else_of_ray():
     for port in ("6379", "8265", "10001", "8730"):
         assert f"dport {port}" not in text
     assert text.rstrip().splitlines()[-3].strip().startswith("counter drop")
+
+
+def test_on_a_switch_the_cable_interfaces_trust_the_peers_not_the_subnet():
+    text = _rendered_cases()["switch-head"]
+    assert 'iifname { "lo" } accept comment "trusted: loopback"' in text
+    assert ('iifname { "enp1s0f1np1", "enP2p1s0f1np1" } ip saddr { 192.168.100.11, 192.168.101.11, 192.168.100.12, '
+            '192.168.101.12 } accept') in text
+    # Nothing else trusts the cable interfaces: a stranger on the switch meets the filtered rules.
+    assert text.count("enp1s0f1np1") == 2  # the header line and the peers' rule
+    assert F.render(LINK, [22]) == F.render(LINK, [22], peer_addresses=None)
+
+
+@pytest.mark.parametrize("peers, problem", [
+    ([], "must be a non-empty list"), (["192.168.100.300"], "'192.168.100.300' (spark_link of another node) is not an address"),
+    ("192.168.100.11", "must be a non-empty list"),
+])
+def test_bad_peer_addresses_are_refused(peers, problem):
+    with pytest.raises(F.FirewallError, match=re.escape(problem)):
+        F.render(LINK, [22], peer_addresses=peers)
 
 
 def test_worker_has_no_api_rule():

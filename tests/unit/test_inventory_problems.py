@@ -37,9 +37,83 @@ def test_sound_two_node_inventory_has_no_problem():
     assert inventory_problems(groups, hostvars) == []
 
 
-def test_three_workers_are_fine():
+def _switch(hostvars):
+    for host_vars in hostvars.values():
+        host_vars["spark_fabric"] = "switch"
+    return hostvars
+
+
+def test_three_nodes_on_a_switch_are_fine():
     groups, hostvars = _cluster(workers=("spark2", "spark3"))
-    assert inventory_problems(groups, hostvars) == []
+    assert inventory_problems(groups, _switch(hostvars)) == []
+
+
+def test_three_nodes_on_a_direct_cable_are_refused_naming_the_fabric_and_the_fix():
+    groups, hostvars = _cluster(workers=("spark2", "spark3"))
+    problems = inventory_problems(groups, hostvars)
+    assert problems == [
+        "'spark_fabric' is 'direct' but the cluster has 3 nodes (spark1, spark2, spark3): a direct cable joins exactly "
+        "two; set spark_fabric: switch (every node's cable halves on a switch) or keep one head and one worker."
+    ]
+
+
+def test_two_nodes_on_a_switch_are_fine():
+    groups, hostvars = _cluster()
+    assert inventory_problems(groups, _switch(hostvars)) == []
+
+
+@pytest.mark.parametrize("fabric", ["ring", "Switch", ["switch"], None])
+def test_an_unknown_fabric_is_refused(fabric):
+    groups, hostvars = _cluster()
+    for host_vars in hostvars.values():
+        host_vars["spark_fabric"] = fabric
+    problems = inventory_problems(groups, hostvars)
+    assert len(problems) == 1
+    assert problems[0].startswith("spark1, spark2: 'spark_fabric'")
+    assert "set it to 'direct' (one cable between two nodes) or 'switch'" in problems[0]
+
+
+def test_a_fabric_that_differs_between_hosts_is_refused():
+    groups, hostvars = _cluster(workers=("spark2", "spark3"), spark3={"spark_fabric": "direct"})
+    hostvars["spark1"]["spark_fabric"] = hostvars["spark2"]["spark_fabric"] = "switch"
+    assert inventory_problems(groups, hostvars) == [
+        "'spark_fabric' differs between hosts (switch: spark1, spark2; direct: spark3): the nodes share one fabric; "
+        "set it once, in group_vars/all."
+    ]
+
+
+def test_on_a_switch_every_node_needs_an_address_in_each_halfs_subnet():
+    groups, hostvars = _cluster(workers=("spark2", "spark3"))
+    _set_address(_switch(hostvars), "spark3", 1, "192.168.102.12/24")
+    problems = inventory_problems(groups, hostvars)
+    assert problems == [
+        "spark_link[1] addresses are not in one subnet (192.168.101.0/24: spark1, spark2; 192.168.102.0/24: spark3): "
+        "every node on a switch needs an address in each half's subnet."
+    ]
+
+
+def test_on_a_switch_addresses_are_unique_in_the_shared_subnet():
+    groups, hostvars = _cluster(workers=("spark2", "spark3"))
+    _set_address(_switch(hostvars), "spark3", 0, "192.168.100.11/24")
+    problems = inventory_problems(groups, hostvars)
+    assert problems == ["spark3: spark_link[0].address 192.168.100.11 is already used by spark2 spark_link[0]: "
+                        "every link address must be unique."]
+
+
+def test_on_a_switch_the_halves_subnets_are_distinct():
+    groups, hostvars = _cluster(workers=("spark2", "spark3"))
+    for i, host in enumerate(("spark1", "spark2", "spark3")):
+        _set_address(_switch(hostvars), host, 1, f"192.168.100.{20 + i}/24")
+    problems = inventory_problems(groups, hostvars)
+    assert problems == ["spark_link[1] subnet 192.168.100.0/24 overlaps spark_link[0] subnet 192.168.100.0/24: "
+                        "give each cable half its own subnet."]
+
+
+def test_on_a_switch_every_node_needs_every_half():
+    groups, hostvars = _cluster(workers=("spark2", "spark3"))
+    del _switch(hostvars)["spark3"]["spark_link"][1]
+    problems = inventory_problems(groups, hostvars)
+    assert any("different number of cable halves per host (spark1=2, spark2=2, spark3=1)" in p for p in problems)
 
 
 def test_head_group_with_two_hosts_is_refused():
@@ -220,6 +294,10 @@ def _load_inventory(path):
     """Flatten a YAML inventory and its group_vars into (groups, hostvars), as Ansible would for these files."""
     data = yaml.safe_load((path / "hosts.yml").read_text())
     group_vars = {f.stem: yaml.safe_load(f.read_text()) or {} for f in (path / "group_vars").glob("*.yml")}
+    # The directory form (group_vars/all/*.yml, read in name order), as the second labs use it.
+    for directory in (d for d in (path / "group_vars").iterdir() if d.is_dir()):
+        for f in sorted(directory.glob("*.yml")):
+            group_vars.setdefault(directory.name, {}).update(yaml.safe_load(f.read_text()) or {})
     groups, host_vars, member_of = {}, {}, {}
 
     def walk(name, body, chain):
@@ -243,7 +321,7 @@ def _load_inventory(path):
     return groups, hostvars
 
 
-@pytest.mark.parametrize("inventory", ["lab", "spark"])
+@pytest.mark.parametrize("inventory", ["lab", "spark", "lab-switch"])
 def test_shipped_inventories_are_sound(inventory):
     groups, hostvars = _load_inventory(REPO / "inventories" / inventory)
     assert inventory_problems(groups, hostvars) == []

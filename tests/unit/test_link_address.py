@@ -8,10 +8,13 @@ import re
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter.fabric_env import fabric_env
-from ansible_collections.sparkctl.spark.plugins.filter.link_ips import link_ips
+from ansible_collections.sparkctl.spark.plugins.filter.fabric_test import fabric_test_pairs
+from ansible_collections.sparkctl.spark.plugins.filter.link_ips import link_ips, link_peer_addresses
+from ansible_collections.sparkctl.spark.plugins.filter.link_ping import link_ping_targets
 from ansible_collections.sparkctl.spark.plugins.filter.profile import profile_cluster
 from ansible_collections.sparkctl.spark.plugins.filter.ray_cluster import ray_cluster_expected
-from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address, link_addresses, primary_address
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import (
+    bare_address, fabric_peers, link_addresses, peer_addresses, peer_targets, primary_address)
 from ansible_collections.sparkctl.spark.plugins.module_utils.sysfs_net import split_address
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -88,3 +91,67 @@ def test_no_plugin_cuts_a_prefix_by_hand():
             if INLINE_CUT.search(line) and re.search(r"address|link|_ip", line):
                 offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+# --- Who a node's peers are: the one owner of the answer (spark_fabric) -----------------------
+
+def _hostvars(count, fabric=None):
+    hostvars = {}
+    for i in range(count):
+        hostvars[f"spark{i + 1}"] = {"spark_link": [
+            {"interface": "enp1s0f1np1", "address": f"192.168.100.{10 + i}/24"},
+            {"interface": "enP2p1s0f1np1", "address": f"192.168.101.{10 + i}/24"},
+        ]}
+        if fabric is not None:
+            hostvars[f"spark{i + 1}"]["spark_fabric"] = fabric
+    return hostvars
+
+
+def test_a_direct_cable_has_the_other_node_as_its_one_peer():
+    assert fabric_peers(["spark1", "spark2"], "spark1") == ["spark2"]
+    assert fabric_peers(["spark1", "spark2", "spark1"], "spark2", "direct") == ["spark1"]
+
+
+def test_a_direct_cable_refuses_a_third_node_naming_the_variable_and_the_fix():
+    with pytest.raises(ValueError, match=r"spark_fabric is 'direct' but the cluster has 3 nodes .* set spark_fabric: switch"):
+        fabric_peers(["spark1", "spark2", "spark3"], "spark1", "direct")
+
+
+def test_on_a_switch_every_node_is_every_nodes_peer():
+    hosts = ["spark1", "spark2", "spark3", "spark4"]
+    assert fabric_peers(hosts, "spark3", "switch") == ["spark1", "spark2", "spark4"]
+
+
+def test_an_unknown_fabric_is_refused():
+    with pytest.raises(ValueError, match="spark_fabric 'ring' must be one of direct, switch"):
+        fabric_peers(["spark1", "spark2"], "spark1", "ring")
+    with pytest.raises(ValueError, match="spark_fabric 'ring'"):
+        peer_targets(_hostvars(2, "ring"), ["spark1", "spark2"], "spark1")
+
+
+def test_peer_targets_on_a_switch_pair_every_half_with_every_peer():
+    hostvars = _hostvars(3, "switch")
+    targets = peer_targets(hostvars, ["spark1", "spark2", "spark3"], "spark2")
+    assert [(t["peer"], t["half"], t["source"], t["address"]) for t in targets] == [
+        ("spark1", 0, "192.168.100.11", "192.168.100.10"), ("spark1", 1, "192.168.101.11", "192.168.101.10"),
+        ("spark3", 0, "192.168.100.11", "192.168.100.12"), ("spark3", 1, "192.168.101.11", "192.168.101.12"),
+    ]
+    assert [t["peer"] for t in peer_targets(hostvars, ["spark1", "spark2", "spark3"], "spark2", ["spark3"])] == ["spark1"] * 2
+
+
+def test_the_ping_plan_and_the_fabric_test_take_their_peers_from_the_owner():
+    hostvars = _hostvars(3, "switch")
+    hosts = ["spark1", "spark2", "spark3"]
+    assert link_ping_targets(hostvars, hosts, "spark1") == peer_targets(hostvars, hosts, "spark1")
+    assert {p["peer"] for p in fabric_test_pairs(hostvars, hosts, "spark1", "tcp")} == {"spark2", "spark3"}
+    with pytest.raises(AnsibleFilterError, match="spark_fabric is 'direct'"):
+        link_ping_targets(_hostvars(3), hosts, "spark1")
+
+
+def test_peer_addresses_are_every_peers_halves_once():
+    hostvars = _hostvars(3, "switch")
+    assert peer_addresses(hostvars, ["spark1", "spark2", "spark3"], "spark1") == [
+        "192.168.100.11", "192.168.101.11", "192.168.100.12", "192.168.101.12"]
+    assert link_peer_addresses(_hostvars(2), ["spark1", "spark2"], "spark2") == ["192.168.100.10", "192.168.101.10"]
+    with pytest.raises(AnsibleFilterError, match="spark_fabric is 'direct' but the cluster has 3 nodes"):
+        link_peer_addresses(_hostvars(3), ["spark1", "spark2", "spark3"], "spark1")

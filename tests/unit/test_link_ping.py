@@ -53,8 +53,13 @@ def test_two_nodes_ping_each_other_on_both_halves():
     assert link_ping_targets(HOSTVARS, ["spark1", "spark2"], "spark2") == [TO_SPARK1_HALF0, TO_SPARK1_HALF1]
 
 
+def on_a_switch(hostvars):
+    """The same hosts with spark_fabric: switch (a direct cable joins two nodes, a switch more)."""
+    return {host: dict(host_vars, spark_fabric="switch") for host, host_vars in hostvars.items()}
+
+
 def test_three_nodes_pair_halves_by_index_not_by_name():
-    targets = link_ping_targets(HOSTVARS, ["spark1", "spark2", "spark3"], "spark1")
+    targets = link_ping_targets(on_a_switch(HOSTVARS), ["spark1", "spark2", "spark3"], "spark1")
 
     assert [(t["peer"], t["interface"], t["peer_interface"], t["address"]) for t in targets] == [
         ("spark2", "enp1s0f1np1", "enp1s0f1np1", "192.168.100.11"),
@@ -65,7 +70,7 @@ def test_three_nodes_pair_halves_by_index_not_by_name():
 
 
 def test_skipped_duplicate_and_single_node():
-    assert link_ping_targets(HOSTVARS, ["spark1", "spark2", "spark2", "spark3"], "spark1", skip_hosts=["spark3"]) == [
+    assert link_ping_targets(on_a_switch(HOSTVARS), ["spark1", "spark2", "spark2", "spark3"], "spark1", skip_hosts=["spark3"]) == [
         TO_SPARK2_HALF0, TO_SPARK2_HALF1]
     assert link_ping_targets(HOSTVARS, ["spark1"], "spark1") == []
 

@@ -69,6 +69,14 @@ options:
     description: The log line's rate limit, e.g. C(10/minute).
     type: str
     default: 10/minute
+  peer_addresses:
+    description:
+      - The cluster peers' cable addresses (C(link_peer_addresses)), given when the cable halves are shared through a
+        switch (C(spark_fabric=switch)). The cable interfaces are then not trusted whole; packets on them from these
+        addresses are, and everything else on them is filtered like on any other interface.
+      - Omitted (a direct cable, which reaches only the peer), the cable interfaces are trusted.
+    type: list
+    elements: str
 """
 
 EXAMPLES = r"""
@@ -87,12 +95,13 @@ _value:
 
 
 def firewall_ruleset(link_interfaces, ssh_ports, api_port=None, api_allowed_cidrs=None, is_head=False, extra_tcp_ports=None,
-                     trusted_interfaces=None, log_drops=False, log_rate=firewall.DEFAULT_LOG_RATE):
+                     trusted_interfaces=None, log_drops=False, log_rate=firewall.DEFAULT_LOG_RATE, peer_addresses=None):
     try:
         return firewall.render(
             link_interfaces, ssh_ports, api_port=api_port, api_allowed_cidrs=api_allowed_cidrs or [],
             is_head=boolean(is_head, strict=False), extra_tcp_ports=extra_tcp_ports or [],
             trusted_interfaces=trusted_interfaces or [], log_drops=boolean(log_drops, strict=False), log_rate=log_rate,
+            peer_addresses=peer_addresses,
         )
     except firewall.FirewallError as exc:
         raise AnsibleFilterError("The firewall cannot be rendered: " + " ".join(exc.problems)) from exc

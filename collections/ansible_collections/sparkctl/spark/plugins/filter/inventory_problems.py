@@ -12,6 +12,7 @@ import re
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import api_proxy
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall
 from ansible_collections.sparkctl.spark.plugins.module_utils import hub_access
+from ansible_collections.sparkctl.spark.plugins.module_utils import link_address
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import known_bad
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 
@@ -23,6 +24,9 @@ description:
   - Checks the groups C(spark_head) and C(spark_workers) and each cluster host's C(spark_link) plan
     without contacting any host, and returns one message per problem, each naming the variable and the fix.
   - Link addresses are parsed with netaddr.
+  - C(spark_fabric) says how the cable halves are joined, the same on every host - C(direct) (one cable, exactly two
+    nodes) or C(switch) (every node's halves on shared subnets through a switch, any number of nodes). For both, each
+    link address is unique, every node has an address in every half's subnet, and the halves' subnets are distinct.
   - The model profile (C(spark_model_profile), searched in C(spark_profile_paths) relative to the inventory directory,
     then in the collection) is loaded with C(spark_profile_overrides) and refused when it is unknown, malformed or
     walks into one of the known engine traps (see the collection's profiles/README.md).
@@ -171,6 +175,33 @@ def _link_problems(hostname, vars_, interface_re):
             problems.append(f"{where}.address {item.get('address')!r} {err}.")
         nets.append(net)
     return problems, nets
+
+
+def _fabric_problems(cluster, hostvars):
+    """spark_fabric: one known value, the same on every host, and a node count the fabric can join."""
+    fabric_of = {}
+    for host in cluster:
+        value = hostvars[host].get("spark_fabric", link_address.DEFAULT_FABRIC)
+        fabric_of.setdefault(value if isinstance(value, str) else repr(value), []).append(host)
+    problems = []
+    for fabric, hosts in fabric_of.items():
+        if fabric not in link_address.FABRICS:
+            problems.append(
+                f"{', '.join(hosts)}: 'spark_fabric' {fabric!r} is not a fabric: set it to 'direct' (one cable between two "
+                "nodes) or 'switch' (every node's cable halves on a switch), in group_vars/all."
+            )
+    if problems:
+        return problems
+    if len(fabric_of) > 1:
+        detail = "; ".join(f"{fabric}: {', '.join(hosts)}" for fabric, hosts in fabric_of.items())
+        return [f"'spark_fabric' differs between hosts ({detail}): the nodes share one fabric; "
+                "set it once, in group_vars/all."]
+    fabric = next(iter(fabric_of), link_address.DEFAULT_FABRIC)
+    if fabric == "direct" and len(cluster) > 2:
+        return [f"'spark_fabric' is 'direct' but the cluster has {len(cluster)} nodes ({', '.join(cluster)}): a direct "
+                "cable joins exactly two; set spark_fabric: switch (every node's cable halves on a switch) or keep "
+                "one head and one worker."]
+    return []
 
 
 _REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -365,6 +396,11 @@ def inventory_problems(groups, hostvars):
         problems.extend(host_problems)
         per_host_nets[host] = nets
     problems.extend(_firewall_problems(cluster, hostvars))
+    problems.extend(_fabric_problems(cluster, hostvars))
+    fabric = any_vars.get("spark_fabric", link_address.DEFAULT_FABRIC)
+    # What one cable half is, in the messages below: a point-to-point link, or a subnet on a switch.
+    shared = "every node on a switch needs an address in each half's subnet" if fabric == "switch" \
+        else "both ends of a cable half must share a subnet"
 
     counts = {host: len(nets) for host, nets in per_host_nets.items() if nets}
     if len(set(counts.values())) > 1:
@@ -407,7 +443,7 @@ def inventory_problems(groups, hostvars):
         if len(subnets) > 1:
             detail = "; ".join(f"{cidr}: {', '.join(hosts)}" for cidr, hosts in sorted(subnets.items()))
             problems.append(
-                f"spark_link[{half}] addresses are not in one subnet ({detail}): both ends of a cable half must share a subnet."
+                f"spark_link[{half}] addresses are not in one subnet ({detail}): {shared}."
             )
     all_subnets = {}
     for half in range(halves):

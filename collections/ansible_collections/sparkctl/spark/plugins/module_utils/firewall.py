@@ -187,12 +187,33 @@ def _api_rules(api_port, v4, v6):
     return rules
 
 
+def peer_address_problems(peer_addresses):
+    """Problems with the peers' cable addresses (computed from their spark_link, never typed by hand)."""
+    if peer_addresses is None:
+        return []
+    if not isinstance(peer_addresses, (list, tuple)) or not peer_addresses:
+        return [f"the peers' cable addresses (spark_link of the other nodes) must be a non-empty list, got {peer_addresses!r}."]
+    problems = []
+    for address in peer_addresses:
+        try:
+            ipaddress.ip_address(str(address))
+        except ValueError:
+            problems.append(f"peer cable address {address!r} (spark_link of another node) is not an address.")
+    return problems
+
+
 def render(link_interfaces, ssh_ports, api_port=None, api_allowed_cidrs=(), is_head=False, extra_tcp_ports=(),
-           trusted_interfaces=(), log_drops=False, log_rate=DEFAULT_LOG_RATE):
+           trusted_interfaces=(), log_drops=False, log_rate=DEFAULT_LOG_RATE, peer_addresses=None):
     """The complete nft file: replaces table inet sparkctl in one transaction, touches nothing else.
+
+    peer_addresses None: the cable interfaces are trusted whole (a direct cable reaches only the
+    peer). A list (spark_fabric: switch): the cable subnets are shared with whatever else the
+    switch joins, so on the cable interfaces only these source addresses (the cluster's peers)
+    are trusted and everything else there is filtered like any other interface.
 
     Raises FirewallError naming the role variable of every bad value."""
     problems = []
+    problems += peer_address_problems(peer_addresses)
     problems += interface_problems("spark_link (interfaces)", link_interfaces)
     problems += interface_problems("firewall_trusted_interfaces", trusted_interfaces)
     problems += port_problems("firewall_ssh_ports", ssh_ports)
@@ -208,14 +229,23 @@ def render(link_interfaces, ssh_ports, api_port=None, api_allowed_cidrs=(), is_h
     if problems:
         raise FirewallError(problems)
 
-    trusted = list(dict.fromkeys(["lo", *link_interfaces, *(trusted_interfaces or [])]))
+    switch = peer_addresses is not None
+    trusted = list(dict.fromkeys(["lo", *([] if switch else link_interfaces), *(trusted_interfaces or [])]))
     ssh = _ports(ssh_ports)
     extra = [p for p in _ports(extra_tcp_ports) if p not in ssh]
     v4, v6 = _networks(api_allowed_cidrs)
 
     rules = [
-        f'iifname {_quoted_set(trusted)} accept comment "trusted: loopback, the direct cable'
-        + (', firewall_trusted_interfaces"' if trusted_interfaces else '"'),
+        f'iifname {_quoted_set(trusted)} accept comment "trusted: loopback'
+        + ("" if switch else ", the direct cable") + (', firewall_trusted_interfaces"' if trusted_interfaces else '"'),
+    ]
+    if switch:
+        peers = list(dict.fromkeys(ipaddress.ip_address(str(a)) for a in peer_addresses))
+        for family, addresses in (("ip", [a for a in peers if a.version == 4]), ("ip6", [a for a in peers if a.version == 6])):
+            if addresses:
+                rules.append(f'iifname {_quoted_set(dict.fromkeys(link_interfaces))} {family} saddr '
+                             f'{_set(str(a) for a in addresses)} accept comment "trusted: the cluster peers on the switch"')
+    rules += [
         'ct state established,related accept comment "replies to connections of this host"',
         'ct state invalid counter drop comment "invalid packets"',
         f'icmp type {{ {", ".join(ICMP_TYPES)} }} accept comment "ping and ICMP errors"',
@@ -245,7 +275,9 @@ def render(link_interfaces, ssh_ports, api_port=None, api_allowed_cidrs=(), is_h
         "# Managed by sparkctl (roles/firewall). Hand edits are replaced on the next run.",
         "# The two lines below create the table if it is missing and delete it, so that `nft -f`",
         f"# replaces table {FAMILY} {TABLE} in one transaction and leaves every other table alone.",
-        f"# Packets on {', '.join(trusted)} are trusted; on any other interface only what the",
+        (f"# Packets on {', '.join(trusted)}, and from the cluster's peers on {', '.join(dict.fromkeys(link_interfaces))},"
+         " are trusted; elsewhere only what the" if switch
+         else f"# Packets on {', '.join(trusted)} are trusted; on any other interface only what the"),
         "# rules accept gets through: Ray and the engines bind their ports on every address.",
         f"table {FAMILY} {TABLE}",
         f"delete table {FAMILY} {TABLE}",

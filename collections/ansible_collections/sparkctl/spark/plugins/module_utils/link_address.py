@@ -56,18 +56,61 @@ def primary_address(link):
     return link_addresses(link)[0]
 
 
+# The ways the nodes' cable halves can be joined (spark_fabric, roles/spark/defaults/main.yml).
+# direct: one ConnectX-7 cable between two nodes, each half a point-to-point link.
+# switch: every node's halves on shared subnets through a switch, each half one subnet.
+FABRICS = ("direct", "switch")
+DEFAULT_FABRIC = "direct"
+
+
+def fabric_of(hostvars, this_host):
+    """The host's spark_fabric as the inventory sets it ('direct' when unset: the role default
+    is not part of hostvars). Raises ValueError naming the variable for any other value."""
+    fabric = (hostvars[this_host] or {}).get("spark_fabric", DEFAULT_FABRIC)
+    if fabric not in FABRICS:
+        raise ValueError("spark_fabric %r must be one of %s" % (fabric, ", ".join(FABRICS)))
+    return fabric
+
+
+def fabric_peers(cluster_hosts, this_host, fabric=DEFAULT_FABRIC):
+    """Who this host exchanges traffic with over the cable halves: the one owner of the answer.
+
+    direct: a cable joins exactly two nodes, so the peer is the other one; a cluster of more
+    than two cannot be cabled directly (ValueError naming spark_fabric and the fix).
+    switch: every other node of the cluster is a peer on every half.
+    Cluster order is kept; duplicates and this host are left out."""
+    if fabric not in FABRICS:
+        raise ValueError("spark_fabric %r must be one of %s" % (fabric, ", ".join(FABRICS)))
+    hosts = list(dict.fromkeys(cluster_hosts))
+    if fabric == "direct" and len(hosts) > 2:
+        raise ValueError("spark_fabric is 'direct' but the cluster has %d nodes (%s): a direct cable joins two; "
+                         "set spark_fabric: switch for nodes on a switch" % (len(hosts), ", ".join(hosts)))
+    return [host for host in hosts if host != this_host]
+
+
+def peer_addresses(hostvars, cluster_hosts, this_host):
+    """Every peer's bare addresses on every cable half, in peer then half order (each once):
+    the sources this host trusts on its cable interfaces when they are shared (a switch)."""
+    peers = fabric_peers(cluster_hosts, this_host, fabric_of(hostvars, this_host))
+    addresses = []
+    for peer in peers:
+        for address in link_addresses(hostvars[peer]["spark_link"]):
+            if address not in addresses:
+                addresses.append(address)
+    return addresses
+
+
 def peer_targets(hostvars, cluster_hosts, this_host, skip_hosts=None):
-    """Per other host of cluster_hosts (but skip_hosts) and cable half i: this host's
-    spark_link[i] interface and address paired with the peer's, addresses without prefix length.
-    The jumbo ping (link_ping_targets) and the fabric test (fabric_test_pairs) take these paths."""
+    """Per peer of this host (fabric_peers, by the host's spark_fabric) but skip_hosts, and
+    cable half i: this host's spark_link[i] interface and address paired with the peer's,
+    addresses without prefix length. The jumbo ping (link_ping_targets) and the fabric test
+    (fabric_test_pairs) take these paths."""
     skip = set(skip_hosts or [])
     own = list(hostvars[this_host]["spark_link"])
     targets = []
-    seen = set()
-    for peer in cluster_hosts:
-        if peer == this_host or peer in skip or peer in seen:
+    for peer in fabric_peers(cluster_hosts, this_host, fabric_of(hostvars, this_host)):
+        if peer in skip:
             continue
-        seen.add(peer)
         peer_link = list(hostvars[peer]["spark_link"])
         for half, mine in enumerate(own):
             if half >= len(peer_link):
