@@ -386,6 +386,26 @@ def test_path_source(ckpt, tmp_path, capsys, monkeypatch):
     assert manifest["files"] == checkpoint_sync.path_manifest(str(ckpt))[0]["files"]
 
 
+def test_path_source_in_place_trusts_the_tree_it_was_hashed_from(ckpt, tmp_path, monkeypatch):
+    """Serving the destination itself: the manifest was hashed from this tree a moment ago, so
+    no file is hashed a second time, and the stamp takes the source stamp's entries."""
+    head = tmp_path / "head"
+    shutil.copytree(ckpt, head)
+    (head / checkpoint.STAMP_NAME).unlink(missing_ok=True)
+
+    def no_second_hash(self, rel):
+        raise AssertionError("hashed again: %s" % rel)
+
+    monkeypatch.setattr(checkpoint_sync.CheckpointSync, "_check_file", no_second_hash)
+    result = make_sync(tmp_path, None, source={"type": "path", "path": str(head)}).run()
+
+    assert result["failures"] == [] and result["downloaded"] == []
+    manifest = json.loads((head / ".sparkctl-manifest.json").read_text())["files"]
+    stamp = json.loads((head / checkpoint.STAMP_NAME).read_text())["files"]
+    assert sorted(stamp) == sorted(manifest)
+    assert all(stamp[rel]["sha256"] == manifest[rel]["sha256"] for rel in manifest)
+
+
 # --- the rsync daemon transport -----------------------------------------------------------------
 # Real `rsync --daemon` processes on 127.0.0.1, configured like the workers' sparkctl-rsyncd
 # (module `checkpoint`, auth user + secrets file, hosts allow), each serving the same directory:
