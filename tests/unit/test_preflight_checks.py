@@ -4,7 +4,7 @@ precondition fails with the numbers and a fix; the report marks unjudged hosts."
 import copy
 
 import pytest
-from ansible_collections.sparkctl.spark.plugins.filter.preflight_checks import (
+from ansible_collections.sparkctl.spark.plugins.plugin_utils.preflight_checks import (
     preflight_checks,
     preflight_lines,
     preflight_report,
