@@ -23,20 +23,16 @@ from make_checkpoint import make_checkpoint, shard_name
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (apt-get install rsync)"),
-    pytest.mark.usefixtures("loopback_only"),
+    pytest.mark.usefixtures("loopback_only", "hf"),
 ]
 
 REPO_ID = "sparklab/tiny-llama"
 TOKEN = "hf_stub_sync_0123456789"
 MIB = 1 << 20
+# The stand-in (conftest.py's ckpt, stub and hub) serves this checkpoint and requires TOKEN.
+HUB_CHECKPOINT = {"shards": 4, "shard_bytes": MIB, "seed": 11}
+HUB_TOKEN = TOKEN
 OWN = (".sparkctl-", ".cache")
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ckpt")
-    make_checkpoint(root, shards=4, shard_bytes=MIB, seed=11, workers=1)
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -45,18 +41,6 @@ def big_ckpt(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt_big")
     make_checkpoint(root, shards=2, shard_bytes=12 * MIB, seed=12, workers=1)
     return root
-
-
-@pytest.fixture(scope="module")
-def stub(hf, ckpt):
-    with HubStub(ckpt, REPO_ID, token=TOKEN) as server:
-        yield server
-
-
-@pytest.fixture
-def hub(stub):
-    stub.reset()
-    return stub
 
 
 def tree(root: Path) -> dict[str, Path]:

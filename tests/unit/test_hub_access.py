@@ -17,37 +17,18 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.hub_access import e
 from ansible_collections.sparkctl.spark.plugins.modules import hub_access as hub_access_module
 
 from hubstub import HubStub  # tests/lab/hub, on sys.path through conftest.py
-from make_checkpoint import make_checkpoint
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
 
 REPO_ID = "sparklab/gated-llama"
+# conftest.py's ckpt, stub and hub: the stand-in serving this checkpoint, gated per test.
+HUB_CHECKPOINT = {"shards": 2, "shard_bytes": 1 << 20, "seed": 3}
 GRANTED = "hf_lab_granted_0123456789"
 NOT_GRANTED = "hf_lab_not_granted_987654"
 PRIVATE = "hf_lab_private_555"
 EMPTY_TOKEN_MESSAGE = (
     f"spark_hf_token is empty but {REPO_ID} is gated on the hub (401): set HF_TOKEN on the control node or vault spark_hf_token"
 )
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ckpt_gated")
-    make_checkpoint(root, shards=2, shard_bytes=1 << 20, seed=3, workers=1)
-    return root
-
-
-@pytest.fixture(scope="module")
-def stub(ckpt):
-    with HubStub(ckpt, REPO_ID) as server:
-        yield server
-
-
-@pytest.fixture
-def hub(stub):
-    stub.reset()
-    yield stub
-    stub.reset()
 
 
 def _settled(hub, ready, timeout=5.0):
