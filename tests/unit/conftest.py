@@ -108,6 +108,16 @@ def ckpt(request, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def big_ckpt(tmp_path_factory):
+    """Shards just over huggingface_hub's 10 MiB write chunk, so a cut can be resumed with a Range."""
+    from make_checkpoint import make_checkpoint
+
+    root = tmp_path_factory.mktemp("ckpt_big")
+    make_checkpoint(root, shards=2, shard_bytes=12 << 20, seed=12, workers=1)
+    return root
+
+
+@pytest.fixture(scope="module")
 def stub(request, ckpt):
     from hubstub import HubStub
 

@@ -19,7 +19,7 @@ from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint, 
 from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_sync as checkpoint_sync_module
 
 from hubstub import HubStub  # tests/lab/hub, on sys.path through conftest.py
-from make_checkpoint import make_checkpoint, shard_name
+from make_checkpoint import shard_name
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (apt-get install rsync)"),
@@ -33,14 +33,6 @@ MIB = 1 << 20
 HUB_CHECKPOINT = {"shards": 4, "shard_bytes": MIB, "seed": 11}
 HUB_TOKEN = TOKEN
 OWN = (".sparkctl-", ".cache")
-
-
-@pytest.fixture(scope="module")
-def big_ckpt(tmp_path_factory):
-    """Shards just over huggingface_hub's 10 MiB write chunk, so a cut can be resumed with a Range."""
-    root = tmp_path_factory.mktemp("ckpt_big")
-    make_checkpoint(root, shards=2, shard_bytes=12 * MIB, seed=12, workers=1)
-    return root
 
 
 def tree(root: Path) -> dict[str, Path]:

@@ -7,7 +7,6 @@ token never appears in a result or message."""
 from __future__ import annotations
 
 import json
-import time
 
 import module_runner
 import pytest
@@ -29,17 +28,6 @@ PRIVATE = "hf_lab_private_555"
 EMPTY_TOKEN_MESSAGE = (
     f"spark_hf_token is empty but {REPO_ID} is gated on the hub (401): set HF_TOKEN on the control node or vault spark_hf_token"
 )
-
-
-def _settled(hub, ready, timeout=5.0):
-    """The stand-in's counters once ready(stats) holds: it logs a request after its answer is
-    sent, so the client can be done before the line is written."""
-    deadline = time.monotonic() + timeout
-    stats = hub.stats()
-    while not ready(stats) and time.monotonic() < deadline:
-        time.sleep(0.02)
-        stats = hub.stats()
-    return stats
 
 
 def _judge(hub, token=None, revision="main", repo_id=REPO_ID):
@@ -121,7 +109,7 @@ def test_the_probe_reads_one_byte_of_an_lfs_file(hub):
     assert judged["status"] == "pass"
     assert result["file"] == "model-00001-of-00002.safetensors"
     assert result["content_status"] == 206
-    stats = _settled(hub, lambda s: any(e["range"] == "bytes=0-0" for e in s["log"]))
+    stats = hub.settled_stats(lambda s: any(e["range"] == "bytes=0-0" for e in s["log"]))
     probe = [e for e in stats["log"] if "/resolve/" in e["path"]]
     assert [(e["method"], e["range"], e["bytes"]) for e in probe] == [("GET", "bytes=0-0", 1)]
     # Counted as a probe, not as a download of the shard.
@@ -153,7 +141,7 @@ def test_a_redirect_to_the_cdn_is_followed_without_the_token(ckpt):
     # byte there and, like huggingface_hub, does not carry the token to the other origin.
     with HubStub(ckpt, REPO_ID, token=PRIVATE, lfs_redirect=True) as server:
         result, judged = _judge(server, token=PRIVATE)
-        stats = _settled(server, lambda s: s["by_route"].get("cdn"))
+        stats = server.settled_stats(lambda s: s["by_route"].get("cdn"))
         assert judged["status"] == "pass", judged
         assert result["file"].endswith(".safetensors") and result["content_status"] == 206
         assert result["download_host"] == server.hub.cdn_base.split("//", 1)[1]

@@ -31,7 +31,8 @@ pytestmark = pytest.mark.usefixtures("loopback_only")
 REPO_ID = "sparklab/tiny-llama"
 TOKEN = "hf_stub_0123456789"
 MIB = 1 << 20
-# conftest.py's ckpt, stub and hub: the stand-in serving this small checkpoint.
+# conftest.py's ckpt, stub and hub: the stand-in serving this small checkpoint (big_ckpt: one
+# whose shards pass huggingface_hub's 10 MiB write chunk).
 HUB_CHECKPOINT = {"shards": 3, "shard_bytes": MIB, "seed": 7}
 
 
@@ -39,13 +40,6 @@ HUB_CHECKPOINT = {"shards": 3, "shard_bytes": MIB, "seed": 7}
 
 
 # -- checkpoints and stubs ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def big_shard_ckpt(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ckpt_big_shards")
-    make_checkpoint(root, shards=2, shard_bytes=12 * MIB, seed=8, workers=1)
-    return root
 
 
 def _files(root: Path) -> dict[str, Path]:
@@ -214,17 +208,17 @@ def test_allow_patterns_limit_the_download(hf, hub, ckpt, tmp_path):
     assert not any(name.endswith(".safetensors") for name in hub.stats()["files"])
 
 
-def test_cut_mid_file_is_resumed_with_a_range_request(hf, big_shard_ckpt, tmp_path):
+def test_cut_mid_file_is_resumed_with_a_range_request(hf, big_ckpt, tmp_path):
     shard = shard_name(2, 2)
-    size = (big_shard_ckpt / shard).stat().st_size
+    size = (big_ckpt / shard).stat().st_size
     cut_at = 11 * MIB
     assert size > cut_at
-    with HubStub(big_shard_ckpt, REPO_ID) as server:
+    with HubStub(big_ckpt, REPO_ID) as server:
         server.set_faults(cut_after_bytes=cut_at, cut_path=shard, cut_times=1)
         dest = tmp_path / "model"
         _download(hf, server, dest)
         stats = server.stats()
-    _assert_identical(big_shard_ckpt, dest)
+    _assert_identical(big_ckpt, dest)
     per_file = stats["files"][shard]
     assert per_file["cuts"] == 1 and per_file["full_gets"] == 1 and per_file["range_gets"] == 1
     assert per_file["bytes_served"] < 2 * size
@@ -234,11 +228,11 @@ def test_cut_mid_file_is_resumed_with_a_range_request(hf, big_shard_ckpt, tmp_pa
     assert 0 < start <= cut_at and start % (10 * MIB) == 0
 
 
-def test_failed_run_leaves_no_partial_and_the_rerun_fetches_only_that_file(hf, big_shard_ckpt, tmp_path):
+def test_failed_run_leaves_no_partial_and_the_rerun_fetches_only_that_file(hf, big_ckpt, tmp_path):
     """huggingface_hub 2.4.0 resumes within one call only: a failed file is deleted, a re-run restarts it."""
     shard = shard_name(2, 2)
-    size = (big_shard_ckpt / shard).stat().st_size
-    with HubStub(big_shard_ckpt, REPO_ID) as server:
+    size = (big_ckpt / shard).stat().st_size
+    with HubStub(big_ckpt, REPO_ID) as server:
         # Cut the transfer, then refuse the resume: the first run fails on this file.
         server.set_faults(cut_after_bytes=11 * MIB, cut_path=shard, fail_status=503, fail_path=shard, fail_only_ranges=True)
         dest = tmp_path / "model"
@@ -250,7 +244,7 @@ def test_failed_run_leaves_no_partial_and_the_rerun_fetches_only_that_file(hf, b
 
         _download(hf, server, dest)
         second = server.stats()["files"]
-    _assert_identical(big_shard_ckpt, dest)
+    _assert_identical(big_ckpt, dest)
     assert second[shard]["full_gets"] == 2 and second[shard]["range_gets"] == first[shard]["range_gets"] == 1
     assert second[shard]["bytes_served"] == 11 * MIB + size
     for name, counters in second.items():
@@ -492,16 +486,6 @@ def test_cli_serves_a_gated_repo(ckpt, tmp_path):
 SHARD = shard_name(1, 3)
 
 
-def _settled(server, ready, timeout=5.0):
-    """Counters once ready(stats) holds: a request is logged after its answer is sent."""
-    deadline = time.monotonic() + timeout
-    stats = server.stats()
-    while not ready(stats) and time.monotonic() < deadline:
-        time.sleep(0.02)
-        stats = server.stats()
-    return stats
-
-
 def test_xet_is_advertised_like_the_hub(hf, hub, ckpt, monkeypatch):
     """With `xet`, LFS files carry the hub's Xet headers and tree field, and the token route answers
     with a CAS URL; the library's default (hf_xet installed, Xet on) takes that path and, the CAS
@@ -526,7 +510,7 @@ def test_xet_is_advertised_like_the_hub(hf, hub, ckpt, monkeypatch):
     with pytest.raises(Exception, match="501"):
         hf.hf_hub_download(REPO_ID, SHARD, local_dir=str(Path(hub.repo.root).parent / "xet-default"),
                            endpoint=url)
-    stats = _settled(hub, lambda s: s["by_route"].get("xet_cas"))
+    stats = hub.settled_stats(lambda s: s["by_route"].get("xet_cas"))
     assert stats["by_route"].get("xet_cas", 0) >= 1 and stats["files"].get(SHARD, {}).get("gets", 0) == 0
     # Off again: the stand-in answers like a repo kept in LFS.
     hub.set_faults(xet=False)
@@ -549,7 +533,7 @@ def test_the_checkpoint_transfer_turns_xet_off_and_downloads_over_http(hf, ckpt,
             {"type": "hub", "repo_id": REPO_ID, "revision": "main", "endpoint": server.url}, str(tmp_path / "head"),
             workers=[], mirror=False, racy_window_ns=0)
         result = sync.run()
-        stats = _settled(server, lambda s: s["by_route"].get("cdn", 0) >= 3)
+        stats = server.settled_stats(lambda s: s["by_route"].get("cdn", 0) >= 3)
     assert result["failures"] == [], result["failures"]
     assert os.environ["HF_HUB_DISABLE_XET"] == "1" and constants.HF_HUB_DISABLE_XET is True
     for name, path in _files(ckpt).items():
