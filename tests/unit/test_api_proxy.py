@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import pytest
+from make_checkpoint import standin_checkpoint  # tests/lab/hub, on sys.path through conftest.py
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import api_proxy as api_proxy_filter
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import api_proxy as A
@@ -228,15 +229,6 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def make_checkpoint(root):
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 1024)
-    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
-        "layers.1.weight": "model-00001-of-00001.safetensors"}}))
-    (root / "config.json").write_text(json.dumps({"architectures": ["SparklabStandinForCausalLM"]}))
-    return root
-
-
 class Engine:
     """The raw stand-in (key on /v1 only, /ping and /version open, like vLLM) in a thread on loopback."""
 
@@ -325,7 +317,7 @@ def request(url, method, path, key=None, body=None, headers=None):
 def proxied(tmp_path_factory, loopback_only):
     if NGINX is None:
         pytest.skip("no nginx binary ($SPARKCTL_NGINX, PATH, /usr/sbin/nginx)")
-    engine = Engine(make_checkpoint(tmp_path_factory.mktemp("ckpt") / MODEL))
+    engine = Engine(standin_checkpoint(tmp_path_factory.mktemp("ckpt") / MODEL))
     proxy = Nginx(tmp_path_factory.mktemp("proxy"), engine.port)
     yield engine, proxy
     proxy.stop()

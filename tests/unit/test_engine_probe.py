@@ -20,6 +20,7 @@ from pathlib import Path
 
 import module_runner
 import pytest
+from make_checkpoint import standin_checkpoint  # tests/lab/hub, on sys.path through conftest.py
 from json_stub import QuietJSONHandler
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_probe as ep
 from ansible_collections.sparkctl.spark.plugins.modules import engine_probe as engine_probe_module
@@ -41,15 +42,6 @@ ALL_CHECKS = ["health", "auth", "smoke", "chat", "reasoning", "tools", "generati
 PARSERS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
 FAST = {"SPARKLAB_ENGINE_LOAD_S": "0", "SPARKLAB_ENGINE_TTFT_S": "0", "SPARKLAB_ENGINE_TTFT_PER_TOKEN_S": "0",
         "SPARKLAB_ENGINE_TOKEN_RATE": "1000", "SPARKLAB_ENGINE_MAX_TOTAL_TOKEN_RATE": "0"}
-
-
-def make_checkpoint(root):
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 1024)
-    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
-        "layers.1.weight": "model-00001-of-00001.safetensors"}}))
-    (root / "config.json").write_text(json.dumps({"architectures": ["SparklabStandinForCausalLM"]}))
-    return root
 
 
 class KeyEverywhere(Handler):
@@ -107,7 +99,7 @@ class StandIn:
 def servers(tmp_path_factory, loopback_only):
     """Four stand-ins: with parsers and a key, without parsers, without a key (these three as the API
     proxy serves them), and the raw engine with a key, leaving /ping and /version open."""
-    model = make_checkpoint(tmp_path_factory.mktemp("ckpt") / MODEL)
+    model = standin_checkpoint(tmp_path_factory.mktemp("ckpt") / MODEL)
     started = {"parsers": StandIn(model, *PARSERS), "plain": StandIn(model), "open": StandIn(model, *PARSERS, api_key=None),
                "engine": StandIn(model, *PARSERS, closed=False)}
     yield started
