@@ -10,29 +10,19 @@ the probe through the real nginx configuration where an nginx binary is at hand.
 from __future__ import annotations
 
 import http.server
-import io
 import json
 import socket
-import sys
 import threading
 import time
-from pathlib import Path
 
 import module_runner
 import pytest
 from make_checkpoint import standin_checkpoint  # tests/lab/hub, on sys.path through conftest.py
+from standin_engine import start_standin
+from sparklab_engine.server import Handler  # tests/lab/engine, on sys.path through standin_engine
 from json_stub import QuietJSONHandler
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_probe as ep
 from ansible_collections.sparkctl.spark.plugins.modules import engine_probe as engine_probe_module
-
-ENGINE = Path(__file__).resolve().parents[1] / "lab" / "engine"
-if str(ENGINE) not in sys.path:
-    sys.path.insert(0, str(ENGINE))
-
-from sparklab_engine import cli  # noqa: E402
-from sparklab_engine.app import EngineServer  # noqa: E402
-from sparklab_engine.log import Log  # noqa: E402
-from sparklab_engine.server import Handler  # noqa: E402
 
 # A sentinel: if it shows up in any output, the key leaked.
 KEY = "sk-probe-sentinel-4f1d9a7c0b2e"
@@ -63,16 +53,8 @@ class StandIn:
     the API proxy's policy in front (KeyEverywhere)."""
 
     def __init__(self, model_dir, *flags, api_key=KEY, closed=True):
-        argv = [str(model_dir), "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", "0",
-                "--distributed-executor-backend", "mp", "--max-model-len", "4096", "--max-num-seqs", "16", *flags]
         env = dict(FAST, VLLM_API_KEY=api_key) if api_key else dict(FAST)
-        self.engine = EngineServer(cli.parse_serve(argv, env), Log(io.StringIO()))
-        self.thread = threading.Thread(target=self.engine.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 5
-        while self.engine.httpd is None or not self.engine.ready:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "the stand-in did not start"
-            time.sleep(0.01)
+        self.engine, self.thread = start_standin(model_dir, MODEL, flags, env)
         if closed and api_key:
             self.engine.httpd.RequestHandlerClass = KeyEverywhere
         self.api_key = api_key
