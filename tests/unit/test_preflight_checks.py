@@ -10,6 +10,7 @@ from ansible_collections.sparkctl.spark.plugins.plugin_utils.preflight_checks im
     preflight_report,
     preflight_summary,
 )
+from test_gpu_facts import GB10_FACTS
 
 GIB = 1024**3
 
@@ -20,19 +21,8 @@ HEALTHY_GB10 = {
     "service_mgr": "systemd",
     "user": "spark",
     "become": {"rc": 0, "stdout": "0"},
-    "gpu": {
-        "present": True,
-        "error": None,
-        "count": 1,
-        "gpus": [{"index": 0, "name": "NVIDIA GB10", "compute_cap": "12.1", "driver_version": "580.95.05", "memory_total_mib": None}],
-        "driver_version": "580.95.05",
-        "driver_major": 580,
-        "cuda_driver_version": "13.0",
-        "cuda_driver_major": 13,
-        "cuda_toolkit_version": "13.0",
-        "cuda_toolkit_major": 13,
-        "nvcc_path": "/usr/local/cuda/bin/nvcc",
-    },
+    # What gpu_facts reads from the GB10's recorded nvidia-smi output.
+    "gpu": copy.deepcopy(GB10_FACTS),
     "link": {
         "interfaces": {
             "enp1s0f1np1": {"exists": True, "operstate": "up", "mtu": 9000, "rdma_device": "rocep1s0f1"},
