@@ -13,7 +13,6 @@ from pathlib import Path
 
 import module_runner
 import pytest
-from ansible.module_utils import basic
 from ansible_collections.sparkctl.spark.plugins.module_utils import sysfs_net
 from ansible_collections.sparkctl.spark.plugins.modules import link_facts
 
@@ -446,17 +445,7 @@ def run_module(args, capsys):
 def fake_ip(monkeypatch):
     state = {"ip": IP, "answers": {}, "calls": []}
 
-    def get_bin_path(self, arg, required=False, opt_dirs=None):
-        assert arg == "ip"
-        return state["ip"]
-
-    def run_command(self, args, check_rc=False, **kwargs):
-        assert check_rc is False
-        state["calls"].append(list(args))
-        return state["answers"][args[-1]]
-
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    module_runner.fake_tool(monkeypatch, "ip", state, lambda args: state["answers"][args[-1]], path_key="ip")
     return state
 
 
