@@ -147,6 +147,20 @@ def test_memory_below_the_model_budget_fails():
     assert "MemAvailable 40.0 GiB < 109.0 GiB that solar-open2 needs" in results["memory.available"]["detail"]
 
 
+def test_memory_results_whole():
+    facts = copy.deepcopy(HEALTHY_GB10)
+    facts["host"]["meminfo"] = {"mem_total_bytes": 100 * GIB}
+    results = _by_id(preflight_checks(facts, dict(REQUIREMENTS, mem_total_min_bytes=101 * GIB)))
+    total, available = results["memory.total"], results["memory.available"]
+    assert (total["status"], total["detail"], total["fix"]) == (
+        "fail", "MemTotal 100.0 GiB < 101.0 GiB that solar-open2 needs per node (with the OOM guard margin).",
+        "Pick a smaller or more quantized model profile, or add nodes so each holds less.")
+    assert (available["status"], available["detail"], available["fix"]) == (
+        "fail", "/proc/meminfo had no MemAvailable.", "Check the node's kernel.")
+    healthy = _by_id(preflight_checks(HEALTHY_GB10, REQUIREMENTS))["memory.total"]
+    assert (healthy["status"], healthy["fix"]) == ("pass", "") and healthy["detail"].startswith("MemTotal 121.7 GiB >= ")
+
+
 def test_missing_link_interface_fails_naming_it():
     facts = copy.deepcopy(HEALTHY_GB10)
     facts["link"]["interfaces"]["enP2p1s0f1np1"] = {"exists": False}

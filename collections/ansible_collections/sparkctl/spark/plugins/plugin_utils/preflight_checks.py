@@ -169,29 +169,24 @@ def check_memory(facts, req):
     model = req.get("model_name") or "the selected model"
     need_total = int(req.get("mem_total_min_bytes") or 0)
     need_avail = int(req.get("mem_available_min_bytes") or 0)
-    results = []
-    if total is None:
-        results.append(_result("memory.total", "Memory size", "fail", "/proc/meminfo had no MemTotal.", "Check the node's kernel."))
-    elif total < need_total:
-        results.append(
-            _result("memory.total", "Memory size", "fail",
-                    f"MemTotal {_gib(total)} < {_gib(need_total)} that {model} needs per node (with the OOM guard margin).",
-                    "Pick a smaller or more quantized model profile, or add nodes so each holds less.")
-        )
-    else:
-        results.append(_result("memory.total", "Memory size", "pass", f"MemTotal {_gib(total)} >= {_gib(need_total)}"))
-    if available is None:
-        results.append(_result("memory.available", "Memory available now", "fail", "/proc/meminfo had no MemAvailable.",
-                               "Check the node's kernel."))
-    elif available < need_avail:
-        results.append(
-            _result("memory.available", "Memory available now", "fail",
-                    f"MemAvailable {_gib(available)} < {_gib(need_avail)} that {model} needs per node.",
-                    "Stop what holds memory on the node (other containers, old engines: `ps aux --sort=-rss | head`) and re-run.")
-        )
-    else:
-        results.append(_result("memory.available", "Memory available now", "pass", f"MemAvailable {_gib(available)} >= {_gib(need_avail)}"))
-    return results
+    return [
+        _meminfo_result("memory.total", "Memory size", "MemTotal", total, need_total,
+                        f"that {model} needs per node (with the OOM guard margin).",
+                        "Pick a smaller or more quantized model profile, or add nodes so each holds less."),
+        _meminfo_result("memory.available", "Memory available now", "MemAvailable", available, need_avail,
+                        f"that {model} needs per node.",
+                        "Stop what holds memory on the node (other containers, old engines: `ps aux --sort=-rss | head`) and re-run."),
+    ]
+
+
+def _meminfo_result(check_id, title, field, have, need, short_of, fix):
+    """One /proc/meminfo field against what the model needs: missing, short (`short_of` says of
+    what), or enough."""
+    if have is None:
+        return _result(check_id, title, "fail", f"/proc/meminfo had no {field}.", "Check the node's kernel.")
+    if have < need:
+        return _result(check_id, title, "fail", f"{field} {_gib(have)} < {_gib(need)} {short_of}", fix)
+    return _result(check_id, title, "pass", f"{field} {_gib(have)} >= {_gib(need)}")
 
 
 def check_disk(facts, req):
