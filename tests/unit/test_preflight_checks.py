@@ -93,12 +93,21 @@ def test_old_driver_fails_with_the_version_and_a_fix():
     assert "Update the NVIDIA driver" in result["fix"]
 
 
-def test_missing_gpu_fails_and_skips_the_gpu_details():
-    facts = _broken(gpu__present=False, gpu__gpus=[], gpu__error="nvidia-smi not found")
-    results = _by_id(preflight_checks(facts, REQUIREMENTS))
-    assert results["gpu.present"]["status"] == "fail"
-    assert "nvidia-smi not found" in results["gpu.present"]["detail"]
-    assert "gpu.driver" not in results
+@pytest.mark.parametrize(
+    "changes, failed, said, skipped",
+    [
+        ({"gpu__present": False, "gpu__gpus": [], "gpu__error": "nvidia-smi not found"},
+         "gpu.present", "nvidia-smi not found", "gpu.driver"),
+        ({"link__interfaces__enP2p1s0f1np1": {"exists": False}},
+         "link.enP2p1s0f1np1", "enP2p1s0f1np1 does not exist", "rdma.enP2p1s0f1np1"),
+    ],
+    ids=["gpu", "link interface"],
+)
+def test_a_missing_device_fails_naming_it_and_skips_its_details(changes, failed, said, skipped):
+    results = _by_id(preflight_checks(_broken(**changes), REQUIREMENTS))
+    assert results[failed]["status"] == "fail"
+    assert said in results[failed]["detail"]
+    assert skipped not in results
 
 
 def test_wrong_compute_capability_fails():
@@ -159,15 +168,6 @@ def test_memory_results_whole():
         "fail", "/proc/meminfo had no MemAvailable.", "Check the node's kernel.")
     healthy = _by_id(preflight_checks(HEALTHY_GB10, REQUIREMENTS))["memory.total"]
     assert (healthy["status"], healthy["fix"]) == ("pass", "") and healthy["detail"].startswith("MemTotal 121.7 GiB >= ")
-
-
-def test_missing_link_interface_fails_naming_it():
-    facts = copy.deepcopy(HEALTHY_GB10)
-    facts["link"]["interfaces"]["enP2p1s0f1np1"] = {"exists": False}
-    results = _by_id(preflight_checks(facts, REQUIREMENTS))
-    assert results["link.enP2p1s0f1np1"]["status"] == "fail"
-    assert "enP2p1s0f1np1 does not exist" in results["link.enP2p1s0f1np1"]["detail"]
-    assert "rdma.enP2p1s0f1np1" not in results
 
 
 def test_link_without_rdma_device_fails():
