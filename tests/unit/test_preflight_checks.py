@@ -127,22 +127,24 @@ def test_absent_nvcc_is_skipped_but_wrong_nvcc_fails():
     assert "CUDA 12.8" in wrong["gpu.cuda_toolkit"]["detail"]
 
 
-def test_too_little_disk_fails_with_both_numbers():
+def _disk_check(**disk):
+    """The disk.checkpoint result with the checkpoint file system's facts changed."""
     facts = copy.deepcopy(HEALTHY_GB10)
-    facts["host"]["disks"]["/srv/models"]["free_bytes"] = 100 * GIB
-    result = _by_id(preflight_checks(facts, REQUIREMENTS))["disk.checkpoint"]
+    facts["host"]["disks"]["/srv/models"].update(disk)
+    return _by_id(preflight_checks(facts, REQUIREMENTS))["disk.checkpoint"]
+
+
+def test_too_little_disk_fails_with_both_numbers():
+    result = _disk_check(free_bytes=100 * GIB)
     assert result["status"] == "fail"
     assert "100.0 GiB free at /srv < 163.0 GiB needed" in result["detail"]
 
 
 def test_checkpoint_already_in_place_needs_only_the_reserve():
-    facts = copy.deepcopy(HEALTHY_GB10)
-    facts["host"]["disks"]["/srv/models"].update(free_bytes=20 * GIB, used_bytes=150 * GIB)
-    result = _by_id(preflight_checks(facts, REQUIREMENTS))["disk.checkpoint"]
+    result = _disk_check(free_bytes=20 * GIB, used_bytes=150 * GIB)
     assert result["status"] == "pass"
     assert result["detail"] == "20.0 GiB free at /srv >= 13.0 GiB (150.0 GiB of it already in place)"
-    facts["host"]["disks"]["/srv/models"]["used_bytes"] = 100 * GIB
-    result = _by_id(preflight_checks(facts, REQUIREMENTS))["disk.checkpoint"]
+    result = _disk_check(free_bytes=20 * GIB, used_bytes=100 * GIB)
     assert result["status"] == "fail"
     assert "20.0 GiB free at /srv < 63.0 GiB needed for the checkpoint (100.0 GiB of it already in place)" in result["detail"]
 
