@@ -1,5 +1,6 @@
 """Make the project's collection importable as ansible_collections.sparkctl.spark, and share
-the fixtures that keep hub tests on loopback with a private huggingface_hub home."""
+the fixtures that keep hub tests on loopback with a private huggingface_hub home, and the hub
+stand-in serving a test module's checkpoint."""
 
 import ipaddress
 import socket
@@ -89,3 +90,43 @@ def hf(tmp_path_factory):
         mp.setattr(constants, name, value)
     yield huggingface_hub
     mp.undo()
+
+
+# -- a hub stand-in serving the test module's checkpoint ---------------------------------------
+# A module that serves one sets HUB_CHECKPOINT (make_checkpoint's shards, shard_bytes, seed) and
+# REPO_ID, and HUB_TOKEN when the stand-in must require a token; `ckpt` is the checkpoint,
+# `stub` the stand-in serving it for the whole module, `hub` that stand-in reset around a test.
+
+
+@pytest.fixture(scope="module")
+def ckpt(request, tmp_path_factory):
+    from make_checkpoint import make_checkpoint
+
+    root = tmp_path_factory.mktemp("ckpt")
+    make_checkpoint(root, workers=1, **request.module.HUB_CHECKPOINT)
+    return root
+
+
+@pytest.fixture(scope="module")
+def big_ckpt(tmp_path_factory):
+    """Shards just over huggingface_hub's 10 MiB write chunk, so a cut can be resumed with a Range."""
+    from make_checkpoint import make_checkpoint
+
+    root = tmp_path_factory.mktemp("ckpt_big")
+    make_checkpoint(root, shards=2, shard_bytes=12 << 20, seed=12, workers=1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def stub(request, ckpt):
+    from hubstub import HubStub
+
+    with HubStub(ckpt, request.module.REPO_ID, token=getattr(request.module, "HUB_TOKEN", None)) as server:
+        yield server
+
+
+@pytest.fixture
+def hub(stub):
+    stub.reset()
+    yield stub
+    stub.reset()

@@ -86,3 +86,22 @@ def documentation(module):
     doc = yaml.safe_load(module.DOCUMENTATION)
     add_fragments(doc, module.__file__, _FragmentLoader(), is_module=True)
     return doc
+
+
+def fake_tool(monkeypatch, name, state, answer, path_key="path"):
+    """Stand AnsibleModule's get_bin_path and run_command in for the one tool a module runs:
+    get_bin_path(name) returns state[path_key], run_command appends its argv to state["calls"]
+    and returns answer(argv) ((rc, stdout, stderr)); each asserts it is used as the module must."""
+    from ansible.module_utils import basic
+
+    def get_bin_path(self, arg, required=False, opt_dirs=None):
+        assert arg == name
+        return state[path_key]
+
+    def run_command(self, args, check_rc=False, **kwargs):
+        assert check_rc is False
+        state["calls"].append(list(args))
+        return answer(args)
+
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)

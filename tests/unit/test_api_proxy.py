@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import getpass
 import http.client
-import io
 import json
 import os
 import shlex
@@ -26,12 +25,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from make_checkpoint import standin_checkpoint  # tests/lab/hub, on sys.path through conftest.py
+from standin_engine import start_standin
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import api_proxy as api_proxy_filter
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import api_proxy as A
@@ -42,13 +42,6 @@ from golden_files import assert_golden_tree
 REPO = Path(__file__).resolve().parents[2]
 LAB_PROFILES = REPO / "tests" / "lab" / "profiles"
 GOLDEN = Path(__file__).parent / "golden" / "api_proxy"
-ENGINE = REPO / "tests" / "lab" / "engine"
-if str(ENGINE) not in sys.path:
-    sys.path.insert(0, str(ENGINE))
-
-from sparklab_engine import cli  # noqa: E402
-from sparklab_engine.app import EngineServer  # noqa: E402
-from sparklab_engine.log import Log  # noqa: E402
 
 # A sentinel: if it shows up in any output, the key leaked. '.', '+', '/', '~', '-', '_' and '='
 # are all Bearer-token characters; '.' and '+' are special in a regular expression.
@@ -228,32 +221,15 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def make_checkpoint(root):
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 1024)
-    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
-        "layers.1.weight": "model-00001-of-00001.safetensors"}}))
-    (root / "config.json").write_text(json.dumps({"architectures": ["SparklabStandinForCausalLM"]}))
-    return root
-
-
 class Engine:
     """The raw stand-in (key on /v1 only, /ping and /version open, like vLLM) in a thread on loopback."""
 
     def __init__(self, model_dir, api_key=KEY):
-        argv = [str(model_dir), "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", "0",
-                "--distributed-executor-backend", "mp", "--max-model-len", "4096", "--max-num-seqs", "16",
-                "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"]
+        flags = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"]
         # 20 tokens/s: a stream of 8 tokens takes ~0.4 s, so chunks arriving one by one are visible.
         env = {"SPARKLAB_ENGINE_LOAD_S": "0", "SPARKLAB_ENGINE_TTFT_S": "0", "SPARKLAB_ENGINE_TTFT_PER_TOKEN_S": "0",
                "SPARKLAB_ENGINE_TOKEN_RATE": "20", "SPARKLAB_ENGINE_MAX_TOTAL_TOKEN_RATE": "0", "VLLM_API_KEY": api_key}
-        self.engine = EngineServer(cli.parse_serve(argv, env), Log(io.StringIO()))
-        self.thread = threading.Thread(target=self.engine.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 5
-        while self.engine.httpd is None or not self.engine.ready:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "the stand-in did not start"
-            time.sleep(0.01)
+        self.engine, self.thread = start_standin(model_dir, MODEL, flags, env)
         self.port = self.engine.httpd.server_address[1]
 
     def stop(self):
@@ -325,7 +301,7 @@ def request(url, method, path, key=None, body=None, headers=None):
 def proxied(tmp_path_factory, loopback_only):
     if NGINX is None:
         pytest.skip("no nginx binary ($SPARKCTL_NGINX, PATH, /usr/sbin/nginx)")
-    engine = Engine(make_checkpoint(tmp_path_factory.mktemp("ckpt") / MODEL))
+    engine = Engine(standin_checkpoint(tmp_path_factory.mktemp("ckpt") / MODEL))
     proxy = Nginx(tmp_path_factory.mktemp("proxy"), engine.port)
     yield engine, proxy
     proxy.stop()

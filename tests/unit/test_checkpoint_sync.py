@@ -19,44 +19,20 @@ from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint, 
 from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_sync as checkpoint_sync_module
 
 from hubstub import HubStub  # tests/lab/hub, on sys.path through conftest.py
-from make_checkpoint import make_checkpoint, shard_name
+from make_checkpoint import shard_name
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (apt-get install rsync)"),
-    pytest.mark.usefixtures("loopback_only"),
+    pytest.mark.usefixtures("loopback_only", "hf"),
 ]
 
 REPO_ID = "sparklab/tiny-llama"
 TOKEN = "hf_stub_sync_0123456789"
 MIB = 1 << 20
+# The stand-in (conftest.py's ckpt, stub and hub) serves this checkpoint and requires TOKEN.
+HUB_CHECKPOINT = {"shards": 4, "shard_bytes": MIB, "seed": 11}
+HUB_TOKEN = TOKEN
 OWN = (".sparkctl-", ".cache")
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ckpt")
-    make_checkpoint(root, shards=4, shard_bytes=MIB, seed=11, workers=1)
-    return root
-
-
-@pytest.fixture(scope="module")
-def big_ckpt(tmp_path_factory):
-    """Shards just over huggingface_hub's 10 MiB write chunk, so a cut can be resumed with a Range."""
-    root = tmp_path_factory.mktemp("ckpt_big")
-    make_checkpoint(root, shards=2, shard_bytes=12 * MIB, seed=12, workers=1)
-    return root
-
-
-@pytest.fixture(scope="module")
-def stub(hf, ckpt):
-    with HubStub(ckpt, REPO_ID, token=TOKEN) as server:
-        yield server
-
-
-@pytest.fixture
-def hub(stub):
-    stub.reset()
-    return stub
 
 
 def tree(root: Path) -> dict[str, Path]:
@@ -384,6 +360,26 @@ def test_path_source(ckpt, tmp_path, capsys, monkeypatch):
     assert rc == 0 and json.loads(out)["changed"] is False
     manifest = json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text())
     assert manifest["files"] == checkpoint_sync.path_manifest(str(ckpt))[0]["files"]
+
+
+def test_path_source_in_place_trusts_the_tree_it_was_hashed_from(ckpt, tmp_path, monkeypatch):
+    """Serving the destination itself: the manifest was hashed from this tree a moment ago, so
+    no file is hashed a second time, and the stamp takes the source stamp's entries."""
+    head = tmp_path / "head"
+    shutil.copytree(ckpt, head)
+    (head / checkpoint.STAMP_NAME).unlink(missing_ok=True)
+
+    def no_second_hash(self, rel):
+        raise AssertionError("hashed again: %s" % rel)
+
+    monkeypatch.setattr(checkpoint_sync.CheckpointSync, "_check_file", no_second_hash)
+    result = make_sync(tmp_path, None, source={"type": "path", "path": str(head)}).run()
+
+    assert result["failures"] == [] and result["downloaded"] == []
+    manifest = json.loads((head / ".sparkctl-manifest.json").read_text())["files"]
+    stamp = json.loads((head / checkpoint.STAMP_NAME).read_text())["files"]
+    assert sorted(stamp) == sorted(manifest)
+    assert all(stamp[rel]["sha256"] == manifest[rel]["sha256"] for rel in manifest)
 
 
 # --- the rsync daemon transport -----------------------------------------------------------------

@@ -388,6 +388,32 @@ def test_hash_false_checks_sizes_and_structure_only(ckpt):
     assert not (root / STAMP).exists()
 
 
+def test_hash_false_still_refuses_a_wrong_size(ckpt):
+    root, manifest = ckpt
+    with open(root / SHARDS[1], "ab") as handle:
+        handle.write(b"x")
+
+    result = verify(root, manifest, hash_files=False)
+
+    assert (SHARDS[1], "size") in kinds(result)
+    assert result["rehashed"] == []
+
+
+@pytest.mark.parametrize(
+    "stamp_file, rel, expected",
+    [
+        ("/ckpt/.sparkctl-verified.json", ".sparkctl-verified.json", True),
+        ("/ckpt/.sparkctl-verified.json", ".sparkctl-verified.json.a1b2.tmp", True),
+        ("/ckpt/.sparkctl-verified.json", ".sparkctl-verified.json.a1b2", False),
+        ("/ckpt/.sparkctl-verified.json", "sub/.sparkctl-verified.json", False),
+        ("/ckpt/meta/stamp.json", "meta/stamp.json.x.tmp", True),
+        ("/ckpt/meta/stamp.json", "stamp.json.x.tmp", False),
+    ],
+)
+def test_stamp_matcher_knows_the_stamp_and_its_temp_files(stamp_file, rel, expected):
+    assert checkpoint.stamp_matcher("/ckpt", stamp_file)(rel) is expected
+
+
 def test_missing_manifest_file(ckpt):
     root, manifest = ckpt
     (root / "config.json").unlink()

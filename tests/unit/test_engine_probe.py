@@ -10,28 +10,19 @@ the probe through the real nginx configuration where an nginx binary is at hand.
 from __future__ import annotations
 
 import http.server
-import io
 import json
 import socket
-import sys
 import threading
 import time
-from pathlib import Path
 
 import module_runner
 import pytest
+from make_checkpoint import standin_checkpoint  # tests/lab/hub, on sys.path through conftest.py
+from standin_engine import start_standin
+from sparklab_engine.server import Handler  # tests/lab/engine, on sys.path through standin_engine
 from json_stub import QuietJSONHandler
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_probe as ep
 from ansible_collections.sparkctl.spark.plugins.modules import engine_probe as engine_probe_module
-
-ENGINE = Path(__file__).resolve().parents[1] / "lab" / "engine"
-if str(ENGINE) not in sys.path:
-    sys.path.insert(0, str(ENGINE))
-
-from sparklab_engine import cli  # noqa: E402
-from sparklab_engine.app import EngineServer  # noqa: E402
-from sparklab_engine.log import Log  # noqa: E402
-from sparklab_engine.server import Handler  # noqa: E402
 
 # A sentinel: if it shows up in any output, the key leaked.
 KEY = "sk-probe-sentinel-4f1d9a7c0b2e"
@@ -41,15 +32,6 @@ ALL_CHECKS = ["health", "auth", "smoke", "chat", "reasoning", "tools", "generati
 PARSERS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
 FAST = {"SPARKLAB_ENGINE_LOAD_S": "0", "SPARKLAB_ENGINE_TTFT_S": "0", "SPARKLAB_ENGINE_TTFT_PER_TOKEN_S": "0",
         "SPARKLAB_ENGINE_TOKEN_RATE": "1000", "SPARKLAB_ENGINE_MAX_TOTAL_TOKEN_RATE": "0"}
-
-
-def make_checkpoint(root):
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 1024)
-    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
-        "layers.1.weight": "model-00001-of-00001.safetensors"}}))
-    (root / "config.json").write_text(json.dumps({"architectures": ["SparklabStandinForCausalLM"]}))
-    return root
 
 
 class KeyEverywhere(Handler):
@@ -71,16 +53,8 @@ class StandIn:
     the API proxy's policy in front (KeyEverywhere)."""
 
     def __init__(self, model_dir, *flags, api_key=KEY, closed=True):
-        argv = [str(model_dir), "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", "0",
-                "--distributed-executor-backend", "mp", "--max-model-len", "4096", "--max-num-seqs", "16", *flags]
         env = dict(FAST, VLLM_API_KEY=api_key) if api_key else dict(FAST)
-        self.engine = EngineServer(cli.parse_serve(argv, env), Log(io.StringIO()))
-        self.thread = threading.Thread(target=self.engine.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 5
-        while self.engine.httpd is None or not self.engine.ready:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "the stand-in did not start"
-            time.sleep(0.01)
+        self.engine, self.thread = start_standin(model_dir, MODEL, flags, env)
         if closed and api_key:
             self.engine.httpd.RequestHandlerClass = KeyEverywhere
         self.api_key = api_key
@@ -107,7 +81,7 @@ class StandIn:
 def servers(tmp_path_factory, loopback_only):
     """Four stand-ins: with parsers and a key, without parsers, without a key (these three as the API
     proxy serves them), and the raw engine with a key, leaving /ping and /version open."""
-    model = make_checkpoint(tmp_path_factory.mktemp("ckpt") / MODEL)
+    model = standin_checkpoint(tmp_path_factory.mktemp("ckpt") / MODEL)
     started = {"parsers": StandIn(model, *PARSERS), "plain": StandIn(model), "open": StandIn(model, *PARSERS, api_key=None),
                "engine": StandIn(model, *PARSERS, closed=False)}
     yield started

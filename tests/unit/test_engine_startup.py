@@ -437,13 +437,7 @@ def test_module_evaluates_given_lines_without_touching_the_unit(fake_host, capsy
     assert all(item["ok"] for item in result["startup"])
 
 
-def test_documentation_matches_the_argument_spec(monkeypatch):
-    spec = module_runner.captured_argument_spec(engine_startup_facts.main, monkeypatch)
-    doc = module_runner.documentation(engine_startup_facts)
-    yaml.safe_load(engine_startup_facts.EXAMPLES)
-    returns = yaml.safe_load(engine_startup_facts.RETURN)
-
-    assert spec["supports_check_mode"] is True
-    assert module_runner.documented_like_spec(doc["options"], spec["argument_spec"]) == []
-    assert doc["attributes"]["check_mode"]["support"] == "full"
-    assert set(returns) == RETURNED
+def test_documentation_names_what_the_module_returns():
+    # Options against the argument spec, and EXAMPLES: test_module_documentation.py, for every module.
+    assert module_runner.documentation(engine_startup_facts)["attributes"]["check_mode"]["support"] == "full"
+    assert set(yaml.safe_load(engine_startup_facts.RETURN)) == RETURNED

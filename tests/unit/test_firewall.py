@@ -548,3 +548,18 @@ def test_the_confirmation_cancels_a_pending_revert_and_says_when_none_was_pendin
     assert F.confirm(node.run) is True and not node.timer_active
     # The timer fired before the confirmation (or nothing was armed): nothing pending.
     assert F.confirm(node.run) is False
+
+
+def test_list_problems_say_the_whole_sentence():
+    assert F.port_problems("p", None) == []
+    assert F.port_problems("p", 22) == ["'p' must be a list of TCP ports (1-65535), e.g. [9100], got 22."]
+    assert F.port_problems("p", [22, "x", 0]) == ["'p'[1] 'x' is not a TCP port number (1-65535).",
+                                                   "'p'[2] 0 is out of range: a TCP port is 1-65535."]
+    assert F.cidr_problems("c", "10.0.0.0/8") == [
+        "'c' must be a list of IPv4/IPv6 networks, e.g. ['10.0.0.0/24', 'fd00::/64'], got '10.0.0.0/8'."]
+    assert F.cidr_problems("c", ["10.0.0.0/8", 7]) == [
+        "'c'[1] 7 is not an IPv4 or IPv6 network: write it like 10.0.0.0/24 or fd00::/64 "
+        "(a single address is a /32 or /128); 0.0.0.0/0 and ::/0 mean any."]
+    assert F.interface_problems("i", "eth0") == ["'i' must be a list of interface names, got 'eth0'."]
+    assert F.interface_problems("i", ["eth0", ".."]) == [
+        "'i'[1] '..' is not a network interface name (1-15 of A-Z a-z 0-9 _ . : -)."]

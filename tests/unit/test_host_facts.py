@@ -13,7 +13,6 @@ from pathlib import Path
 
 import module_runner
 import pytest
-from ansible.module_utils import basic
 from ansible_collections.sparkctl.spark.plugins.module_utils import host
 from ansible_collections.sparkctl.spark.plugins.modules import host_facts
 
@@ -534,17 +533,8 @@ def fake_systemctl(monkeypatch):
         "calls": [],
     }
 
-    def get_bin_path(self, arg, required=False, opt_dirs=None):
-        assert arg == "systemctl"
-        return state["path"]
-
-    def run_command(self, args, check_rc=False, **kwargs):
-        assert check_rc is False
-        state["calls"].append(list(args))
-        return state["sockets"] if "list-sockets" in args else state["answer"]
-
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    module_runner.fake_tool(monkeypatch, "systemctl", state,
+                            lambda args: state["sockets"] if "list-sockets" in args else state["answer"])
     return state
 
 

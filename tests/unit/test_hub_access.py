@@ -7,58 +7,27 @@ token never appears in a result or message."""
 from __future__ import annotations
 
 import json
-import time
 
 import module_runner
 import pytest
-from ansible_collections.sparkctl.spark.plugins.filter.preflight_checks import check_hub, preflight_checks, preflight_lines
+from ansible_collections.sparkctl.spark.plugins.plugin_utils.preflight_checks import check_hub, preflight_checks, preflight_lines
 from ansible_collections.sparkctl.spark.plugins.filter.inventory_problems import inventory_problems
 from ansible_collections.sparkctl.spark.plugins.module_utils.hub_access import endpoint_problem, probe, verdict
 from ansible_collections.sparkctl.spark.plugins.modules import hub_access as hub_access_module
 
 from hubstub import HubStub  # tests/lab/hub, on sys.path through conftest.py
-from make_checkpoint import make_checkpoint
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
 
 REPO_ID = "sparklab/gated-llama"
+# conftest.py's ckpt, stub and hub: the stand-in serving this checkpoint, gated per test.
+HUB_CHECKPOINT = {"shards": 2, "shard_bytes": 1 << 20, "seed": 3}
 GRANTED = "hf_lab_granted_0123456789"
 NOT_GRANTED = "hf_lab_not_granted_987654"
 PRIVATE = "hf_lab_private_555"
 EMPTY_TOKEN_MESSAGE = (
     f"spark_hf_token is empty but {REPO_ID} is gated on the hub (401): set HF_TOKEN on the control node or vault spark_hf_token"
 )
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ckpt_gated")
-    make_checkpoint(root, shards=2, shard_bytes=1 << 20, seed=3, workers=1)
-    return root
-
-
-@pytest.fixture(scope="module")
-def stub(ckpt):
-    with HubStub(ckpt, REPO_ID) as server:
-        yield server
-
-
-@pytest.fixture
-def hub(stub):
-    stub.reset()
-    yield stub
-    stub.reset()
-
-
-def _settled(hub, ready, timeout=5.0):
-    """The stand-in's counters once ready(stats) holds: it logs a request after its answer is
-    sent, so the client can be done before the line is written."""
-    deadline = time.monotonic() + timeout
-    stats = hub.stats()
-    while not ready(stats) and time.monotonic() < deadline:
-        time.sleep(0.02)
-        stats = hub.stats()
-    return stats
 
 
 def _judge(hub, token=None, revision="main", repo_id=REPO_ID):
@@ -140,7 +109,7 @@ def test_the_probe_reads_one_byte_of_an_lfs_file(hub):
     assert judged["status"] == "pass"
     assert result["file"] == "model-00001-of-00002.safetensors"
     assert result["content_status"] == 206
-    stats = _settled(hub, lambda s: any(e["range"] == "bytes=0-0" for e in s["log"]))
+    stats = hub.settled_stats(lambda s: any(e["range"] == "bytes=0-0" for e in s["log"]))
     probe = [e for e in stats["log"] if "/resolve/" in e["path"]]
     assert [(e["method"], e["range"], e["bytes"]) for e in probe] == [("GET", "bytes=0-0", 1)]
     # Counted as a probe, not as a download of the shard.
@@ -172,7 +141,7 @@ def test_a_redirect_to_the_cdn_is_followed_without_the_token(ckpt):
     # byte there and, like huggingface_hub, does not carry the token to the other origin.
     with HubStub(ckpt, REPO_ID, token=PRIVATE, lfs_redirect=True) as server:
         result, judged = _judge(server, token=PRIVATE)
-        stats = _settled(server, lambda s: s["by_route"].get("cdn"))
+        stats = server.settled_stats(lambda s: s["by_route"].get("cdn"))
         assert judged["status"] == "pass", judged
         assert result["file"].endswith(".safetensors") and result["content_status"] == 206
         assert result["download_host"] == server.hub.cdn_base.split("//", 1)[1]

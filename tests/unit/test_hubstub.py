@@ -31,38 +31,15 @@ pytestmark = pytest.mark.usefixtures("loopback_only")
 REPO_ID = "sparklab/tiny-llama"
 TOKEN = "hf_stub_0123456789"
 MIB = 1 << 20
+# conftest.py's ckpt, stub and hub: the stand-in serving this small checkpoint (big_ckpt: one
+# whose shards pass huggingface_hub's 10 MiB write chunk).
+HUB_CHECKPOINT = {"shards": 3, "shard_bytes": MIB, "seed": 7}
 
 
 # -- isolation ----------------------------------------------------------------------------
 
 
 # -- checkpoints and stubs ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def small_ckpt(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ckpt_small")
-    make_checkpoint(root, shards=3, shard_bytes=MIB, seed=7, workers=1)
-    return root
-
-
-@pytest.fixture(scope="module")
-def big_shard_ckpt(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ckpt_big_shards")
-    make_checkpoint(root, shards=2, shard_bytes=12 * MIB, seed=8, workers=1)
-    return root
-
-
-@pytest.fixture(scope="module")
-def stub(small_ckpt):
-    with HubStub(small_ckpt, REPO_ID) as server:
-        yield server
-
-
-@pytest.fixture
-def fresh_stub(stub):
-    stub.reset()
-    return stub
 
 
 def _files(root: Path) -> dict[str, Path]:
@@ -89,14 +66,14 @@ def _download(hf, server, dest, **kwargs):
 # -- generator ------------------------------------------------------------------------------
 
 
-def test_generator_writes_valid_deterministic_shards(small_ckpt, tmp_path):
-    index = json.loads((small_ckpt / "model.safetensors.index.json").read_text())
-    shards = sorted(p.name for p in small_ckpt.glob("*.safetensors"))
+def test_generator_writes_valid_deterministic_shards(ckpt, tmp_path):
+    index = json.loads((ckpt / "model.safetensors.index.json").read_text())
+    shards = sorted(p.name for p in ckpt.glob("*.safetensors"))
     assert shards == [shard_name(i, 3) for i in (1, 2, 3)]
     assert sorted(set(index["weight_map"].values())) == shards
     tensor_bytes, dtypes = 0, set()
     for shard in shards:
-        data = (small_ckpt / shard).read_bytes()
+        data = (ckpt / shard).read_bytes()
         length = int.from_bytes(data[:8], "little")
         assert length % 8 == 0
         header = json.loads(data[8 : 8 + length])
@@ -118,11 +95,11 @@ def test_generator_writes_valid_deterministic_shards(small_ckpt, tmp_path):
     assert tensor_bytes == index["metadata"]["total_size"]
     assert dtypes == {"BF16", "F32", "U8"}
     for name in ("config.json", "generation_config.json", "tokenizer.json", "README.md"):
-        assert (small_ckpt / name).is_file()
+        assert (ckpt / name).is_file()
 
     # Written in parallel this time (the fixture used one process): same bytes.
     again = make_checkpoint(tmp_path / "again", shards=3, shard_bytes=MIB, seed=7, workers=2)
-    _assert_identical(small_ckpt, tmp_path / "again")
+    _assert_identical(ckpt, tmp_path / "again")
     rerun = make_checkpoint(tmp_path / "again", shards=3, shard_bytes=MIB, seed=7)
     assert rerun["written"] == [] and sorted(rerun["skipped"]) == sorted(again["files"])
 
@@ -142,10 +119,10 @@ def test_generator_rewrites_a_shard_with_the_wrong_size(tmp_path):
 # -- metadata -------------------------------------------------------------------------------
 
 
-def test_model_info_reports_sha256_and_size_of_every_file(hf, fresh_stub, small_ckpt):
-    info = hf.HfApi(endpoint=fresh_stub.url).model_info(REPO_ID, revision="main", files_metadata=True)
-    assert info.sha == fresh_stub.commit and len(info.sha) == 40
-    files = _files(small_ckpt)
+def test_model_info_reports_sha256_and_size_of_every_file(hf, hub, ckpt):
+    info = hf.HfApi(endpoint=hub.url).model_info(REPO_ID, revision="main", files_metadata=True)
+    assert info.sha == hub.commit and len(info.sha) == 40
+    files = _files(ckpt)
     assert sorted(s.rfilename for s in info.siblings) == sorted(files)
     for sibling in info.siblings:
         data = files[sibling.rfilename].read_bytes()
@@ -157,42 +134,42 @@ def test_model_info_reports_sha256_and_size_of_every_file(hf, fresh_stub, small_
             assert sibling.lfs is None
             assert sibling.blob_id == git_blob_sha1(data)
     # Pinned to the commit, the same answer; the parameter summary comes from the shard headers.
-    pinned = hf.HfApi(endpoint=fresh_stub.url).model_info(REPO_ID, revision=info.sha)
+    pinned = hf.HfApi(endpoint=hub.url).model_info(REPO_ID, revision=info.sha)
     assert pinned.sha == info.sha and pinned.siblings[0].size is None
     assert set(info.safetensors.parameters) == {"BF16", "F32", "U8"}
 
 
-def test_tree_paths_info_and_safetensors_headers_through_the_client(hf, fresh_stub, small_ckpt):
-    api = hf.HfApi(endpoint=fresh_stub.url)
+def test_tree_paths_info_and_safetensors_headers_through_the_client(hf, hub, ckpt):
+    api = hf.HfApi(endpoint=hub.url)
     tree = {f.path: f for f in api.list_repo_tree(REPO_ID, recursive=True)}
-    assert sorted(tree) == sorted(_files(small_ckpt))
+    assert sorted(tree) == sorted(_files(ckpt))
     infos = api.get_paths_info(REPO_ID, ["config.json", shard_name(1, 3), "missing.bin"])
     assert [i.path for i in infos] == ["config.json", shard_name(1, 3)]
     assert infos[1].lfs.sha256 == tree[shard_name(1, 3)].lfs.sha256
     # The library's own safetensors parser reads every shard header with Range requests.
     meta = api.get_safetensors_metadata(REPO_ID)
-    index = json.loads((small_ckpt / "model.safetensors.index.json").read_text())
+    index = json.loads((ckpt / "model.safetensors.index.json").read_text())
     assert meta.sharded and meta.weight_map == index["weight_map"]
     assert meta.parameter_count == api.model_info(REPO_ID).safetensors.parameters
-    assert fresh_stub.stats()["range_requests"] >= 3
+    assert hub.stats()["range_requests"] >= 3
 
 
-def test_errors_map_to_the_library_exceptions(hf, fresh_stub, tmp_path):
-    api = hf.HfApi(endpoint=fresh_stub.url)
+def test_errors_map_to_the_library_exceptions(hf, hub, tmp_path):
+    api = hf.HfApi(endpoint=hub.url)
     with pytest.raises(hf.errors.RepositoryNotFoundError):
         api.model_info("sparklab/no-such-model")
     with pytest.raises(hf.errors.RevisionNotFoundError):
         api.model_info(REPO_ID, revision="v9")
     with pytest.raises(hf.errors.RemoteEntryNotFoundError):
-        hf.hf_hub_download(REPO_ID, "nope.json", local_dir=tmp_path, cache_dir=tmp_path / "c", endpoint=fresh_stub.url)
+        hf.hf_hub_download(REPO_ID, "nope.json", local_dir=tmp_path, cache_dir=tmp_path / "c", endpoint=hub.url)
 
 
-def test_resolve_speaks_http_ranges(fresh_stub, small_ckpt):
-    url = f"{fresh_stub.url}/{REPO_ID}/resolve/main/{shard_name(1, 3)}"
-    data = (small_ckpt / shard_name(1, 3)).read_bytes()
+def test_resolve_speaks_http_ranges(hub, ckpt):
+    url = f"{hub.url}/{REPO_ID}/resolve/main/{shard_name(1, 3)}"
+    data = (ckpt / shard_name(1, 3)).read_bytes()
 
     head = urllib.request.urlopen(urllib.request.Request(url, method="HEAD"))
-    assert head.headers["X-Repo-Commit"] == fresh_stub.commit
+    assert head.headers["X-Repo-Commit"] == hub.commit
     assert head.headers["X-Linked-Etag"] == f'"{hashlib.sha256(data).hexdigest()}"'
     assert int(head.headers["X-Linked-Size"]) == len(data) == int(head.headers["Content-Length"])
     assert head.headers["Accept-Ranges"] == "bytes"
@@ -209,39 +186,39 @@ def test_resolve_speaks_http_ranges(fresh_stub, small_ckpt):
 # -- snapshot_download ----------------------------------------------------------------------
 
 
-def test_snapshot_into_a_real_directory_is_byte_identical(hf, fresh_stub, small_ckpt, tmp_path):
+def test_snapshot_into_a_real_directory_is_byte_identical(hf, hub, ckpt, tmp_path):
     dest = tmp_path / "model"
-    assert _download(hf, fresh_stub, dest, revision="main") == str(dest)
-    _assert_identical(small_ckpt, dest)
+    assert _download(hf, hub, dest, revision="main") == str(dest)
+    _assert_identical(ckpt, dest)
     links = [p for p in tmp_path.rglob("*") if p.is_symlink()]
     assert links == [], "local_dir downloads must not go through the symlinked cache"
     assert not list((tmp_path / "model-cache").rglob("blobs")), "nothing stored in the blob cache"
     assert not list(dest.rglob("*.incomplete"))
 
     # A re-run pinned to the commit finds every file in place: no content is fetched again.
-    served = fresh_stub.stats()["bytes_served"]
-    _download(hf, fresh_stub, dest, revision=fresh_stub.commit)
-    assert fresh_stub.stats()["bytes_served"] == served
+    served = hub.stats()["bytes_served"]
+    _download(hf, hub, dest, revision=hub.commit)
+    assert hub.stats()["bytes_served"] == served
 
 
-def test_allow_patterns_limit_the_download(hf, fresh_stub, small_ckpt, tmp_path):
+def test_allow_patterns_limit_the_download(hf, hub, ckpt, tmp_path):
     dest = tmp_path / "json-only"
-    _download(hf, fresh_stub, dest, allow_patterns=["*.json"])
-    _assert_identical(small_ckpt, dest, only=lambda name: name.endswith(".json"))
-    assert not any(name.endswith(".safetensors") for name in fresh_stub.stats()["files"])
+    _download(hf, hub, dest, allow_patterns=["*.json"])
+    _assert_identical(ckpt, dest, only=lambda name: name.endswith(".json"))
+    assert not any(name.endswith(".safetensors") for name in hub.stats()["files"])
 
 
-def test_cut_mid_file_is_resumed_with_a_range_request(hf, big_shard_ckpt, tmp_path):
+def test_cut_mid_file_is_resumed_with_a_range_request(hf, big_ckpt, tmp_path):
     shard = shard_name(2, 2)
-    size = (big_shard_ckpt / shard).stat().st_size
+    size = (big_ckpt / shard).stat().st_size
     cut_at = 11 * MIB
     assert size > cut_at
-    with HubStub(big_shard_ckpt, REPO_ID) as server:
+    with HubStub(big_ckpt, REPO_ID) as server:
         server.set_faults(cut_after_bytes=cut_at, cut_path=shard, cut_times=1)
         dest = tmp_path / "model"
         _download(hf, server, dest)
         stats = server.stats()
-    _assert_identical(big_shard_ckpt, dest)
+    _assert_identical(big_ckpt, dest)
     per_file = stats["files"][shard]
     assert per_file["cuts"] == 1 and per_file["full_gets"] == 1 and per_file["range_gets"] == 1
     assert per_file["bytes_served"] < 2 * size
@@ -251,11 +228,11 @@ def test_cut_mid_file_is_resumed_with_a_range_request(hf, big_shard_ckpt, tmp_pa
     assert 0 < start <= cut_at and start % (10 * MIB) == 0
 
 
-def test_failed_run_leaves_no_partial_and_the_rerun_fetches_only_that_file(hf, big_shard_ckpt, tmp_path):
+def test_failed_run_leaves_no_partial_and_the_rerun_fetches_only_that_file(hf, big_ckpt, tmp_path):
     """huggingface_hub 2.4.0 resumes within one call only: a failed file is deleted, a re-run restarts it."""
     shard = shard_name(2, 2)
-    size = (big_shard_ckpt / shard).stat().st_size
-    with HubStub(big_shard_ckpt, REPO_ID) as server:
+    size = (big_ckpt / shard).stat().st_size
+    with HubStub(big_ckpt, REPO_ID) as server:
         # Cut the transfer, then refuse the resume: the first run fails on this file.
         server.set_faults(cut_after_bytes=11 * MIB, cut_path=shard, fail_status=503, fail_path=shard, fail_only_ranges=True)
         dest = tmp_path / "model"
@@ -267,7 +244,7 @@ def test_failed_run_leaves_no_partial_and_the_rerun_fetches_only_that_file(hf, b
 
         _download(hf, server, dest)
         second = server.stats()["files"]
-    _assert_identical(big_shard_ckpt, dest)
+    _assert_identical(big_ckpt, dest)
     assert second[shard]["full_gets"] == 2 and second[shard]["range_gets"] == first[shard]["range_gets"] == 1
     assert second[shard]["bytes_served"] == 11 * MIB + size
     for name, counters in second.items():
@@ -275,13 +252,13 @@ def test_failed_run_leaves_no_partial_and_the_rerun_fetches_only_that_file(hf, b
             assert counters["gets"] == first[name]["gets"] == 1, f"{name} fetched again"
 
 
-def test_throttle_caps_the_aggregate_rate(hf, fresh_stub, small_ckpt, tmp_path):
+def test_throttle_caps_the_aggregate_rate(hf, hub, ckpt, tmp_path):
     rate = 6 * MIB
-    fresh_stub.set_faults(throttle_bytes_per_s=rate)  # global scope: the three shards share it
+    hub.set_faults(throttle_bytes_per_s=rate)  # global scope: the three shards share it
     start = time.monotonic()
-    _download(hf, fresh_stub, tmp_path / "model", allow_patterns=["*.safetensors"])
+    _download(hf, hub, tmp_path / "model", allow_patterns=["*.safetensors"])
     elapsed = time.monotonic() - start
-    moved = sum(p.stat().st_size for p in small_ckpt.glob("*.safetensors"))
+    moved = sum(p.stat().st_size for p in ckpt.glob("*.safetensors"))
     measured = moved / elapsed
     assert rate / 2 <= measured <= 2 * rate, f"{measured / MIB:.1f} MiB/s with a {rate / MIB:.0f} MiB/s throttle"
 
@@ -289,8 +266,8 @@ def test_throttle_caps_the_aggregate_rate(hf, fresh_stub, small_ckpt, tmp_path):
 # -- auth and redirects ---------------------------------------------------------------------
 
 
-def test_token_is_required_and_checked(hf, small_ckpt, tmp_path):
-    with HubStub(small_ckpt, REPO_ID, token=TOKEN) as server:
+def test_token_is_required_and_checked(hf, ckpt, tmp_path):
+    with HubStub(ckpt, REPO_ID, token=TOKEN) as server:
         api = hf.HfApi(endpoint=server.url)
         with pytest.raises(hf.errors.HfHubHTTPError) as wrong:
             api.model_info(REPO_ID, token="hf_wrong")
@@ -304,7 +281,7 @@ def test_token_is_required_and_checked(hf, small_ckpt, tmp_path):
         assert failed.value.response.status_code == 401
 
         _download(hf, server, tmp_path / "model", token=TOKEN)
-        _assert_identical(small_ckpt, tmp_path / "model")
+        _assert_identical(ckpt, tmp_path / "model")
 
         # With files already in local_dir, an auth failure (like the hub being unreachable) is
         # not raised as such: the library falls back to what is on disk. It notices a missing
@@ -319,11 +296,11 @@ def test_token_is_required_and_checked(hf, small_ckpt, tmp_path):
         assert server.stats()["auth"]["wrong"] >= 3
 
 
-def test_lfs_redirect_to_the_cdn_port_drops_the_token(hf, small_ckpt, tmp_path):
-    with HubStub(small_ckpt, REPO_ID, token=TOKEN, lfs_redirect=True) as server:
+def test_lfs_redirect_to_the_cdn_port_drops_the_token(hf, ckpt, tmp_path):
+    with HubStub(ckpt, REPO_ID, token=TOKEN, lfs_redirect=True) as server:
         _download(hf, server, tmp_path / "model", token=TOKEN)
         stats = server.stats()
-    _assert_identical(small_ckpt, tmp_path / "model")
+    _assert_identical(ckpt, tmp_path / "model")
     assert stats["by_route"]["cdn"] == 3  # the three shards came from the "CDN"
     assert stats["status"]["302"] == 3  # one HEAD per shard answered with a redirect
     assert stats["cdn_requests_with_authorization"] == 0
@@ -369,10 +346,10 @@ def _http_json(method, url, body=None):
         return err.code, json.loads(err.read())
 
 
-def test_cli_stub_with_hf_endpoint_sees_every_client_request(small_ckpt, tmp_path):
+def test_cli_stub_with_hf_endpoint_sees_every_client_request(ckpt, tmp_path):
     port_file = tmp_path / "port"
     server = subprocess.Popen(
-        [sys.executable, hubstub.__file__, "--root", str(small_ckpt), "--repo", REPO_ID]
+        [sys.executable, hubstub.__file__, "--root", str(ckpt), "--repo", REPO_ID]
         + ["--port", "0", "--port-file", str(port_file)],
         env={**os.environ, "HUBSTUB_TOKEN": TOKEN},
         stdout=subprocess.PIPE,
@@ -413,7 +390,7 @@ def test_cli_stub_with_hf_endpoint_sees_every_client_request(small_ckpt, tmp_pat
     assert stats["requests"] == len(report["requests"]), "the stub saw every request the client made"
     assert stats["auth"] == {"ok": len(report["requests"]), "missing": 0, "wrong": 0}
     assert report["sha"] == info["commit"]
-    _assert_identical(small_ckpt, tmp_path / "model")
+    _assert_identical(ckpt, tmp_path / "model")
 
 
 # -- gated repos ----------------------------------------------------------------------------
@@ -421,17 +398,17 @@ def test_cli_stub_with_hf_endpoint_sees_every_client_request(small_ckpt, tmp_pat
 GRANTED = "hf_stub_granted_0123"
 
 
-def test_gated_repo_answers_like_the_hub(hf, fresh_stub, small_ckpt, tmp_path):
+def test_gated_repo_answers_like_the_hub(hf, hub, ckpt, tmp_path):
     """Gated: metadata public, content 401 GatedRepo without a token, 403 with a token not granted."""
-    fresh_stub.set_faults(gated="manual", gated_tokens=[GRANTED])
-    api = hf.HfApi(endpoint=fresh_stub.url)
+    hub.set_faults(gated="manual", gated_tokens=[GRANTED])
+    api = hf.HfApi(endpoint=hub.url)
     info = api.model_info(REPO_ID, files_metadata=True, token=False)
-    assert info.gated == "manual" and len(info.siblings) == len(_files(small_ckpt))
+    assert info.gated == "manual" and len(info.siblings) == len(_files(ckpt))
     assert [f.path for f in api.list_repo_tree(REPO_ID, token=False)]
 
     def fetch(token):
         return hf.hf_hub_download(REPO_ID, "config.json", local_dir=tmp_path / "d", cache_dir=tmp_path / "c",
-                                  endpoint=fresh_stub.url, token=token)
+                                  endpoint=hub.url, token=token)
 
     with pytest.raises(hf.errors.GatedRepoError) as anonymous:
         fetch(False)
@@ -441,21 +418,21 @@ def test_gated_repo_answers_like_the_hub(hf, fresh_stub, small_ckpt, tmp_path):
         fetch("hf_not_granted")
     assert denied.value.response.status_code == 403
     assert "not in the authorized list" in denied.value.server_message
-    assert filecmp.cmp(fetch(GRANTED), small_ckpt / "config.json", shallow=False)
+    assert filecmp.cmp(fetch(GRANTED), ckpt / "config.json", shallow=False)
     # The granted download is a HEAD and a GET.
-    assert fresh_stub.stats()["gated"] == {"unauthenticated": 1, "denied": 1, "granted": 2}
+    assert hub.stats()["gated"] == {"unauthenticated": 1, "denied": 1, "granted": 2}
 
     # Gating the metadata too: model_info itself raises.
-    fresh_stub.set_faults(gated_metadata=True)
+    hub.set_faults(gated_metadata=True)
     with pytest.raises(hf.errors.GatedRepoError):
         api.model_info(REPO_ID, token=False)
     # reset lifts the gate.
-    fresh_stub.reset()
+    hub.reset()
     assert api.model_info(REPO_ID, token=False).gated is False
 
 
-def test_gate_settings_are_validated(fresh_stub):
-    base = fresh_stub.url
+def test_gate_settings_are_validated(hub):
+    base = hub.url
     assert _http_json("POST", f"{base}/_stub/faults", {"gated": "yes"})[0] == 400
     assert _http_json("POST", f"{base}/_stub/faults", {"gated_tokens": "hf_x"})[0] == 400
     assert _http_json("POST", f"{base}/_stub/faults", {"gated_metadata": 1})[0] == 400
@@ -464,23 +441,23 @@ def test_gate_settings_are_validated(fresh_stub):
     assert _http_json("POST", f"{base}/_stub/faults", {"reset": True})[1]["gated"] is None
 
 
-def test_model_info_can_answer_a_server_error_while_files_still_download(hf, fresh_stub, small_ckpt, tmp_path):
-    api = hf.HfApi(endpoint=fresh_stub.url)
-    fresh_stub.set_faults(model_info_status=503)
+def test_model_info_can_answer_a_server_error_while_files_still_download(hf, hub, ckpt, tmp_path):
+    api = hf.HfApi(endpoint=hub.url)
+    hub.set_faults(model_info_status=503)
     with pytest.raises(hf.errors.HfHubHTTPError) as failed:
         api.model_info(REPO_ID, token=False)
     assert failed.value.response.status_code == 503
-    assert _http_json("POST", f"{fresh_stub.url}/_stub/faults", {"model_info_status": "down"})[0] == 400
-    fetched = hf.hf_hub_download(REPO_ID, "config.json", local_dir=tmp_path, endpoint=fresh_stub.url, token=False)
-    assert filecmp.cmp(fetched, small_ckpt / "config.json", shallow=False)
-    fresh_stub.reset()
+    assert _http_json("POST", f"{hub.url}/_stub/faults", {"model_info_status": "down"})[0] == 400
+    fetched = hf.hf_hub_download(REPO_ID, "config.json", local_dir=tmp_path, endpoint=hub.url, token=False)
+    assert filecmp.cmp(fetched, ckpt / "config.json", shallow=False)
+    hub.reset()
     assert api.model_info(REPO_ID, token=False).sha
 
 
-def test_cli_serves_a_gated_repo(small_ckpt, tmp_path):
+def test_cli_serves_a_gated_repo(ckpt, tmp_path):
     port_file = tmp_path / "port"
     server = subprocess.Popen(
-        [sys.executable, hubstub.__file__, "--root", str(small_ckpt), "--repo", REPO_ID, "--port", "0",
+        [sys.executable, hubstub.__file__, "--root", str(ckpt), "--repo", REPO_ID, "--port", "0",
          "--port-file", str(port_file), "--gated", "auto", "--gated-token", GRANTED],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -509,29 +486,19 @@ def test_cli_serves_a_gated_repo(small_ckpt, tmp_path):
 SHARD = shard_name(1, 3)
 
 
-def _settled(server, ready, timeout=5.0):
-    """Counters once ready(stats) holds: a request is logged after its answer is sent."""
-    deadline = time.monotonic() + timeout
-    stats = server.stats()
-    while not ready(stats) and time.monotonic() < deadline:
-        time.sleep(0.02)
-        stats = server.stats()
-    return stats
-
-
-def test_xet_is_advertised_like_the_hub(hf, fresh_stub, small_ckpt, monkeypatch):
+def test_xet_is_advertised_like_the_hub(hf, hub, ckpt, monkeypatch):
     """With `xet`, LFS files carry the hub's Xet headers and tree field, and the token route answers
     with a CAS URL; the library's default (hf_xet installed, Xet on) takes that path and, the CAS
     not being implemented, fails at the stand-in's CAS instead of downloading over HTTP."""
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
-    fresh_stub.set_faults(xet=True)
-    url = fresh_stub.url
-    repo_file = fresh_stub.repo.files[SHARD]
+    hub.set_faults(xet=True)
+    url = hub.url
+    repo_file = hub.repo.files[SHARD]
     meta = hf.get_hf_file_metadata(hf.hf_hub_url(REPO_ID, SHARD, endpoint=url))
     assert meta.xet_file_data.file_hash == repo_file.xet_hash
-    assert meta.xet_file_data.refresh_route == f"{url}/api/models/{REPO_ID}/xet-read-token/{fresh_stub.commit}"
+    assert meta.xet_file_data.refresh_route == f"{url}/api/models/{REPO_ID}/xet-read-token/{hub.commit}"
     # Small git files are never in Xet.
     assert hf.get_hf_file_metadata(hf.hf_hub_url(REPO_ID, "config.json", endpoint=url)).xet_file_data is None
     tree = {f.path: f for f in hf.HfApi(endpoint=url).list_repo_tree(REPO_ID, recursive=True)}
@@ -539,19 +506,19 @@ def test_xet_is_advertised_like_the_hub(hf, fresh_stub, small_ckpt, monkeypatch)
     status, token = _http_json("GET", meta.xet_file_data.refresh_route)
     assert status == 200 and token["casUrl"] == f"{url}/xet-cas" and token["accessToken"].startswith("xet_stub_")
 
-    fresh_stub.hub.reset_stats()
+    hub.hub.reset_stats()
     with pytest.raises(Exception, match="501"):
-        hf.hf_hub_download(REPO_ID, SHARD, local_dir=str(Path(fresh_stub.repo.root).parent / "xet-default"),
+        hf.hf_hub_download(REPO_ID, SHARD, local_dir=str(Path(hub.repo.root).parent / "xet-default"),
                            endpoint=url)
-    stats = _settled(fresh_stub, lambda s: s["by_route"].get("xet_cas"))
+    stats = hub.settled_stats(lambda s: s["by_route"].get("xet_cas"))
     assert stats["by_route"].get("xet_cas", 0) >= 1 and stats["files"].get(SHARD, {}).get("gets", 0) == 0
     # Off again: the stand-in answers like a repo kept in LFS.
-    fresh_stub.set_faults(xet=False)
+    hub.set_faults(xet=False)
     assert hf.get_hf_file_metadata(hf.hf_hub_url(REPO_ID, SHARD, endpoint=url)).xet_file_data is None
     assert _http_json("GET", meta.xet_file_data.refresh_route)[0] == 404
 
 
-def test_the_checkpoint_transfer_turns_xet_off_and_downloads_over_http(hf, small_ckpt, tmp_path, monkeypatch):
+def test_the_checkpoint_transfer_turns_xet_off_and_downloads_over_http(hf, ckpt, tmp_path, monkeypatch):
     """The hub advertises Xet (behind its CDN redirect, as for the hub's large files); the pipeline's
     transfer disables Xet and downloads every file over the resolve route: byte-identical, no
     request to the Xet token route or the CAS, no Xet cache written."""
@@ -561,22 +528,22 @@ def test_the_checkpoint_transfer_turns_xet_off_and_downloads_over_http(hf, small
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "0")
     monkeypatch.setattr(constants, "HF_XET_CACHE", str(tmp_path / "xet-cache"))
-    with HubStub(small_ckpt, REPO_ID, lfs_redirect=True, faults={"xet": True}) as server:
+    with HubStub(ckpt, REPO_ID, lfs_redirect=True, faults={"xet": True}) as server:
         sync = checkpoint_sync.CheckpointSync(
             {"type": "hub", "repo_id": REPO_ID, "revision": "main", "endpoint": server.url}, str(tmp_path / "head"),
             workers=[], mirror=False, racy_window_ns=0)
         result = sync.run()
-        stats = _settled(server, lambda s: s["by_route"].get("cdn", 0) >= 3)
+        stats = server.settled_stats(lambda s: s["by_route"].get("cdn", 0) >= 3)
     assert result["failures"] == [], result["failures"]
     assert os.environ["HF_HUB_DISABLE_XET"] == "1" and constants.HF_HUB_DISABLE_XET is True
-    for name, path in _files(small_ckpt).items():
+    for name, path in _files(ckpt).items():
         assert filecmp.cmp(path, tmp_path / "head" / name, shallow=False), name
     assert "xet_token" not in stats["by_route"] and "xet_cas" not in stats["by_route"], stats["by_route"]
     assert stats["by_route"]["cdn"] == 3  # the three shards, over HTTP from the "CDN"
     assert not (tmp_path / "xet-cache").exists()
 
 
-def test_xet_setting_is_validated(fresh_stub):
-    assert _http_json("POST", f"{fresh_stub.url}/_stub/faults", {"xet": "yes"})[0] == 400
-    assert _http_json("POST", f"{fresh_stub.url}/_stub/faults", {"xet": True})[1]["xet"] is True
-    fresh_stub.reset()
+def test_xet_setting_is_validated(hub):
+    assert _http_json("POST", f"{hub.url}/_stub/faults", {"xet": "yes"})[0] == 400
+    assert _http_json("POST", f"{hub.url}/_stub/faults", {"xet": True})[1]["xet"] is True
+    hub.reset()

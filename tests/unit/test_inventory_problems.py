@@ -32,6 +32,14 @@ def _set_address(hostvars, host, half, address):
     hostvars[host]["spark_link"][half]["address"] = address
 
 
+def _cluster_with(**host_vars):
+    """_cluster() with each of host_vars set on every host."""
+    groups, hostvars = _cluster()
+    for host in hostvars.values():
+        host.update(host_vars)
+    return groups, hostvars
+
+
 def test_sound_two_node_inventory_has_no_problem():
     groups, hostvars = _cluster()
     assert inventory_problems(groups, hostvars) == []
@@ -156,9 +164,7 @@ def test_unknown_interface_name_is_refused_with_the_variable():
 
 
 def test_interface_pattern_can_be_relaxed():
-    groups, hostvars = _cluster()
-    for host in hostvars.values():
-        host["spark_link_interface_pattern"] = ""
+    groups, hostvars = _cluster_with(spark_link_interface_pattern="")
     hostvars["spark1"]["spark_link"][0]["interface"] = "eth7"
     hostvars["spark2"]["spark_link"][0]["interface"] = "eth7"
     assert inventory_problems(groups, hostvars) == []
@@ -166,17 +172,13 @@ def test_interface_pattern_can_be_relaxed():
 
 @pytest.mark.parametrize("mtu", [100000, 500, "jumbo", True])
 def test_invalid_mtu_is_refused(mtu):
-    groups, hostvars = _cluster()
-    for host in hostvars.values():
-        host["spark_link_mtu"] = mtu
+    groups, hostvars = _cluster_with(spark_link_mtu=mtu)
     problems = inventory_problems(groups, hostvars)
     assert any("'spark_link_mtu'" in p for p in problems)
 
 
 def test_link_overlapping_management_network_is_refused():
-    groups, hostvars = _cluster()
-    for host in hostvars.values():
-        host["spark_management_network"] = "192.168.0.0/16"
+    groups, hostvars = _cluster_with(spark_management_network="192.168.0.0/16")
     problems = inventory_problems(groups, hostvars)
     assert any("overlaps 'spark_management_network' 192.168.0.0/16" in p for p in problems)
 
@@ -240,9 +242,7 @@ def test_halves_sharing_one_subnet_are_refused():
     ],
 )
 def test_bad_checkpoint_source_is_refused(checkpoint, message):
-    groups, hostvars = _cluster()
-    for host in hostvars.values():
-        host["spark_checkpoint"] = checkpoint
+    groups, hostvars = _cluster_with(spark_checkpoint=checkpoint)
     problems = inventory_problems(groups, hostvars)
     assert any(message in p for p in problems), problems
 
@@ -258,9 +258,7 @@ def test_good_checkpoint_sources_pass():
 
 
 def test_relative_checkpoint_dir_is_refused():
-    groups, hostvars = _cluster()
-    for host in hostvars.values():
-        host["spark_checkpoint_dir"] = "models/x"
+    groups, hostvars = _cluster_with(spark_checkpoint_dir="models/x")
     assert any("'spark_checkpoint_dir' 'models/x' must be an absolute" in p for p in inventory_problems(groups, hostvars))
 
 
@@ -270,11 +268,7 @@ def test_relative_checkpoint_dir_is_refused():
      ("/home", None), ("/opt", None), ("/srv/../opt", None), ("/home/spark", None), ("/home/ops/", "ops"), ("/root", "root")],
 )
 def test_a_system_path_or_the_service_users_home_is_refused(ckpt_dir, user):
-    groups, hostvars = _cluster()
-    for host in hostvars.values():
-        host["spark_checkpoint_dir"] = ckpt_dir
-        if user:
-            host["ansible_user"] = user
+    groups, hostvars = _cluster_with(spark_checkpoint_dir=ckpt_dir, **({"ansible_user": user} if user else {}))
     problems = [p for p in inventory_problems(groups, hostvars) if "spark_checkpoint_dir" in p]
     assert len(problems) == 1, problems
     assert f"'spark_checkpoint_dir' {ckpt_dir!r}" in problems[0]
@@ -283,10 +277,7 @@ def test_a_system_path_or_the_service_users_home_is_refused(ckpt_dir, user):
 
 @pytest.mark.parametrize("ckpt_dir", ["/srv/models/x", "/home/spark/models/x", "/data", "/opt/models"])
 def test_a_directory_below_them_is_fine(ckpt_dir):
-    groups, hostvars = _cluster()
-    for host in hostvars.values():
-        host["spark_checkpoint_dir"] = ckpt_dir
-        host["ansible_user"] = "spark"
+    groups, hostvars = _cluster_with(spark_checkpoint_dir=ckpt_dir, ansible_user="spark")
     assert inventory_problems(groups, hostvars) == []
 
 

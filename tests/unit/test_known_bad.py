@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkctl.spark.plugins.filter.preflight_checks import (
+from ansible_collections.sparkctl.spark.plugins.plugin_utils.preflight_checks import (
     check_firmware_updates,
     check_known_bad,
     preflight_lines,

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import module_runner
 import pytest
-from ansible.module_utils import basic
 from ansible_collections.sparkctl.spark.plugins.module_utils import sysfs_net
 from ansible_collections.sparkctl.spark.plugins.modules import link_facts
 
@@ -169,10 +168,9 @@ def test_gid_table_from_generated_tree(tmp_path, index):
     assert sysfs_net.read_gid_table(str(tmp_path), IBDEV, 1) == expected_table(index)
 
 
-def test_interface_with_roce_at_index_3(spark_sysfs):
-    facts = sysfs_net.interface_facts(NETDEV, str(spark_sysfs), str(spark_sysfs))
-
-    assert facts == {
+def spark_half_facts(**changes):
+    """interface_facts of the Spark's cable half in spark_sysfs (RoCE v2 at GID index 3), with changes."""
+    facts = {
         "exists": True,
         "operstate": "up",
         "carrier": True,
@@ -187,6 +185,14 @@ def test_interface_with_roce_at_index_3(spark_sysfs):
         "gids": expected_table(3),
         "roce_v2_ipv4": [{"index": 3, "ipv4": "192.168.100.10"}],
     }
+    facts.update(changes)
+    return facts
+
+
+def test_interface_with_roce_at_index_3(spark_sysfs):
+    facts = sysfs_net.interface_facts(NETDEV, str(spark_sysfs), str(spark_sysfs))
+
+    assert facts == spark_half_facts()
 
 
 def test_the_adapters_firmware_version_is_read_where_sysfs_has_it(spark_sysfs):
@@ -439,17 +445,7 @@ def run_module(args, capsys):
 def fake_ip(monkeypatch):
     state = {"ip": IP, "answers": {}, "calls": []}
 
-    def get_bin_path(self, arg, required=False, opt_dirs=None):
-        assert arg == "ip"
-        return state["ip"]
-
-    def run_command(self, args, check_rc=False, **kwargs):
-        assert check_rc is False
-        state["calls"].append(list(args))
-        return state["answers"][args[-1]]
-
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    module_runner.fake_tool(monkeypatch, "ip", state, lambda args: state["answers"][args[-1]], path_key="ip")
     return state
 
 
@@ -462,21 +458,7 @@ def test_module_reports_the_link(spark_sysfs, fake_ip, capsys):
     assert result["changed"] is False
     link = result["ansible_facts"]["spark_link_facts"]
     assert link["missing"] == [OTHER_HALF]
-    assert link["interfaces"][NETDEV] == {
-        "exists": True,
-        "operstate": "up",
-        "carrier": True,
-        "mtu": 9000,
-        "mac": MAC,
-        "ipv4": ["192.168.100.10/24"],
-        "ipv6": ["fe80::4ebb:47ff:fe2e:11a3/64"],
-        "address_error": None,
-        "rdma_device": IBDEV,
-        "rdma_fw_version": None,
-        "rdma_port": 1,
-        "gids": expected_table(3),
-        "roce_v2_ipv4": [{"index": 3, "ipv4": "192.168.100.10"}],
-    }
+    assert link["interfaces"][NETDEV] == spark_half_facts(ipv4=["192.168.100.10/24"], ipv6=["fe80::4ebb:47ff:fe2e:11a3/64"])
     assert link["interfaces"][OTHER_HALF]["exists"] is False
     assert fake_ip["calls"] == [[IP, "-j", "addr", "show", "dev", NETDEV]]
 

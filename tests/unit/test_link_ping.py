@@ -149,25 +149,25 @@ def test_dead_path_when_even_a_small_ping_fails():
     assert "spark2 holds 192.168.101.11 on enP2p1s0f1np1" in problem
 
 
-def test_own_mtu_too_small():
-    (problem,) = link_ping_problems([recorded("local_mtu", TO_SPARK1_HALF0)], 9000, this_host="spark2")
+@pytest.mark.parametrize(
+    "recording, target, this_host, said",
+    [
+        ("local_mtu", TO_SPARK1_HALF0, "spark2",
+         ["refused locally, 'message too long, mtu=1500': enp1s0f1np1's own MTU is below 9000",
+          "re-run the direct_link role on spark2"]),
+        ("no_local_addr", TO_SPARK1_HALF1, "spark2",
+         ["sent from 172.30.77.12, not from this node's link address 192.168.101.11",
+          "enP2p1s0f1np1 has lost its address"]),
+        ("frag_needed", TO_SPARK2_HALF0, "spark1",
+         ["192.168.100.1 answered 'Frag needed' with MTU 1500", "raise the switch port MTU to 9000"]),
+    ],
+    ids=["own MTU too small", "own address missing", "switch in between with a small MTU"],
+)
+def test_a_failed_jumbo_ping_names_its_cause(recording, target, this_host, said):
+    (problem,) = link_ping_problems([recorded(recording, target)], 9000, this_host=this_host)
 
-    assert "refused locally, 'message too long, mtu=1500': enp1s0f1np1's own MTU is below 9000" in problem
-    assert "re-run the direct_link role on spark2" in problem
-
-
-def test_own_address_missing():
-    (problem,) = link_ping_problems([recorded("no_local_addr", TO_SPARK1_HALF1)], 9000, this_host="spark2")
-
-    assert "sent from 172.30.77.12, not from this node's link address 192.168.101.11" in problem
-    assert "enP2p1s0f1np1 has lost its address" in problem
-
-
-def test_switch_in_between_with_a_small_mtu():
-    (problem,) = link_ping_problems([recorded("frag_needed", TO_SPARK2_HALF0)], 9000, this_host="spark1")
-
-    assert "192.168.100.1 answered 'Frag needed' with MTU 1500" in problem
-    assert "raise the switch port MTU to 9000" in problem
+    for text in said:
+        assert text in problem
 
 
 def test_partial_loss_blames_the_cable():

@@ -44,16 +44,20 @@ AUTHORIZED = {
 }
 
 
-@pytest.mark.parametrize("case", AUTHORIZED)
-def test_authorized_key_current_agrees_with_the_module(case, tmp_path, capsys):
-    path = tmp_path / "authorized_keys"
-    text = AUTHORIZED[case]
+def _check_mode_run(main, path, text, capsys, args):
+    """The writing module's result in check mode on path holding text (no file for None)."""
     if text is not None:
         path.write_text(text)
-    rc, result = run_module(authorized_key.main, {"user": "nobody", "path": str(path), "key": HEAD_KEY,
-                                                  "key_options": OPTIONS, "state": "present", "_ansible_check_mode": True},
-                            capsys)
+    rc, result = run_module(main, dict(args, path=str(path), _ansible_check_mode=True), capsys)
     assert rc == 0, result
+    return result
+
+
+@pytest.mark.parametrize("case", AUTHORIZED)
+def test_authorized_key_current_agrees_with_the_module(case, tmp_path, capsys):
+    text = AUTHORIZED[case]
+    result = _check_mode_run(authorized_key.main, tmp_path / "authorized_keys", text, capsys,
+                             {"user": "nobody", "key": HEAD_KEY, "key_options": OPTIONS, "state": "present"})
     assert authorized_key_current(text, HEAD_KEY, OPTIONS) == (not result.get("changed")), case
 
 
@@ -77,13 +81,9 @@ KNOWN = {
 @pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="known_hosts needs ssh-keygen")
 @pytest.mark.parametrize("case", KNOWN)
 def test_known_host_current_agrees_with_the_module_or_defers_to_it(case, tmp_path, capsys):
-    path = tmp_path / "known_hosts"
     text = KNOWN[case]
-    if text is not None:
-        path.write_text(text)
-    rc, result = run_module(known_hosts.main, {"path": str(path), "name": ADDRESS, "key": f"{ADDRESS} {HOST_KEY}",
-                                               "state": "present", "_ansible_check_mode": True}, capsys)
-    assert rc == 0, result
+    result = _check_mode_run(known_hosts.main, tmp_path / "known_hosts", text, capsys,
+                             {"name": ADDRESS, "key": f"{ADDRESS} {HOST_KEY}", "state": "present"})
     current = known_host_current(text, ADDRESS, HOST_KEY)
     if case == "wildcard of the same type":
         assert not current  # not matched here: the module decides
@@ -110,14 +110,10 @@ CONFIG = {
 @pytest.mark.parametrize("state", ["present", "absent"])
 @pytest.mark.parametrize("case", CONFIG)
 def test_managed_block_agrees_with_blockinfile(case, state, tmp_path, capsys):
-    path = tmp_path / "config"
     text = CONFIG[case]
-    if text is not None:
-        path.write_text(text)
-    rc, result = run_module(blockinfile.main, {"path": str(path), "create": True, "insertbefore": "BOF",
-                                               "marker": MARKER, "block": BLOCK, "state": state,
-                                               "_ansible_check_mode": True, "_ansible_diff": True}, capsys)
-    assert rc == 0, result
+    result = _check_mode_run(blockinfile.main, tmp_path / "config", text, capsys,
+                             {"create": True, "insertbefore": "BOF", "marker": MARKER, "block": BLOCK, "state": state,
+                              "_ansible_diff": True})
     after = managed_block(text, BLOCK, MARKER, state=state, insertbefore="BOF")
     assert (after != text) == bool(result.get("changed")), (case, state)
     if result.get("changed") and text is not None:

@@ -4,12 +4,13 @@ precondition fails with the numbers and a fix; the report marks unjudged hosts."
 import copy
 
 import pytest
-from ansible_collections.sparkctl.spark.plugins.filter.preflight_checks import (
+from ansible_collections.sparkctl.spark.plugins.plugin_utils.preflight_checks import (
     preflight_checks,
     preflight_lines,
     preflight_report,
     preflight_summary,
 )
+from test_gpu_facts import GB10_FACTS
 
 GIB = 1024**3
 
@@ -20,19 +21,8 @@ HEALTHY_GB10 = {
     "service_mgr": "systemd",
     "user": "spark",
     "become": {"rc": 0, "stdout": "0"},
-    "gpu": {
-        "present": True,
-        "error": None,
-        "count": 1,
-        "gpus": [{"index": 0, "name": "NVIDIA GB10", "compute_cap": "12.1", "driver_version": "580.95.05", "memory_total_mib": None}],
-        "driver_version": "580.95.05",
-        "driver_major": 580,
-        "cuda_driver_version": "13.0",
-        "cuda_driver_major": 13,
-        "cuda_toolkit_version": "13.0",
-        "cuda_toolkit_major": 13,
-        "nvcc_path": "/usr/local/cuda/bin/nvcc",
-    },
+    # What gpu_facts reads from the GB10's recorded nvidia-smi output.
+    "gpu": copy.deepcopy(GB10_FACTS),
     "link": {
         "interfaces": {
             "enp1s0f1np1": {"exists": True, "operstate": "up", "mtu": 9000, "rdma_device": "rocep1s0f1"},
@@ -103,12 +93,21 @@ def test_old_driver_fails_with_the_version_and_a_fix():
     assert "Update the NVIDIA driver" in result["fix"]
 
 
-def test_missing_gpu_fails_and_skips_the_gpu_details():
-    facts = _broken(gpu__present=False, gpu__gpus=[], gpu__error="nvidia-smi not found")
-    results = _by_id(preflight_checks(facts, REQUIREMENTS))
-    assert results["gpu.present"]["status"] == "fail"
-    assert "nvidia-smi not found" in results["gpu.present"]["detail"]
-    assert "gpu.driver" not in results
+@pytest.mark.parametrize(
+    "changes, failed, said, skipped",
+    [
+        ({"gpu__present": False, "gpu__gpus": [], "gpu__error": "nvidia-smi not found"},
+         "gpu.present", "nvidia-smi not found", "gpu.driver"),
+        ({"link__interfaces__enP2p1s0f1np1": {"exists": False}},
+         "link.enP2p1s0f1np1", "enP2p1s0f1np1 does not exist", "rdma.enP2p1s0f1np1"),
+    ],
+    ids=["gpu", "link interface"],
+)
+def test_a_missing_device_fails_naming_it_and_skips_its_details(changes, failed, said, skipped):
+    results = _by_id(preflight_checks(_broken(**changes), REQUIREMENTS))
+    assert results[failed]["status"] == "fail"
+    assert said in results[failed]["detail"]
+    assert skipped not in results
 
 
 def test_wrong_compute_capability_fails():
@@ -128,22 +127,24 @@ def test_absent_nvcc_is_skipped_but_wrong_nvcc_fails():
     assert "CUDA 12.8" in wrong["gpu.cuda_toolkit"]["detail"]
 
 
-def test_too_little_disk_fails_with_both_numbers():
+def _disk_check(**disk):
+    """The disk.checkpoint result with the checkpoint file system's facts changed."""
     facts = copy.deepcopy(HEALTHY_GB10)
-    facts["host"]["disks"]["/srv/models"]["free_bytes"] = 100 * GIB
-    result = _by_id(preflight_checks(facts, REQUIREMENTS))["disk.checkpoint"]
+    facts["host"]["disks"]["/srv/models"].update(disk)
+    return _by_id(preflight_checks(facts, REQUIREMENTS))["disk.checkpoint"]
+
+
+def test_too_little_disk_fails_with_both_numbers():
+    result = _disk_check(free_bytes=100 * GIB)
     assert result["status"] == "fail"
     assert "100.0 GiB free at /srv < 163.0 GiB needed" in result["detail"]
 
 
 def test_checkpoint_already_in_place_needs_only_the_reserve():
-    facts = copy.deepcopy(HEALTHY_GB10)
-    facts["host"]["disks"]["/srv/models"].update(free_bytes=20 * GIB, used_bytes=150 * GIB)
-    result = _by_id(preflight_checks(facts, REQUIREMENTS))["disk.checkpoint"]
+    result = _disk_check(free_bytes=20 * GIB, used_bytes=150 * GIB)
     assert result["status"] == "pass"
     assert result["detail"] == "20.0 GiB free at /srv >= 13.0 GiB (150.0 GiB of it already in place)"
-    facts["host"]["disks"]["/srv/models"]["used_bytes"] = 100 * GIB
-    result = _by_id(preflight_checks(facts, REQUIREMENTS))["disk.checkpoint"]
+    result = _disk_check(free_bytes=20 * GIB, used_bytes=100 * GIB)
     assert result["status"] == "fail"
     assert "20.0 GiB free at /srv < 63.0 GiB needed for the checkpoint (100.0 GiB of it already in place)" in result["detail"]
 
@@ -157,13 +158,18 @@ def test_memory_below_the_model_budget_fails():
     assert "MemAvailable 40.0 GiB < 109.0 GiB that solar-open2 needs" in results["memory.available"]["detail"]
 
 
-def test_missing_link_interface_fails_naming_it():
+def test_memory_results_whole():
     facts = copy.deepcopy(HEALTHY_GB10)
-    facts["link"]["interfaces"]["enP2p1s0f1np1"] = {"exists": False}
-    results = _by_id(preflight_checks(facts, REQUIREMENTS))
-    assert results["link.enP2p1s0f1np1"]["status"] == "fail"
-    assert "enP2p1s0f1np1 does not exist" in results["link.enP2p1s0f1np1"]["detail"]
-    assert "rdma.enP2p1s0f1np1" not in results
+    facts["host"]["meminfo"] = {"mem_total_bytes": 100 * GIB}
+    results = _by_id(preflight_checks(facts, dict(REQUIREMENTS, mem_total_min_bytes=101 * GIB)))
+    total, available = results["memory.total"], results["memory.available"]
+    assert (total["status"], total["detail"], total["fix"]) == (
+        "fail", "MemTotal 100.0 GiB < 101.0 GiB that solar-open2 needs per node (with the OOM guard margin).",
+        "Pick a smaller or more quantized model profile, or add nodes so each holds less.")
+    assert (available["status"], available["detail"], available["fix"]) == (
+        "fail", "/proc/meminfo had no MemAvailable.", "Check the node's kernel.")
+    healthy = _by_id(preflight_checks(HEALTHY_GB10, REQUIREMENTS))["memory.total"]
+    assert (healthy["status"], healthy["fix"]) == ("pass", "") and healthy["detail"].startswith("MemTotal 121.7 GiB >= ")
 
 
 def test_link_without_rdma_device_fails():

@@ -133,26 +133,31 @@ def test_rdma_tree_under_its_own_root(tmp_path):
     assert roce["gid_index"] == 5
 
 
+def _lookup_error(sysfs, netdev):
+    """The GidLookupError resolving 192.168.100.10/24 on netdev raises."""
+    with pytest.raises(sysfs_net.GidLookupError) as info:
+        sysfs_net.resolve_link_gid(netdev, "192.168.100.10/24", str(sysfs))
+    return info.value
+
+
 def test_address_missing_from_the_table_is_transient_and_says_so(sysfs):
     roce_fixture.write_roce_tree(str(sysfs), NETDEV, IBDEV, None, 3)
 
-    with pytest.raises(sysfs_net.GidLookupError) as info:
-        sysfs_net.resolve_link_gid(NETDEV, "192.168.100.10/24", str(sysfs))
+    error = _lookup_error(sysfs, NETDEV)
 
-    assert info.value.transient is True
-    assert "carry no IPv4-mapped GID" in info.value.reason
-    assert "address not applied yet? run the direct_link role" in info.value.fix
-    assert "ip addr show dev enp1s0f1np1" in info.value.fix
+    assert error.transient is True
+    assert "carry no IPv4-mapped GID" in error.reason
+    assert "address not applied yet? run the direct_link role" in error.fix
+    assert "ip addr show dev enp1s0f1np1" in error.fix
 
 
 def test_another_address_in_the_table_is_transient_too(sysfs):
     roce_fixture.write_roce_tree(str(sysfs), NETDEV, IBDEV, "192.168.100.99", 3)
 
-    with pytest.raises(sysfs_net.GidLookupError) as info:
-        sysfs_net.resolve_link_gid(NETDEV, "192.168.100.10/24", str(sysfs))
+    error = _lookup_error(sysfs, NETDEV)
 
-    assert info.value.transient is True
-    assert info.value.reason.startswith(
+    assert error.transient is True
+    assert error.reason.startswith(
         "RoCE v2 entries on enp1s0f1np1 exist but none for 192.168.100.10 (IPv4 GIDs present: 192.168.100.99)"
     )
 
@@ -163,23 +168,21 @@ def test_roce_v1_only_is_permanent(sysfs):
     for entry in types.iterdir():
         entry.write_text("IB/RoCE v1\n")
 
-    with pytest.raises(sysfs_net.GidLookupError) as info:
-        sysfs_net.resolve_link_gid(NETDEV, "192.168.100.10/24", str(sysfs))
+    error = _lookup_error(sysfs, NETDEV)
 
-    assert info.value.transient is False
-    assert info.value.reason.startswith("no RoCE v2 entry in the GID table (types present: IB/RoCE v1)")
-    assert "RoCE v1 only" in info.value.fix
+    assert error.transient is False
+    assert error.reason.startswith("no RoCE v2 entry in the GID table (types present: IB/RoCE v1)")
+    assert "RoCE v1 only" in error.fix
 
 
 def test_gids_of_another_netdev_are_permanent(sysfs):
     roce_fixture.write_roce_tree(str(sysfs), "bond0", IBDEV, "192.168.100.10", 3)
     (sysfs / "class" / "net" / NETDEV / "device" / "infiniband" / IBDEV).mkdir(parents=True)
 
-    with pytest.raises(sysfs_net.GidLookupError) as info:
-        sysfs_net.resolve_link_gid(NETDEV, "192.168.100.10/24", str(sysfs))
+    error = _lookup_error(sysfs, NETDEV)
 
-    assert info.value.transient is False
-    assert "none is bound to netdev enp1s0f1np1 (bound to: bond0)" in info.value.reason
+    assert error.transient is False
+    assert "none is bound to netdev enp1s0f1np1 (bound to: bond0)" in error.reason
 
 
 @pytest.mark.parametrize("index", [3, 5])
@@ -202,36 +205,33 @@ def test_a_bond_before_its_address_is_applied_is_transient(sysfs):
     # entry is missing.
     write_roce_lag(sysfs, None, 3)
 
-    with pytest.raises(sysfs_net.GidLookupError) as info:
-        sysfs_net.resolve_link_gid(BOND, "192.168.100.10/24", str(sysfs))
+    error = _lookup_error(sysfs, BOND)
 
-    assert info.value.transient is True
-    assert info.value.reason.startswith("RoCE v2 entries on bond0 carry no IPv4-mapped GID")
-    assert info.value.reason.endswith("(device mlx5_bond_0 port 1)")
+    assert error.transient is True
+    assert error.reason.startswith("RoCE v2 entries on bond0 carry no IPv4-mapped GID")
+    assert error.reason.endswith("(device mlx5_bond_0 port 1)")
 
 
 def test_a_slave_of_the_lag_is_pointed_at_the_bond(sysfs):
     write_roce_lag(sysfs, "192.168.100.10", 3)
 
-    with pytest.raises(sysfs_net.GidLookupError) as info:
-        sysfs_net.resolve_link_gid(LAG_SLAVES[0], "192.168.100.10/24", str(sysfs))
+    error = _lookup_error(sysfs, LAG_SLAVES[0])
 
-    assert info.value.transient is False
-    assert "none is bound to netdev enp1s0f0np0 (bound to: bond0)" in info.value.reason
-    assert "point spark_link[].interface at that netdev" in info.value.fix
+    assert error.transient is False
+    assert "none is bound to netdev enp1s0f0np0 (bound to: bond0)" in error.reason
+    assert "point spark_link[].interface at that netdev" in error.fix
 
 
 def test_a_bond_no_gid_table_names_has_no_rdma_device(sysfs):
     write_roce_lag(sysfs, "192.168.100.10", 3, bond="bond1")
     write_netdev(sysfs, BOND)
 
-    with pytest.raises(sysfs_net.GidLookupError) as info:
-        sysfs_net.resolve_link_gid(BOND, "192.168.100.10/24", str(sysfs))
+    error = _lookup_error(sysfs, BOND)
 
-    assert info.value.transient is False
-    assert "no RDMA device behind the netdev" in info.value.reason
-    assert "no GID table entry names it" in info.value.reason
-    assert "rdma link" in info.value.fix
+    assert error.transient is False
+    assert "no RDMA device behind the netdev" in error.reason
+    assert "no GID table entry names it" in error.reason
+    assert "rdma link" in error.fix
 
 
 def test_link_facts_find_the_bond_device_too(sysfs):
@@ -243,12 +243,11 @@ def test_link_facts_find_the_bond_device_too(sysfs):
 
 
 def test_no_rdma_device_says_load_mlx5_ib(sysfs):
-    with pytest.raises(sysfs_net.GidLookupError) as info:
-        sysfs_net.resolve_link_gid(NETDEV, "192.168.100.10/24", str(sysfs))
+    error = _lookup_error(sysfs, NETDEV)
 
-    assert info.value.transient is False
-    assert "no RDMA device behind the netdev" in info.value.reason
-    assert "load mlx5_ib" in info.value.fix
+    assert error.transient is False
+    assert "no RDMA device behind the netdev" in error.reason
+    assert "load mlx5_ib" in error.fix
 
 
 def test_missing_interface(sysfs):

@@ -29,24 +29,25 @@ def lab_dir(tmp_path, monkeypatch):
     return tmp_path / ".lab"
 
 
-def test_the_default_lab_keeps_its_names():
-    plan = sparklab.load_plan(LAB)
-    assert plan.name == "" and plan.label == "1"
-    assert plan.docker_network == "sparklab-mgmt" and plan.network == "172.30.77.0/24"
-    assert [(n.name, n.container, n.mgmt_ip) for n in plan.nodes] == [("spark1", "spark1", "172.30.77.11"),
-                                                                     ("spark2", "spark2", "172.30.77.12")]
-    assert [plan.volume(n) for n in plan.nodes] == ["sparklab-spark1-docker", "sparklab-spark2-docker"]
-    assert plan.state_dir == sparklab.LAB_DIR
-
-
-def test_the_twin_prefixes_every_docker_name_but_keeps_the_host_names():
-    plan = sparklab.load_plan(TWIN)
-    assert plan.name == "twin" and plan.label == "twin"
-    assert plan.docker_network == "twin-mgmt" and plan.network == "172.30.78.0/24"
-    assert [(n.name, n.container, n.mgmt_ip) for n in plan.nodes] == [("spark1", "twin-spark1", "172.30.78.11"),
-                                                                     ("spark2", "twin-spark2", "172.30.78.12")]
-    assert [plan.volume(n) for n in plan.nodes] == ["twin-sparklab-spark1-docker", "twin-sparklab-spark2-docker"]
-    assert plan.state_dir == sparklab.LAB_DIR / "twin"
+# The default lab keeps its names; the twin prefixes every docker name but keeps the host names.
+@pytest.mark.parametrize(
+    "inventory, name, label, docker_network, network, nodes, volumes, state_dir",
+    [
+        (LAB, "", "1", "sparklab-mgmt", "172.30.77.0/24",
+         [("spark1", "spark1", "172.30.77.11"), ("spark2", "spark2", "172.30.77.12")],
+         ["sparklab-spark1-docker", "sparklab-spark2-docker"], ""),
+        (TWIN, "twin", "twin", "twin-mgmt", "172.30.78.0/24",
+         [("spark1", "twin-spark1", "172.30.78.11"), ("spark2", "twin-spark2", "172.30.78.12")],
+         ["twin-sparklab-spark1-docker", "twin-sparklab-spark2-docker"], "twin"),
+    ],
+    ids=["default", "twin"],
+)
+def test_a_labs_names(inventory, name, label, docker_network, network, nodes, volumes, state_dir):
+    plan = sparklab.load_plan(inventory)
+    assert (plan.name, plan.label, plan.docker_network, plan.network) == (name, label, docker_network, network)
+    assert [(n.name, n.container, n.mgmt_ip) for n in plan.nodes] == nodes
+    assert [plan.volume(n) for n in plan.nodes] == volumes
+    assert plan.state_dir == (sparklab.LAB_DIR / state_dir if state_dir else sparklab.LAB_DIR)
 
 
 def test_the_twin_has_the_labs_plan_on_its_own_network():

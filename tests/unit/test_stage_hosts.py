@@ -40,36 +40,40 @@ def test_a_tag_list_that_is_not_one_is_refused(stage_tags, run_tags):
         stage_hosts(PATTERN, stage_tags, run_tags, [])
 
 
-def _tags_of(node) -> set[str]:
-    """Every tag anywhere in a YAML tree (plays, role entries, tasks, include `apply`)."""
+def _collect(node, found_at) -> set[str]:
+    """Walk a YAML tree; found_at(key, value) gives the names a mapping entry holds, or None to
+    walk into its value."""
     found: set[str] = set()
     if isinstance(node, dict):
         for key, value in node.items():
-            if key == "tags":
-                found |= {value} if isinstance(value, str) else set(value)
-            else:
-                found |= _tags_of(value)
+            here = found_at(key, value)
+            found |= _collect(value, found_at) if here is None else here
     elif isinstance(node, list):
         for item in node:
-            found |= _tags_of(item)
+            found |= _collect(item, found_at)
     return found
+
+
+def _tags_of(node) -> set[str]:
+    """Every tag anywhere in a YAML tree (plays, role entries, tasks, include `apply`)."""
+    def tags(key, value):
+        if key == "tags":
+            return {value} if isinstance(value, str) else set(value)
+        return None
+
+    return _collect(node, tags)
 
 
 def _roles_of(node) -> set[str]:
     """Roles a YAML tree runs: `roles:` entries, import_role and include_role."""
-    found: set[str] = set()
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in ("ansible.builtin.import_role", "ansible.builtin.include_role", "import_role", "include_role"):
-                found.add(value["name"])
-            elif key == "roles":
-                found |= {entry if isinstance(entry, str) else entry["role"] for entry in value}
-            else:
-                found |= _roles_of(value)
-    elif isinstance(node, list):
-        for item in node:
-            found |= _roles_of(item)
-    return found
+    def roles(key, value):
+        if key in ("ansible.builtin.import_role", "ansible.builtin.include_role", "import_role", "include_role"):
+            return {value["name"]}
+        if key == "roles":
+            return {entry if isinstance(entry, str) else entry["role"] for entry in value}
+        return None
+
+    return _collect(node, roles)
 
 
 def _reachable_tags(play: dict) -> set[str]:

@@ -62,6 +62,27 @@ def test_tree_differences_are_those_an_upload_would_fix(tmp_path, monkeypatch):
     assert vs.tree_differences(str(tmp_path / "none"), {"a.whl": sha1("a")})[0] == f"{tmp_path}/none missing"
 
 
+def test_tree_differences_name_a_wrong_kind_and_a_directory_mode(tmp_path, monkeypatch):
+    monkeypatch.setattr(vs, "_root_owned", lambda info: True)
+    node = tmp_path / "node"
+    (node / "sub").mkdir(parents=True)
+    (node / "wheel.whl").mkdir()
+    for path in (node, node / "wheel.whl"):
+        os.chmod(path, 0o755)
+    os.chmod(node / "sub", 0o700)
+    (node / "sub" / "b.py").write_text("b")
+    os.chmod(node / "sub" / "b.py", 0o644)
+    (node / "file").write_text("x")
+    os.chmod(node / "file", 0o644)
+    wanted = {"wheel.whl": sha1("w"), "sub/b.py": sha1("b"), "file/c.py": sha1("c")}
+    assert vs.tree_differences(str(node), wanted) == [
+        f"{node}/file is not a directory",
+        f"{node}/sub not root-owned with mode 0755",
+        f"{node}/file/c.py missing",
+        f"{node}/wheel.whl is not a file",
+    ]
+
+
 def test_the_module_reads_the_venv_once(tmp_path, capsys, monkeypatch):
     venv = tmp_path / "venv"
     site = venv / "lib" / "python3.12" / "site-packages"

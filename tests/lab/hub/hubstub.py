@@ -860,6 +860,16 @@ class HubStub:
     def stats(self) -> dict:
         return self.hub.snapshot_stats()
 
+    def settled_stats(self, ready, timeout: float = 5.0) -> dict:
+        """The counters once ready(stats) holds, or when timeout runs out: a request is logged
+        after its answer is sent, so a client can be done before its line is written."""
+        deadline = time.monotonic() + timeout
+        stats = self.stats()
+        while not ready(stats) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            stats = self.stats()
+        return stats
+
     def set_faults(self, **changes) -> dict:
         return self.hub.set_faults(changes)
 

@@ -288,6 +288,17 @@ def make_checkpoint(
     return {"directory": str(root), "files": files, "total_size": plan["total_size"], "written": written, "skipped": skipped}
 
 
+def standin_checkpoint(root: Path) -> Path:
+    """The smallest directory the lab's stand-in engine (SparklabStandinForCausalLM) serves:
+    one 1 KiB shard, its index and a config naming the architecture. Returns root."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 1024)
+    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
+        "layers.1.weight": "model-00001-of-00001.safetensors"}}))
+    (root / "config.json").write_text(json.dumps({"architectures": ["SparklabStandinForCausalLM"]}))
+    return root
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("directory")

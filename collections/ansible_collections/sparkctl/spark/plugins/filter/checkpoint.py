@@ -7,8 +7,8 @@ earlier run kept is the checkpoint this run asks for (the stage's no-op path).""
 
 from __future__ import annotations
 
-from ansible_collections.sparkctl.spark.plugins.filter.preflight_checks import check_disk
 from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_sync import kept_manifest_standing
+from ansible_collections.sparkctl.spark.plugins.plugin_utils.preflight_checks import check_disk
 
 DOCUMENTATION = r"""
 name: checkpoint_progress_line

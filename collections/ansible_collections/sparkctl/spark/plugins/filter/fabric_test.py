@@ -14,6 +14,8 @@ DOCUMENTATION = r"""
 name: fabric_test_pairs
 short_description: The cable halves the fabric test measures, head to every worker
 version_added: 0.1.0
+extends_documentation_fragment:
+  - sparkctl.spark.cluster_hostvars
 description:
   - One item per worker and cable half, as C(link_ping_targets) lists them from the head (the head's interface
     and address of the half, the worker's), so the test runs exactly the paths the cluster's traffic takes.
@@ -23,15 +25,6 @@ description:
     C(fabric_test_table) (the report as aligned lines) and C(fabric_test_package) (the distribution package of a
     method's tool).
 options:
-  _input:
-    description: The C(hostvars) magic variable.
-    type: dict
-    required: true
-  cluster_hosts:
-    description: The cluster, C(groups['spark_head'] + groups['spark_workers']).
-    type: list
-    elements: str
-    required: true
   head:
     description: The head's inventory name (the client side of every pair).
     type: str

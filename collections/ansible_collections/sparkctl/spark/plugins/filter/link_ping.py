@@ -15,6 +15,8 @@ DOCUMENTATION = r"""
 name: link_ping_targets
 short_description: The peer addresses each cable half of this node must reach
 version_added: 0.1.0
+extends_documentation_fragment:
+  - sparkctl.spark.cluster_hostvars
 description:
   - For every other host of O(cluster_hosts) and every cable half C(i), pairs this host's C(spark_link[i].interface)
     with the peer's C(spark_link[i].address) (prefix length removed).
@@ -22,15 +24,6 @@ description:
   - The same file provides C(link_ping_failed_targets) (the targets of failed results) and C(link_ping_problems)
     (one sentence per failed target with the MTU and the likely fix, from iputils C(ping) output).
 options:
-  _input:
-    description: The C(hostvars) magic variable.
-    type: dict
-    required: true
-  cluster_hosts:
-    description: The cluster, C(groups['spark_head'] + groups['spark_workers']).
-    type: list
-    elements: str
-    required: true
   this_host:
     description: C(inventory_hostname).
     type: str

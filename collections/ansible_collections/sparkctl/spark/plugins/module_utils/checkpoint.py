@@ -721,16 +721,6 @@ def verify_checkpoint(
     if manifest is not None:
         manifest = dict((rel, entry) for rel, entry in manifest.items() if not ignored(rel))
 
-    # The stamp and its temp files are never part of the checkpoint, whatever the ignore list says.
-    stamp_rel = os.path.relpath(stamp_file, root).replace(os.sep, "/")
-    stamp_dir_rel = posixpath.dirname(stamp_rel)
-    stamp_base = posixpath.basename(stamp_rel)
-
-    def is_stamp(rel):
-        return rel == stamp_rel or (
-            posixpath.dirname(rel) == stamp_dir_rel and posixpath.basename(rel).startswith(stamp_base + ".") and rel.endswith(".tmp")
-        )
-
     problems = Problems()
     result = {
         "path": root,
@@ -752,20 +742,63 @@ def verify_checkpoint(
     if not os.path.isdir(root):
         raise CheckpointError("path %s exists but is not a directory" % root)
 
-    scan = scan_tree(root, ignored, is_stamp)
+    scan = scan_tree(root, ignored, stamp_matcher(root, stamp_file))
     names = set(manifest or ())
+    _judge_unusable(scan, manifest, names, problems)
+    present = _present_files(scan, manifest, names, problems)
+    result["files"] = len(present)
+    result["bytes"] = sum(info.size for info in present.values())
+
+    _check_indexes(root, scan, present, manifest, problems)
+    _check_membership(scan, present, manifest, problems)
+    sized = _check_sizes(scan, present, manifest, problems)
+    to_hash = sized if hash_files else []
+    _check_headers(root, present, manifest, names, problems)
+
+    stamp = read_stamp(stamp_file) if hash_files and manifest is not None and not full else None
+    stamp_files, rehash, skipped = _check_hashes(
+        root, manifest, present, to_hash, stamp, digest, problems, jobs, clock_ns, racy_window_ns)
+    result["rehashed"] = sorted(rehash)
+    result["skipped_hash"] = sorted(skipped)
+
+    final = _finish(result, problems, extra_files, started)
+    if final["ok"] and hash_files and manifest is not None and write_stamp:
+        _update_stamp(final, stamp_file, stamp_files, manifest, present, digest, check_mode)
+    final["elapsed"] = round(time.monotonic() - started, 3)
+    return final
+
+
+def stamp_matcher(root, stamp_file):
+    """A test of a path relative to root: is it the stamp or one of its temp files? Those are
+    never part of the checkpoint, whatever the ignore list says."""
+    stamp_rel = os.path.relpath(stamp_file, root).replace(os.sep, "/")
+    stamp_dir_rel = posixpath.dirname(stamp_rel)
+    stamp_base = posixpath.basename(stamp_rel)
+
+    def is_stamp(rel):
+        return rel == stamp_rel or (
+            posixpath.dirname(rel) == stamp_dir_rel and posixpath.basename(rel).startswith(stamp_base + ".") and rel.endswith(".tmp")
+        )
+
+    return is_stamp
+
+
+def _foreign(manifest, names, rel):
+    """With a manifest, a path it does not list belongs to someone else."""
+    return manifest is not None and rel not in names
+
+
+def _judge_unusable(scan, manifest, names, problems):
+    """What the scan could not use: unreadable paths, symlinks and rsync's partial directories,
+    judged as sparkctl's (broken) or someone else's (extra)."""
     own_dirs = manifest_dirs(names)
-
-    def foreign(rel):
-        return manifest is not None and rel not in names
-
     for rel, reason in sorted(scan.unreadable.items()):
-        if foreign(rel) and rel != ".":
+        if _foreign(manifest, names, rel) and rel != ".":
             problems.add(rel, "extra", "cannot be read (%s), not in the manifest" % reason)
         else:
             problems.add(rel, "missing", "cannot read: %s" % reason)
     for rel, target in sorted(scan.symlinks.items()):
-        if foreign(rel):
+        if _foreign(manifest, names, rel):
             problems.add(rel, "extra", "symlink to %s, not in the manifest" % target)
         else:
             problems.add(
@@ -777,6 +810,10 @@ def verify_checkpoint(
         else:
             problems.add(rel, "incomplete", "rsync partial/staging directory left by an interrupted transfer")
 
+
+def _present_files(scan, manifest, names, problems):
+    """{rel: info} of the regular files that count as the checkpoint's: the scan's files less
+    the transfer leftovers (reported as incomplete); special files are reported as extra."""
     # Names that may legitimately exist per directory, to tell rsync temp files from hidden files.
     known = {}
     for rel in list(scan.files) + list(manifest or ()):
@@ -791,12 +828,11 @@ def verify_checkpoint(
     for rel, kind in sorted(scan.special.items()):
         if manifest is None or rel not in manifest:
             problems.add(rel, "extra", "%s, not a regular file" % kind)
+    return present
 
-    result["files"] = len(present)
-    result["bytes"] = sum(info.size for info in present.values())
 
-    _check_indexes(root, scan, present, manifest, problems)
-
+def _check_membership(scan, present, manifest, problems):
+    """Without a manifest, some *.safetensors must be there; with one, every file it does not list is extra."""
     if manifest is None:
         if not any(rel.endswith(SAFETENSORS_SUFFIX) for rel in present) and not scan.symlinks:
             problems.add(".", "missing", "no *.safetensors files, and no manifest says what else belongs here")
@@ -804,7 +840,10 @@ def verify_checkpoint(
         for rel in sorted(set(present) - set(manifest)):
             problems.add(rel, "extra", "%d bytes, not in the manifest" % present[rel].size)
 
-    # Sizes first: a wrong size makes the hash pointless.
+
+def _check_sizes(scan, present, manifest, problems):
+    """Each manifest file is present with its size; returns those of the right size that have a
+    digest to check. Sizes first: a wrong size makes the hash pointless."""
     to_hash = []
     for rel, entry in sorted((manifest or {}).items()):
         if rel in scan.symlinks:
@@ -819,16 +858,23 @@ def verify_checkpoint(
         if info.size != entry["size"]:
             problems.add(rel, "size", "is %d bytes, expected %d" % (info.size, entry["size"]))
             continue
-        if hash_files and expected_digest(entry):
+        if expected_digest(entry):
             to_hash.append(rel)
+    return to_hash
 
+
+def _check_headers(root, present, manifest, names, problems):
+    """Every *.safetensors that is the checkpoint's has a sound header for its size."""
     for rel in sorted(present):
-        if rel.endswith(SAFETENSORS_SUFFIX) and not foreign(rel):
+        if rel.endswith(SAFETENSORS_SUFFIX) and not _foreign(manifest, names, rel):
             detail = safetensors_file_problem(os.path.join(root, rel), present[rel].size)
             if detail:
                 problems.add(rel, "header", detail)
 
-    stamp = read_stamp(stamp_file) if hash_files and manifest is not None and not full else None
+
+def _check_hashes(root, manifest, present, to_hash, stamp, digest, problems, jobs, clock_ns, racy_window_ns):
+    """Hash what the stamp does not vouch for and compare with the manifest. Returns (the stamp's
+    entries for every file that proved sound, the files hashed, the files the stamp vouched for)."""
     stamp_files = {}
     skipped = []
     rehash = []
@@ -853,30 +899,28 @@ def verify_checkpoint(
             problems.add(rel, "sha256", "content differs: %s %s, expected %s" % (label, hexdigest, expected))
         elif not is_racy(after.ctime_ns, started_ns, racy_window_ns):
             stamp_files[rel] = stamp_entry(after, manifest[rel]["sha256"], manifest[rel].get("git_blob_sha1"))
-    result["rehashed"] = sorted(rehash)
-    result["skipped_hash"] = sorted(skipped)
+    return stamp_files, rehash, skipped
 
-    final = _finish(result, problems, extra_files, started)
-    if final["ok"] and hash_files and manifest is not None and write_stamp:
-        for rel, entry in manifest.items():
-            if expected_digest(entry) is None and rel in present:
-                stamp_files[rel] = stamp_entry(present[rel], None)
-        data = render_stamp(stamp_files, digest)
-        try:
-            current, mode = read_bytes_and_mode(stamp_file)
-        except OSError:
-            # Unreadable: written anew below, whose failure says why.
-            current, mode = None, None
-        if current != data or mode != STAMP_MODE:
-            final["stamp_would_change"] = True
-            if not check_mode:
-                try:
-                    write_file_atomic(stamp_file, data, STAMP_MODE)
-                except OSError as exc:
-                    raise CheckpointError("cannot write the stamp %s: %s" % (stamp_file, exc.strerror or exc)) from exc
-                final["stamp_written"] = True
-    final["elapsed"] = round(time.monotonic() - started, 3)
-    return final
+
+def _update_stamp(final, stamp_file, stamp_files, manifest, present, digest, check_mode):
+    """Write the stamp of a passing verification when its bytes or mode differ (only say so in check mode)."""
+    for rel, entry in manifest.items():
+        if expected_digest(entry) is None and rel in present:
+            stamp_files[rel] = stamp_entry(present[rel], None)
+    data = render_stamp(stamp_files, digest)
+    try:
+        current, mode = read_bytes_and_mode(stamp_file)
+    except OSError:
+        # Unreadable: written anew below, whose failure says why.
+        current, mode = None, None
+    if current != data or mode != STAMP_MODE:
+        final["stamp_would_change"] = True
+        if not check_mode:
+            try:
+                write_file_atomic(stamp_file, data, STAMP_MODE)
+            except OSError as exc:
+                raise CheckpointError("cannot write the stamp %s: %s" % (stamp_file, exc.strerror or exc)) from exc
+            final["stamp_written"] = True
 
 
 def _finish(result, problems, extra_files, started):

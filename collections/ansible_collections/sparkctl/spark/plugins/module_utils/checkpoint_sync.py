@@ -1107,12 +1107,33 @@ class CheckpointSync:
     def _run(self, started, manifest_s):
         verified, fetch, to_hash, self.stamp_files, digest, stale, foreign, _present = self._head_state()
         if self.source["type"] == "path" and self.same_tree:
-            # The manifest was hashed from this very tree a moment ago.
-            verified, to_hash = sorted(verified + to_hash), []
-            source_stamp = read_stamp(os.path.join(self.dest, SOURCE_STAMP_NAME)) or {"files": {}}
-            self.stamp_files = dict((rel, source_stamp["files"][rel]) for rel in verified if rel in source_stamp["files"])
-            for rel in self.stamp_files:
-                self.stamp_files[rel] = dict(self.stamp_files[rel], sha256=self.manifest["files"][rel]["sha256"])
+            verified, to_hash = self._trust_same_tree(verified, to_hash)
+        removed_on_head = self._clean_head(stale, foreign)
+        self._start_mirrors(sorted(verified + to_hash))
+        for rel in verified:
+            self._verified_now(rel)
+        self._download(fetch, to_hash)
+        head_failed = self._finish_mirrors()
+        stamp_data = render_stamp(dict(sorted(self.stamp_files.items())), digest)
+        if not head_failed:
+            _write_if_changed(self.stamp_file, stamp_data)
+        for mirror in self.mirrors:
+            self.failures.extend(mirror.failures)
+        return self._run_result(started, manifest_s, removed_on_head, foreign)
+
+    def _trust_same_tree(self, verified, to_hash):
+        """A path source that is the destination itself: the manifest was hashed from this very
+        tree a moment ago, so every file is verified and the source stamp's entries become ours."""
+        verified, to_hash = sorted(verified + to_hash), []
+        source_stamp = read_stamp(os.path.join(self.dest, SOURCE_STAMP_NAME)) or {"files": {}}
+        self.stamp_files = dict((rel, source_stamp["files"][rel]) for rel in verified if rel in source_stamp["files"])
+        for rel in self.stamp_files:
+            self.stamp_files[rel] = dict(self.stamp_files[rel], sha256=self.manifest["files"][rel]["sha256"])
+        return verified, to_hash
+
+    def _clean_head(self, stale, foreign):
+        """Remove what an earlier run owned and this manifest does not (when asked), note what is
+        someone else's; returns everything removed from the head, hub leftovers included."""
         removed_on_head = list(self.leftovers_removed)
         if self.delete_extraneous:
             for rel in stale:
@@ -1122,21 +1143,22 @@ class CheckpointSync:
             self.progress.event("head-removed", "removed from the head: %s" % ", ".join(removed_on_head))
         if foreign:
             self.notes.append(foreign_note(self.dest, foreign))
+        return removed_on_head
 
+    def _start_mirrors(self, plan_existing):
+        """One mirror per worker, each starting with the files the head already holds."""
         self.mirrors = [WorkerMirror(w["name"], [w["target"]] + list(w.get("alternate_targets") or []), self) for w in self.workers]
         for mirror in self.mirrors:
-            mirror.start(plan_existing=sorted(verified + to_hash))
+            mirror.start(plan_existing=plan_existing)
 
-        def verified_now(rel):
-            self.progress.event("verified", "verified on the head: %s" % rel, _count_verified)
-            self._offer(rel, fresh=False)
+    def _verified_now(self, rel):
+        self.progress.event("verified", "verified on the head: %s" % rel, _count_verified)
+        self._offer(rel, fresh=False)
 
-        for rel in verified:
-            verified_now(rel)
-
+    def _download(self, fetch, to_hash):
+        """Hash the untrusted files first, then fetch the missing and the bad ones, largest first."""
         self.progress.event("download", "downloading %d files" % (len(fetch) + len(to_hash)), _phase("download"))
         with ThreadPoolExecutor(max_workers=self.download_workers) as pool:
-            # Hash the untrusted files first, then queue the fetches; a bad file joins the fetches.
             hashed = dict(zip(to_hash, pool.map(self._check_file, to_hash))) if to_hash else {}
             bad = []
             for rel in to_hash:
@@ -1144,13 +1166,16 @@ class CheckpointSync:
                 if ok:
                     if recorded:
                         self.stamp_files[rel] = recorded
-                    verified_now(rel)
+                    self._verified_now(rel)
                 else:
                     bad.append(rel)
             sizes = self.manifest["files"]
             order = sorted(fetch + bad, key=lambda rel: (-sizes[rel]["size"], rel))
             list(pool.map(self._fetch, order))
 
+    def _finish_mirrors(self):
+        """Wait for the mirrors, then, only when the head is complete, run every sound worker's
+        final pass (with its deletions) at once. Returns whether the head failed."""
         self.progress.event("mirror", "waiting for the mirror", _phase("mirror"))
         for mirror in self.mirrors:
             mirror.finish()
@@ -1165,12 +1190,9 @@ class CheckpointSync:
                 thread.start()
             for thread in threads:
                 thread.join()
+        return head_failed
 
-        stamp_data = render_stamp(dict(sorted(self.stamp_files.items())), digest)
-        if not head_failed:
-            _write_if_changed(self.stamp_file, stamp_data)
-        for mirror in self.mirrors:
-            self.failures.extend(mirror.failures)
+    def _run_result(self, started, manifest_s, removed_on_head, foreign):
         total = time.monotonic() - started
         result = self._result(
             downloaded=sorted(self.downloaded),

@@ -53,18 +53,24 @@ class FirewallError(ValueError):
 # --- Validation ------------------------------------------------------------------
 
 
+def _list_problems(name, values, expected, item_problem):
+    """Problems with a list held in variable `name`: not a list at all (`expected` says what it
+    must be), else one sentence per item item_problem finds wrong."""
+    if values is None:
+        return []
+    if not isinstance(values, (list, tuple)):
+        return [f"'{name}' must be {expected}, got {values!r}."]
+    problems = []
+    for idx, value in enumerate(values):
+        problem = item_problem(value)
+        if problem:
+            problems.append(f"'{name}'[{idx}] {value!r} {problem}.")
+    return problems
+
+
 def port_problems(name, ports):
     """Problems with a list of TCP ports held in variable `name`."""
-    if ports is None:
-        return []
-    if not isinstance(ports, (list, tuple)):
-        return [f"'{name}' must be a list of TCP ports (1-65535), e.g. [9100], got {ports!r}."]
-    problems = []
-    for idx, port in enumerate(ports):
-        problem = _one_port_problem(port)
-        if problem:
-            problems.append(f"'{name}'[{idx}] {port!r} {problem}.")
-    return problems
+    return _list_problems(name, ports, "a list of TCP ports (1-65535), e.g. [9100]", _one_port_problem)
 
 
 def _one_port_problem(port):
@@ -80,36 +86,30 @@ def single_port_problems(name, port):
     return [f"'{name}' {port!r} {problem}."] if problem else []
 
 
+def _one_cidr_problem(cidr):
+    try:
+        if not isinstance(cidr, str):
+            raise ValueError("not a string")
+        ipaddress.ip_network(cidr.strip(), strict=False)
+    except ValueError:
+        return ("is not an IPv4 or IPv6 network: write it like 10.0.0.0/24 or fd00::/64 "
+                "(a single address is a /32 or /128); 0.0.0.0/0 and ::/0 mean any")
+    return None
+
+
 def cidr_problems(name, cidrs):
     """Problems with a list of IPv4/IPv6 networks held in variable `name`."""
-    if cidrs is None:
-        return []
-    if not isinstance(cidrs, (list, tuple)):
-        return [f"'{name}' must be a list of IPv4/IPv6 networks, e.g. ['10.0.0.0/24', 'fd00::/64'], got {cidrs!r}."]
-    problems = []
-    for idx, cidr in enumerate(cidrs):
-        try:
-            if not isinstance(cidr, str):
-                raise ValueError("not a string")
-            ipaddress.ip_network(cidr.strip(), strict=False)
-        except ValueError:
-            problems.append(
-                f"'{name}'[{idx}] {cidr!r} is not an IPv4 or IPv6 network: write it like 10.0.0.0/24 or fd00::/64 "
-                "(a single address is a /32 or /128); 0.0.0.0/0 and ::/0 mean any."
-            )
-    return problems
+    return _list_problems(name, cidrs, "a list of IPv4/IPv6 networks, e.g. ['10.0.0.0/24', 'fd00::/64']", _one_cidr_problem)
+
+
+def _one_interface_problem(iface):
+    if not isinstance(iface, str) or not _IFNAME_RE.match(iface) or iface in (".", ".."):
+        return "is not a network interface name (1-15 of A-Z a-z 0-9 _ . : -)"
+    return None
 
 
 def interface_problems(name, interfaces):
-    if interfaces is None:
-        return []
-    if not isinstance(interfaces, (list, tuple)):
-        return [f"'{name}' must be a list of interface names, got {interfaces!r}."]
-    return [
-        f"'{name}'[{idx}] {iface!r} is not a network interface name (1-15 of A-Z a-z 0-9 _ . : -)."
-        for idx, iface in enumerate(interfaces)
-        if not isinstance(iface, str) or not _IFNAME_RE.match(iface) or iface in (".", "..")
-    ]
+    return _list_problems(name, interfaces, "a list of interface names", _one_interface_problem)
 
 
 def revert_seconds_problems(name, seconds):

@@ -51,6 +51,22 @@ def _root_owned(info):
     return info.st_uid == 0 and info.st_gid == 0
 
 
+def _kind_and_mode_problem(problems, path, is_kind, kind, modes, modes_text):
+    """Append what keeps path from being a root-owned `kind` with one of `modes`; True when something did."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        problems.append(f"{path} missing")
+        return True
+    if not is_kind(info.st_mode):
+        problems.append(f"{path} is not {kind}")
+        return True
+    if not _root_owned(info) or stat.S_IMODE(info.st_mode) not in modes:
+        problems.append(f"{path} not root-owned with mode {modes_text}")
+        return True
+    return False
+
+
 def tree_differences(root, wanted):
     """How the directory root on the node differs from what uploading the controller's tree
     ({relative path: SHA-1}) to it, root-owned with mode u=rwX,go=rX, would leave; [] when the
@@ -64,30 +80,14 @@ def tree_differences(root, wanted):
             dirs.add(rel)
     for rel in sorted(dirs):
         path = os.path.join(root, rel) if rel else root
-        try:
-            info = os.stat(path)
-        except OSError:
-            problems.append(f"{path} missing")
-            continue
-        if not stat.S_ISDIR(info.st_mode):
-            problems.append(f"{path} is not a directory")
-        elif not _root_owned(info) or stat.S_IMODE(info.st_mode) != TREE_DIR_MODE:
-            problems.append(f"{path} not root-owned with mode 0755")
+        _kind_and_mode_problem(problems, path, stat.S_ISDIR, "a directory", (TREE_DIR_MODE,), "0755")
     for rel, checksum in sorted(wanted.items()):
         path = os.path.join(root, rel)
-        try:
-            info = os.stat(path)
-        except OSError:
-            problems.append(f"{path} missing")
+        if _kind_and_mode_problem(problems, path, stat.S_ISREG, "a file", TREE_FILE_MODES, "0644 or 0755"):
             continue
-        if not stat.S_ISREG(info.st_mode):
-            problems.append(f"{path} is not a file")
-        elif not _root_owned(info) or stat.S_IMODE(info.st_mode) not in TREE_FILE_MODES:
-            problems.append(f"{path} not root-owned with mode 0644 or 0755")
-        else:
-            try:
-                if sha1_of(path) != checksum:
-                    problems.append(f"{path} content differs")
-            except OSError as err:
-                problems.append(f"{path} unreadable: {err}")
+        try:
+            if sha1_of(path) != checksum:
+                problems.append(f"{path} content differs")
+        except OSError as err:
+            problems.append(f"{path} unreadable: {err}")
     return problems

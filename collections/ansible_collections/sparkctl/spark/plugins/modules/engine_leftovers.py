@@ -12,6 +12,7 @@ version_added: 0.1.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - sparkctl.spark.attributes.linux
+  - sparkctl.spark.procfs
 description:
   - Reads C(/proc) and lists the processes that are the engine, by exact comparison only, never a pattern; a
     process matches when its name (C(comm)) or its title (the first word of C(argv[0]), set by C(setproctitle)) is one
@@ -46,10 +47,6 @@ options:
     description: Seconds between SIGTERM and SIGKILL.
     type: int
     default: 10
-  proc_root:
-    description: Where procfs is mounted.
-    type: path
-    default: /proc
 """
 
 EXAMPLES = r"""

@@ -14,6 +14,7 @@ extends_documentation_fragment:
   - sparkctl.spark.attributes.info_linux
   - sparkctl.spark.node_paths
   - sparkctl.spark.node_units
+  - sparkctl.spark.procfs
 description:
   - A role names everything it manages (files with their wanted content checksum, owner, group and mode, directories,
     links, systemd units that must be enabled or started, accounts it needs) and reads all of it with one module run,
@@ -72,10 +73,6 @@ options:
     description: Also read the node ids of the Ray raylets running here, as C(sparkctl.spark.ray_raylet_facts) does.
     type: bool
     default: false
-  proc_root:
-    description: Where procfs is mounted.
-    type: path
-    default: /proc
 """
 
 EXAMPLES = r"""

@@ -12,6 +12,7 @@ version_added: 0.1.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - sparkctl.spark.attributes.info_linux
+  - sparkctl.spark.procfs
 description:
   - Reads C(/proc) for processes named C(raylet) and returns the C(--node_id) each was started with.
   - C(sparkctl.spark.ray_cluster_facts) compares it with the GCS's records, so a record left ALIVE by a raylet
@@ -19,11 +20,6 @@ description:
   - Needs no Ray; never changes anything.
 author:
   - sparkctl developers (!UNKNOWN)
-options:
-  proc_root:
-    description: Where procfs is mounted.
-    type: path
-    default: /proc
 """
 
 EXAMPLES = r"""

@@ -12,6 +12,7 @@ version_added: 0.1.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - sparkctl.spark.attributes.info_posix
+  - sparkctl.spark.engine_runtime
 description:
   - Reports the driver and the CUDA version it supports (C(nvidia-smi)), the NCCL library the engine loads, torch,
     the Python of the venv, the versions of the named packages, and the identity of the runtime itself (a hash of
@@ -27,53 +28,6 @@ description:
   - Reads only.
 author:
   - sparkctl developers (!UNKNOWN)
-options:
-  runtime_kind:
-    description: The profile's C(runtime.kind).
-    type: str
-    required: true
-    choices: [venv, image]
-  venv_path:
-    description: The engine's virtual environment. Required with O(runtime_kind=venv).
-    type: path
-  packages:
-    description:
-      - Distributions whose versions are reported in RV(versions.packages), as names or pinned specs
-        (C(vllm==0.25.1)); the name part is used, as given.
-      - Typically the profile's C(runtime.venv.packages) plus C(torch).
-    type: list
-    elements: str
-    default: []
-  image:
-    description: The engine image (a reference or an id) for O(runtime_kind=image). Required then.
-    type: str
-  image_nccl_version:
-    description: The NCCL version the image ships (the profile's C(runtime.image.nccl_version)), reported when no preload is used.
-    type: str
-  image_container:
-    description:
-      - The engine's running container for O(runtime_kind=image) (e.g. C(sparkctl-ray-head)). When given, Python, torch
-        and O(packages) are read with the image's own C(python3) inside it (C(docker exec)), as an image names no versions
-        of its own. A container that does not run is a line of RV(problems), not an error.
-    type: str
-  nccl_preload:
-    description: The profile's C(nccl.preload).
-    type: dict
-    suboptions:
-      version:
-        description: The declared NCCL version of the library.
-        type: str
-      path:
-        description: The library on the node (C(/opt/sparkctl/nccl-2.30.7/lib/libnccl.so.2)). Empty means no preload.
-        type: str
-  nvidia_smi:
-    description: Name or absolute path of C(nvidia-smi); a name is looked up in E(PATH), C(/usr/bin) and C(/usr/local/bin).
-    type: str
-    default: nvidia-smi
-  docker:
-    description: Name or absolute path of the C(docker) client, for O(runtime_kind=image).
-    type: str
-    default: docker
 seealso:
   - module: sparkctl.spark.gpu_facts
 notes:

@@ -12,6 +12,7 @@ version_added: 0.1.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - sparkctl.spark.attributes.info_linux
+  - sparkctl.spark.engine_runtime
 description:
   - Reads, with the same code and in one module run, what M(sparkctl.spark.runtime_versions) (the versions that must
     match on every node), M(sparkctl.spark.host_facts) (C(/proc/meminfo)) and, on the head,
@@ -29,46 +30,6 @@ description:
 author:
   - sparkctl developers (!UNKNOWN)
 options:
-  runtime_kind:
-    description: The profile's C(runtime.kind), as O(sparkctl.spark.runtime_versions#module:runtime_kind).
-    type: str
-    required: true
-    choices: [venv, image]
-  venv_path:
-    description: The engine's virtual environment. Required with O(runtime_kind=venv).
-    type: path
-  packages:
-    description: Distributions whose versions are reported, as O(sparkctl.spark.runtime_versions#module:packages).
-    type: list
-    elements: str
-    default: []
-  image:
-    description: The engine image for O(runtime_kind=image). Required then.
-    type: str
-  image_nccl_version:
-    description: The NCCL version the image ships, as O(sparkctl.spark.runtime_versions#module:image_nccl_version).
-    type: str
-  image_container:
-    description: The engine's running container, as O(sparkctl.spark.runtime_versions#module:image_container).
-    type: str
-  nccl_preload:
-    description: The profile's C(nccl.preload), as O(sparkctl.spark.runtime_versions#module:nccl_preload).
-    type: dict
-    suboptions:
-      version:
-        description: The declared NCCL version of the library.
-        type: str
-      path:
-        description: The library on the node. Empty means no preload.
-        type: str
-  nvidia_smi:
-    description: Name or absolute path of C(nvidia-smi).
-    type: str
-    default: nvidia-smi
-  docker:
-    description: Name or absolute path of the C(docker) client, for O(runtime_kind=image).
-    type: str
-    default: docker
   api_key_file:
     description: The API key file whose presence RV(api_key_file) reports (the head's). Its content is not read.
     type: path
