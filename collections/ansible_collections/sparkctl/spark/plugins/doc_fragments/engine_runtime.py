@@ -19,7 +19,7 @@ options:
     type: path
   packages:
     description:
-      - Distributions whose versions are reported in RV(versions.packages), as names or pinned specs
+      - Distributions whose versions the module reports under C(packages), as names or pinned specs
         (C(vllm==0.25.1)); the name part is used, as given.
       - Typically the profile's C(runtime.venv.packages) plus C(torch).
     type: list

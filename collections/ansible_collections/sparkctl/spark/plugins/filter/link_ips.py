@@ -45,7 +45,6 @@ _value:
 """
 
 
-
 def link_ips(link):
     try:
         return link_address.link_addresses(link)
