@@ -6,7 +6,8 @@ a venv of its own) and its checkpoint (the hub stand-in's second repo, a directo
 own). Each run stops the running engine on every node before anything of the new one is
 written (roles/engine_service/tasks/replace.yml), finds the node's memory back within the
 gate's margin before the new engine starts (memory_check.yml), and ends served and verified
-(site.yml's verify stage); the old venv and checkpoint stay beside the new ones.
+(site.yml's verify stage); the old venv and checkpoint stay beside the new ones, until the way
+back sets checkpoint_keep=1 and the other checkpoint goes (roles/checkpoint/tasks/keep.yml).
 
 Its own marker (`switch`): two whole-site runs that change the lab, so the suite's chain
 places it (measured times in the report table)."""
@@ -46,9 +47,9 @@ def _engine_version(host: str, venv: str) -> str:
                      "import importlib.metadata as m; print(m.version('sparklab-engine'))").stdout.strip()
 
 
-def _switch(run_site, result_table, profile: str):
+def _switch(run_site, result_table, profile: str, *extra: str):
     t0 = time.monotonic()
-    run = run_site("-e", f"spark_model_profile={profile}")
+    run = run_site("-e", f"spark_model_profile={profile}", *extra)
     seconds = time.monotonic() - t0
     result_table("switching the served model", ["to", "rc", "seconds"]).append(
         {"to": profile, "rc": run.rc, "seconds": f"{seconds:.0f}"})
@@ -72,4 +73,11 @@ def test_switch_to_the_second_profile_and_back(site_converged, run_site, result_
         for want in PROFILES.values():
             node_exec(host, "test", "-x", f"{want['venv']}/bin/python")
             node_exec(host, "test", "-s", f"{want['checkpoint']}/.sparkctl-manifest.json")
-    _switch(run_site, result_table, "lab-standin")
+    # Back, keeping one checkpoint: once verify passed, every node records lab-standin as served
+    # and removes what sparkctl put in lab-standin-b's directory (the venv stays).
+    _switch(run_site, result_table, "lab-standin", "-e", "checkpoint_keep=1")
+    for host in HOSTS:
+        served = json.loads(node_exec(host, "cat", "/var/lib/sparkctl/checkpoints-served.json").stdout)["served"]
+        assert served == [PROFILES["lab-standin"]["checkpoint"]], (host, served)
+        node_exec(host, "test", "!", "-e", PROFILES["lab-standin-b"]["checkpoint"])
+        node_exec(host, "test", "-x", f"{PROFILES['lab-standin-b']['venv']}/bin/python")
