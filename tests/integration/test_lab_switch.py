@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.switch]
 
 HOSTS = ("spark1", "spark2")
 KEY_FILE = "/etc/sparkctl/api-key.env"
+STAMP = ".sparkctl-verified.json"
 PROFILES = {
     "lab-standin": {"venv": "/opt/sparkctl/venvs/lab-standin", "checkpoint": "/srv/sparkctl/models/lab-standin",
                     "version": "0.2.1"},
@@ -61,8 +62,9 @@ def _switch(run_site, result_table, profile: str, *extra: str):
     want = PROFILES[profile]
     for host in HOSTS:
         assert _engine_version(host, want["venv"]) == want["version"]
-        manifest = json.loads(node_exec(host, "cat", f"{want['checkpoint']}/.sparkctl-manifest.json").stdout)
-        assert manifest, host
+        # What every node verified (the head also keeps the hub's manifest).
+        assert json.loads(node_exec(host, "cat", f"{want['checkpoint']}/{STAMP}").stdout), host
+    assert json.loads(node_exec("spark1", "cat", f"{want['checkpoint']}/.sparkctl-manifest.json").stdout)
     return run
 
 
@@ -72,7 +74,7 @@ def test_switch_to_the_second_profile_and_back(site_converged, run_site, result_
     for host in HOSTS:
         for want in PROFILES.values():
             node_exec(host, "test", "-x", f"{want['venv']}/bin/python")
-            node_exec(host, "test", "-s", f"{want['checkpoint']}/.sparkctl-manifest.json")
+            node_exec(host, "test", "-s", f"{want['checkpoint']}/{STAMP}")
     # Back, keeping one checkpoint: once verify passed, every node records lab-standin as served
     # and removes what sparkctl put in lab-standin-b's directory (the venv stays).
     _switch(run_site, result_table, "lab-standin", "-e", "checkpoint_keep=1")
