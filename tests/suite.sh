@@ -246,9 +246,9 @@ stage fresh-check python -m pytest tests/integration -q -p no:cacheprovider -m f
 stage molecule molecule_converge
 stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"
 wait_chain side
-# `switch` (test_lab_switch.py: two whole-site runs switching the served model, about 400-600 s
-# on this machine) is left out until a chain has room for it.
-stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p no:cacheprovider -m "lab and not switch" --durations=30 \
+# `model_switch` (test_lab_model_switch.py: two whole-site runs switching the served model,
+# about 400-600 s on this machine) is left out until a chain has room for it.
+stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p no:cacheprovider -m "lab and not model_switch" --durations=30 \
   --junitxml="$COUNTS_DIR/integration.xml"
 if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then stage lab-down molecule destroy --scenario-name default; fi
 wait_chain twin

@@ -20,7 +20,7 @@ import time
 import pytest
 from labrun import node_exec
 
-pytestmark = [pytest.mark.lab, pytest.mark.switch]
+pytestmark = [pytest.mark.lab, pytest.mark.model_switch]
 
 HOSTS = ("spark1", "spark2")
 KEY_FILE = "/etc/sparkctl/api-key.env"
