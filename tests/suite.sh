@@ -272,7 +272,9 @@ stage fresh-check python -m pytest tests/integration -q -p no:cacheprovider -m f
 stage molecule molecule_converge
 stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"
 wait_chain side
-stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p no:cacheprovider -m lab --durations=30 \
+# `model_switch` (test_lab_model_switch.py: two whole-site runs switching the served model,
+# about 400-600 s on this machine) is left out until a chain has room for it.
+stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p no:cacheprovider -m "lab and not model_switch" --durations=30 \
   --junitxml="$COUNTS_DIR/integration.xml"
 # sparklab's own output (each step timed) shows in the log, which molecule's destroy hides;
 # molecule's destroy then finds the lab gone and resets its scenario state.

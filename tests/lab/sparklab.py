@@ -1235,6 +1235,10 @@ def cmd_exec(plan: Plan, args) -> int:
 HUB_DIR_IN_NODE = "/opt/sparklab/hub"
 HUB_ROOT_IN_NODE = "/srv/sparklab-hub"
 HUB_UNIT = "sparklab-hub"
+# The second lab profile's repo (tests/lab/profiles/lab-standin-b.yml: checkpoint.shards, size_bytes).
+SECOND_REPO = "sparklab/lab-standin-b-nvfp4"
+SECOND_REPO_SHARDS = 2
+SECOND_REPO_GIB = 0.25
 
 
 def cmd_hub(plan: Plan, args) -> int:
@@ -1251,10 +1255,21 @@ def cmd_hub(plan: Plan, args) -> int:
     docker("exec", head.container, "python3", f"{HUB_DIR_IN_NODE}/make_checkpoint.py", repo_dir,
            "--shards", str(args.shards), "--total-gib", str(args.total_gib), timeout=900)
     say(f"checkpoint {args.repo} ({args.shards} shards, {args.total_gib} GiB) ready in {time.monotonic() - t0:.1f}s")
+    # The second lab profile's checkpoint (tests/lab/profiles/lab-standin-b.yml), other bytes
+    # (another seed), served beside the first: switching the served model downloads it.
+    also = []
+    if args.second_repo and args.second_repo != args.repo:
+        second_dir = f"{HUB_ROOT_IN_NODE}/{args.second_repo}"
+        t0 = time.monotonic()
+        docker("exec", head.container, "python3", f"{HUB_DIR_IN_NODE}/make_checkpoint.py", second_dir,
+               "--shards", str(SECOND_REPO_SHARDS), "--total-gib", str(SECOND_REPO_GIB), "--seed", "1", timeout=900)
+        say(f"checkpoint {args.second_repo} ({SECOND_REPO_SHARDS} shards, {SECOND_REPO_GIB} GiB) ready in "
+            f"{time.monotonic() - t0:.1f}s")
+        also = ["--also", f"{second_dir}={args.second_repo}"]
     docker("exec", head.container, "systemctl", "stop", HUB_UNIT, check=False)
     docker("exec", head.container, "systemctl", "reset-failed", HUB_UNIT, check=False)
     stub = ["python3", f"{HUB_DIR_IN_NODE}/hubstub.py", "--root", repo_dir, "--repo", args.repo,
-            "--host", "127.0.0.1", "--port", str(args.port), "--index-cache", f"{HUB_ROOT_IN_NODE}/.index-cache.json"]
+            "--host", "127.0.0.1", "--port", str(args.port), "--index-cache", f"{HUB_ROOT_IN_NODE}/.index-cache.json", *also]
     if args.throttle_bytes_per_s:
         stub += ["--throttle-bytes-per-s", str(args.throttle_bytes_per_s)]
     props = [f"--property=Environment=HUBSTUB_TOKEN={args.token}"] if args.token else []
@@ -1269,7 +1284,8 @@ def cmd_hub(plan: Plan, args) -> int:
     if docker("exec", head.container, "python3", "-c", probe, check=False, timeout=120).returncode != 0:
         logs = docker("exec", head.container, "journalctl", "-u", HUB_UNIT, "-n", "30", "--no-pager", check=False).stdout
         raise LabError(f"hub stand-in did not answer on {head.name}:127.0.0.1:{args.port}:\n{logs}")
-    say(f"hub stand-in created on {head.name}: endpoint http://127.0.0.1:{args.port} (inside the node), repo {args.repo}")
+    say(f"hub stand-in created on {head.name}: endpoint http://127.0.0.1:{args.port} (inside the node), repo {args.repo}"
+        + (f" and {args.second_repo}" if also else ""))
     return 0
 
 
@@ -1356,6 +1372,8 @@ def main(argv: list[str] | None = None) -> int:
     hub = sub.add_parser("hub", help="start/stop the hub stand-in inside the head node (loopback only)")
     hub.add_argument("action", choices=["start", "stop"])
     hub.add_argument("--repo", default="sparklab/lab-standin-nvfp4", help="repo id served")
+    hub.add_argument("--second-repo", default=SECOND_REPO,
+                     help="a second repo served beside --repo (the second lab profile's); '' for none")
     hub.add_argument("--shards", type=int, default=8)
     hub.add_argument("--total-gib", type=float, default=1.0)
     hub.add_argument("--port", type=int, default=8765)

@@ -183,6 +183,36 @@ def test_memory_not_back_fails_with_the_numbers_and_keeps_the_baseline(tmp_path,
     assert json.loads((tmp_path / "lib" / "engine-baseline.json").read_text())["mem_available_bytes"] == 100 * GIB
 
 
+def test_settle_waits_for_memory_an_engine_just_stopped_gives_back(tmp_path, capsys, active_units, monkeypatch):
+    """After sparkctl stopped the engine of another profile: MemAvailable coming back within
+    the baseline's settle_seconds passes and is recorded (the same wait as the gate's)."""
+    record(capsys, tmp_path, 100 * GIB, settle_seconds=1)
+    readings, real_read = iter([90 * GIB, 99 * GIB]), G.read_mem_available
+    monkeypatch.setattr(G, "read_mem_available", lambda path=None: next(readings, 99 * GIB))
+    code, out = record(capsys, tmp_path, 90 * GIB, settle=True)
+    assert code == 0 and out["recorded"] and out["available_bytes"] == 99 * GIB
+    # Without the wait the same first reading is refused.
+    monkeypatch.setattr(G, "read_mem_available", real_read)
+    record(capsys, tmp_path, 100 * GIB, settle_seconds=1)
+    code, out = record(capsys, tmp_path, 90 * GIB)
+    assert code == 1 and out["held"]
+
+
+def test_settle_gives_up_with_the_numbers(tmp_path, capsys, active_units):
+    record(capsys, tmp_path, 100 * GIB, settle_seconds=1)
+    code, out = record(capsys, tmp_path, 80 * GIB, settle=True)
+    assert code == 1 and out["held"]
+    assert "MemAvailable 80.0 GiB, baseline 100.0 GiB, margin 4.0 GiB (16.0 GiB short of the 96.0 GiB" in out["msg"]
+
+
+def test_settle_is_shared_by_the_gate_and_the_module():
+    clock = {"now": 0.0}
+    readings = iter([1 * GIB, 1 * GIB, 50 * GIB])
+    verdict = G.settle(lambda: next(readings), {"mem_available_bytes": 50 * GIB, "margin_bytes": GIB, "settle_seconds": 10},
+                       UNIT, clock=lambda: clock["now"], sleep=lambda s: clock.__setitem__("now", clock["now"] + s))
+    assert not verdict["held"] and clock["now"] == 4
+
+
 def test_rebaseline_records_the_lower_value(tmp_path, capsys, active_units):
     record(capsys, tmp_path, 100 * GIB)
     code, out = record(capsys, tmp_path, 90 * GIB, rebaseline=True)

@@ -201,6 +201,28 @@ def test_snapshot_into_a_real_directory_is_byte_identical(hf, hub, ckpt, tmp_pat
     assert hub.stats()["bytes_served"] == served
 
 
+def test_a_second_repo_is_served_beside_the_first_with_its_own_commit_and_counters(hf, ckpt, tmp_path):
+    """The lab serves the second lab profile's checkpoint from the same stand-in (sparklab hub start)."""
+    other = tmp_path / "other"
+    make_checkpoint(other, shards=2, shard_bytes=MIB, seed=9, workers=1)
+    with HubStub(ckpt, REPO_ID, extra_repos=[(other, "sparklab/other")],
+                 index_cache=str(tmp_path / "index.json")) as server:
+        first = _download(hf, server, tmp_path / "first")
+        second = hf.snapshot_download("sparklab/other", local_dir=tmp_path / "second",
+                                      cache_dir=tmp_path / "second-cache", endpoint=server.url)
+        _assert_identical(ckpt, Path(first))
+        _assert_identical(other, Path(second))
+        commits = {hf.HfApi(endpoint=server.url).model_info(r).sha for r in (REPO_ID, "sparklab/other")}
+        assert len(commits) == 2
+        files = server.stats()["files"]
+        assert files[shard_name(1, 3)]["gets"] == 1
+        assert files[f"sparklab/other/{shard_name(1, 2)}"]["gets"] == 1
+        with pytest.raises(hf.errors.RepositoryNotFoundError):
+            hf.HfApi(endpoint=server.url).model_info("sparklab/absent")
+    # One hash cache per repo: same file names, other bytes.
+    assert (tmp_path / "index.json").is_file() and (tmp_path / "index.json.sparklab--other").is_file()
+
+
 def test_allow_patterns_limit_the_download(hf, hub, ckpt, tmp_path):
     dest = tmp_path / "json-only"
     _download(hf, hub, dest, allow_patterns=["*.json"])

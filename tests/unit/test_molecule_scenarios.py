@@ -19,6 +19,10 @@ NOT_IN_THE_WHOLE_SITE = {"engine_image", "fabric_test", "teardown"}
 # Roles of the other playbooks that have no scenario yet: listed here so that the gap shows
 # and a new role cannot join it unnoticed.
 NO_SCENARIO_YET = {"benchmark"}
+# A stage that ends with another role's step after its own work, not a prerequisite of it: the
+# verify stage, once verified, keeps the checkpoints checkpoint_keep asks for
+# (roles/checkpoint/tasks/keep.yml, only that file).
+AFTER_ITS_ROLE = {"verify": {"checkpoint"}}
 
 
 def _roles_in(playbook: Path, seen: set[Path] | None = None) -> set[str]:
@@ -71,7 +75,7 @@ def test_every_scenario_converges_and_verifies_its_role():
         assert (MOLECULE / scenario / "verify.yml").exists(), scenario
         assert scenario in _roles_in(MOLECULE / scenario / "converge.yml"), f"{scenario}'s converge does not run the role"
         # Its converge runs no other role of the site: prerequisites belong in prepare.yml.
-        others = _roles_in(MOLECULE / scenario / "converge.yml") - NOT_A_SCENARIO - {scenario}
+        others = _roles_in(MOLECULE / scenario / "converge.yml") - NOT_A_SCENARIO - {scenario} - AFTER_ITS_ROLE.get(scenario, set())
         assert not others, f"{scenario}'s converge also runs {sorted(others)}"
         assert converge.startswith("---\n"), scenario
 
@@ -90,3 +94,10 @@ def test_the_suite_runs_every_role_scenario_once():
         body = re.search(rf"^{name}=\(([^)]*)\)", suite, flags=re.M).group(1)
         listed += body.split()
     assert sorted(listed) == sorted(_scenarios())
+
+
+def test_the_step_after_verify_is_only_the_checkpoint_keep():
+    tasks = yaml.safe_load((REPO / "playbooks" / "verify.yml").read_text())[-1]["tasks"]
+    imports = [t["ansible.builtin.import_role"] for t in tasks if "ansible.builtin.import_role" in t]
+    assert imports[-1] == {"name": "checkpoint", "tasks_from": "keep.yml"}
+    assert [i["name"] for i in imports] == ["spark", "verify", "checkpoint"]

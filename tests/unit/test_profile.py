@@ -5,9 +5,11 @@ are compared with reviewed golden files under tests/unit/golden/profiles/.
 Regenerate with SPARKCTL_UPDATE_GOLDEN=1 and review the diff."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
+
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import profile as profile_filter
@@ -78,14 +80,39 @@ def test_256k_variant_extends_the_1m_profile():
 
 
 def test_lab_profile_matches_the_lab_inventory():
+    """The lab serves lab-standin and, like any inventory, lets the checkpoint's name, directory,
+    size and the memory follow the profile (roles/spark defaults): switching the profile
+    switches them."""
     profile = load("lab-standin")
     inv = yaml.safe_load((REPO / "inventories" / "lab" / "group_vars" / "all.yml").read_text())
     assert inv["spark_model_profile"] == "lab-standin"
-    assert profile_filter.profile_checkpoint(profile) == inv["spark_checkpoint"]
-    assert profile["checkpoint"]["size_bytes"] == inv["spark_checkpoint_size_bytes"]
-    assert profile_filter.profile_node_memory_bytes(profile) == inv["spark_model_memory_bytes"]
-    assert f"/srv/sparkctl/models/{profile['checkpoint']['dir_name']}" == inv["spark_checkpoint_dir"]
+    for follows_the_profile in ("spark_checkpoint", "spark_checkpoint_size_bytes", "spark_model_memory_bytes",
+                                "spark_checkpoint_dir", "spark_model_name"):
+        assert follows_the_profile not in inv
     assert profile["checkpoint"]["shards"] == 8
+
+
+def test_the_second_lab_profile_differs_in_runtime_version_and_checkpoint_only():
+    """lab-standin-b, the switch's other end: another pinned engine version (a wheel
+    sparklab_build writes beside the first) and another checkpoint (the hub stand-in's second
+    repo, as `sparklab hub start` makes it); the same engine, topology and API port."""
+    for where in (REPO / "tests" / "lab", REPO / "tests" / "lab" / "engine" / "_build"):
+        if str(where) not in sys.path:
+            sys.path.insert(0, str(where))
+    import sparklab
+    import sparklab_build
+
+    first, second = load("lab-standin"), load("lab-standin-b")
+    assert first["runtime"]["venv"]["packages"] == [f"sparklab-engine=={sparklab_build.versions()[0]}"]
+    assert second["runtime"]["venv"]["packages"] == [f"sparklab-engine=={sparklab_build.versions()[1]}"]
+    assert second["checkpoint"]["dir_name"] != first["checkpoint"]["dir_name"]
+    assert second["checkpoint"]["repo_id"] == sparklab.SECOND_REPO != first["checkpoint"]["repo_id"]
+    assert second["checkpoint"]["shards"] == sparklab.SECOND_REPO_SHARDS
+    assert second["checkpoint"]["size_bytes"] == int(sparklab.SECOND_REPO_GIB * 2 ** 30)
+    for same in ("engine", "topology", "model"):
+        assert {k: v for k, v in second[same].items() if k != "env"} == {k: v for k, v in first[same].items() if k != "env"}
+    assert second["api"]["port"] == first["api"]["port"]
+    assert problems("lab-standin-b") == []
 
 
 def test_sglang_build_context_is_kept_with_the_profile():

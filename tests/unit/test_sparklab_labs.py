@@ -235,6 +235,6 @@ def test_a_copy_of_the_twin_inventory_keeps_its_split_group_vars(tmp_path):
     _, hostvars = labrun.inventory_vars(hosts)
     spark1 = hostvars["spark1"]
     assert (spark1["sparklab_name"], spark1["spark_management_network"]) == ("twin", "172.30.78.0/24")
-    assert spark1["spark_model_name"] == "lab-standin"           # from the lab's own all.yml
+    assert spark1["spark_model_profile"] == "lab-standin"        # from the lab's own all.yml
     assert spark1["spark_profile_paths"] == [str(REPO / "tests" / "lab" / "profiles")]
     assert "/.lab{{ '/' ~ sparklab_name" in spark1["ansible_ssh_common_args"]

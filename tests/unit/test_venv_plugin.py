@@ -434,9 +434,13 @@ def test_engine_wheel_is_built_reproducibly_and_dist_matches_the_sources(tmp_pat
     assert built.read_bytes() == sparklab_build.wheel_bytes()
     dist = LAB / "engine" / "dist"
     if dist.is_dir():
-        assert sorted(p.name for p in dist.iterdir()) == [built.name]
-        assert (dist / built.name).read_bytes() == built.read_bytes(), \
-            "rebuild: python3 tests/lab/engine/_build/sparklab_build.py (tests/bootstrap.sh does)"
+        names = [sparklab_build.wheel_name(v) for v in sparklab_build.versions()]
+        assert names[0] == built.name and len(set(names)) == len(names) > 1
+        assert sorted(p.name for p in dist.iterdir()) == sorted(names)
+        for version, name in zip(sparklab_build.versions(), names, strict=True):
+            assert (dist / name).read_bytes() == sparklab_build.wheel_bytes(version), \
+                "rebuild: python3 tests/lab/engine/_build/sparklab_build.py (tests/bootstrap.sh does)"
+        assert (dist / built.name).read_bytes() == built.read_bytes()
 
 
 def test_engine_wheel_is_not_committed():

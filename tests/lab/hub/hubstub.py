@@ -111,6 +111,8 @@ class RepoFile:
     sha256: str  # content sha256 (for LFS files it is also the ETag)
     blob_id: str  # git blob sha1 (of the LFS pointer for LFS files)
     pointer_size: int | None
+    # The key of the file's counters in /_stub/stats: its path in the first repo, "ORG/NAME/path" in another.
+    stat_key: str = ""
 
     @property
     def etag(self) -> str:
@@ -142,11 +144,13 @@ def _hash_file(disk: Path, size: int, mtime_ns: int, path: str) -> dict:
 class Repo:
     """The served repository: files, their hashes and a commit sha derived from the content."""
 
-    def __init__(self, root: str | os.PathLike, repo_id: str, revision_name: str = "main", index_cache: str | None = None):
+    def __init__(self, root: str | os.PathLike, repo_id: str, revision_name: str = "main", index_cache: str | None = None,
+                 stat_prefix: str = ""):
         if repo_id.count("/") != 1:
             raise ValueError(f"repo id must be ORG/NAME, got {repo_id!r}")
         self.root = Path(root).resolve()
         self.repo_id = repo_id
+        self.stat_prefix = stat_prefix
         self.revision_name = revision_name
         self.index_cache = Path(index_cache) if index_cache else None
         self.scan()
@@ -175,7 +179,8 @@ class Repo:
         if self.index_cache and jobs:
             self.index_cache.write_text(json.dumps(index, indent=1))
         self.files: dict[str, RepoFile] = {
-            path: RepoFile(path=path, disk=disk, **index[path]) for path, disk, _, _ in found
+            path: RepoFile(path=path, disk=disk, **index[path], stat_key=f"{self.stat_prefix}{path}")
+            for path, disk, _, _ in found
         }
         self.by_sha256 = {f.sha256: f for f in self.files.values() if f.lfs}
         dirs = set()
@@ -260,10 +265,12 @@ class TokenBucket:
 
 
 class Hub:
-    """Shared state of the stub: the repo, auth, faults and counters."""
+    """Shared state of the stub: the repos (the first one, `repo`, is the one /_stub/info names), auth, faults
+    and counters."""
 
     def __init__(self, repo: Repo, token: str | None = None, lfs_redirect: bool = False, verbose: bool = False):
         self.repo = repo
+        self.repos = {repo.repo_id: repo}
         self.token = token
         self.lfs_redirect = lfs_redirect
         self.verbose = verbose
@@ -274,6 +281,18 @@ class Hub:
         self.faults = dict(FAULT_DEFAULTS)
         self.remaining = {"cut": 0, "fail": 0}
         self.reset_stats()
+
+    def add_repo(self, repo: Repo) -> None:
+        """Serve one more repo beside the first (same auth, faults and counters)."""
+        if repo.repo_id in self.repos:
+            raise ValueError(f"repo {repo.repo_id} is served already")
+        self.repos[repo.repo_id] = repo
+
+    def by_sha256(self, sha256: str) -> RepoFile | None:
+        for repo in self.repos.values():
+            if sha256 in repo.by_sha256:
+                return repo.by_sha256[sha256]
+        return None
 
     # -- faults -------------------------------------------------------------------------
     def set_faults(self, changes: dict) -> dict:
@@ -463,8 +482,8 @@ class Handler(BaseHTTPRequestHandler):
                                 f"Visit http://{host}/{repo.repo_id} to ask for access.", "GatedRepo")
 
     def _repo_and_revision(self, org: str, name: str, revision: str | None) -> Repo:
-        repo = self.hub.repo
-        if f"{org}/{name}" != repo.repo_id:
+        repo = self.hub.repos.get(f"{org}/{name}")
+        if repo is None:
             raise HubError(404, "Repository not found", "RepoNotFound")
         if revision is not None and revision not in (repo.revision_name, repo.commit):
             raise HubError(404, f"Invalid rev id: {revision}", "RevisionNotFound")
@@ -651,7 +670,7 @@ class Handler(BaseHTTPRequestHandler):
             sig = self.hub.cdn_signature(f.sha256)
             headers["Location"] = f"{self.hub.cdn_base}/_stub/lfs/{f.sha256}?sig={sig}&name={quote(path)}"
             if self.command == "HEAD":
-                self.hub.count_file(path, heads=1)
+                self.hub.count_file(f.stat_key, heads=1)
             return self._send(302, b"", headers)
         self._serve_content(f, headers)
 
@@ -680,7 +699,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Authorization"):
             with self.hub.lock:
                 self.hub.stats["cdn_requests_with_authorization"] += 1
-        f = self.hub.repo.by_sha256.get(sha256)
+        f = self.hub.by_sha256(sha256)
         if f is None or not hmac.compare_digest(query.get("sig", [""])[-1], self.hub.cdn_signature(sha256)):
             raise HubError(403, "Request has expired or signature is invalid")
         self._serve_content(f, {"ETag": f'"{f.sha256}"', "Accept-Ranges": "bytes"})
@@ -690,7 +709,7 @@ class Handler(BaseHTTPRequestHandler):
         base = f.path.rsplit("/", 1)[-1]
         headers["Content-Disposition"] = f"inline; filename*=UTF-8''{quote(base)}; filename=\"{base}\";"
         if self.command == "HEAD":
-            self.hub.count_file(f.path, heads=1)
+            self.hub.count_file(f.stat_key, heads=1)
             self.send_response(200)
             headers["Content-Length"] = str(f.size)
             headers["Content-Type"] = "application/octet-stream"
@@ -705,7 +724,7 @@ class Handler(BaseHTTPRequestHandler):
         if range_header:
             parsed = parse_range(range_header, f.size)
             if parsed == "unsatisfiable":
-                self.hub.count_file(f.path, gets=1, range_gets=1)
+                self.hub.count_file(f.stat_key, gets=1, range_gets=1)
                 raise HubError(416, "Requested range not satisfiable", None, {"Content-Range": f"bytes */{f.size}"})
             if parsed is not None:  # None: malformed or multi-range => full content, as RFC 9110 allows
                 start, end = parsed
@@ -714,12 +733,12 @@ class Handler(BaseHTTPRequestHandler):
             # One byte from the start: an access check (sparkctl's preflight reads one byte of a
             # weight file to prove downloads work), not a download; counted apart so a test can
             # still say "nothing was downloaded again".
-            self.hub.count_file(f.path, probes=1)
+            self.hub.count_file(f.stat_key, probes=1)
         else:
-            self.hub.count_file(f.path, gets=1, range_gets=int(partial), full_gets=int(not partial))
+            self.hub.count_file(f.stat_key, gets=1, range_gets=int(partial), full_gets=int(not partial))
 
         if self.hub.claim("fail", f.path, bool(range_header)):
-            self.hub.count_file(f.path, failed=1)
+            self.hub.count_file(f.stat_key, failed=1)
             status = int(self.hub.faults["fail_status"])
             raise HubError(status, f"Injected failure ({status})")
 
@@ -738,9 +757,9 @@ class Handler(BaseHTTPRequestHandler):
         try:
             self._send_bytes(f, start, budget)
         finally:
-            self.hub.count_file(f.path, bytes_served=self._nbytes)
+            self.hub.count_file(f.stat_key, bytes_served=self._nbytes)
         if cut:
-            self.hub.count_file(f.path, cuts=1)
+            self.hub.count_file(f.stat_key, cuts=1)
             # Drop the connection mid-body: the client sees fewer bytes than Content-Length.
             self.close_connection = True
             try:
@@ -822,9 +841,15 @@ class HubStub:
         index_cache: str | None = None,
         verbose: bool = False,
         faults: dict | None = None,
+        extra_repos: list[tuple[str | os.PathLike, str]] | None = None,
     ):
         self.repo = Repo(root, repo_id, revision_name, index_cache)
         self.hub = Hub(self.repo, token=token, lfs_redirect=lfs_redirect, verbose=verbose)
+        # More repos beside the first, each (root, ORG/NAME) with its own hash cache (file names repeat
+        # across repos) and its files counted under "ORG/NAME/path".
+        for extra_root, extra_id in extra_repos or []:
+            cache = f"{index_cache}.{extra_id.replace('/', '--')}" if index_cache else None
+            self.hub.add_repo(Repo(extra_root, extra_id, revision_name, cache, stat_prefix=f"{extra_id}/"))
         if faults:
             self.hub.set_faults(faults)
         self.server = StubServer((host, port), self.hub, "hub")
@@ -896,6 +921,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Local stand-in for the Hugging Face hub (test double).")
     parser.add_argument("--root", required=True, help="directory served as the repo")
     parser.add_argument("--repo", required=True, help="repo id ORG/NAME")
+    parser.add_argument("--also", action="append", default=[], metavar="ROOT=ORG/NAME",
+                        help="serve one more repo, directory ROOT as ORG/NAME (repeatable)")
     parser.add_argument("--revision-name", default="main", help="branch name that resolves to the commit")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
     parser.add_argument("--port", type=int, default=0, help="0 = pick a free port")
@@ -925,6 +952,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.monotonic()
+    extra = []
+    for item in args.also:
+        extra_root, sep, extra_id = item.rpartition("=")
+        if not sep or not extra_root or extra_id.count("/") != 1:
+            parser.error(f"--also takes ROOT=ORG/NAME, got {item!r}")
+        extra.append((extra_root, extra_id))
     faults = {k: getattr(args, k) for k in FAULT_DEFAULTS}
     stub = HubStub(
         args.root,
@@ -937,6 +970,7 @@ def main(argv: list[str] | None = None) -> int:
         index_cache=args.index_cache,
         verbose=args.verbose,
         faults=faults,
+        extra_repos=extra,
     )
     if args.port_file:
         tmp = f"{args.port_file}.tmp"
@@ -945,7 +979,8 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(f.size for f in stub.repo.files.values())
     print(
         f"hubstub: {stub.repo.repo_id}@{stub.repo.commit} ({len(stub.repo.files)} files, {total} bytes, indexed in "
-        f"{time.monotonic() - started:.1f} s) on {stub.url}" + (f", CDN {stub.hub.cdn_base}" if stub.cdn else ""),
+        f"{time.monotonic() - started:.1f} s) on {stub.url}" + (f", CDN {stub.hub.cdn_base}" if stub.cdn else "")
+        + "".join(f", also {r.repo_id}@{r.commit}" for r in list(stub.hub.repos.values())[1:]),
         flush=True,
     )
     signal.signal(signal.SIGTERM, _terminate)

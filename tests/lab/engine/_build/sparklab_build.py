@@ -22,6 +22,11 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "sparklab_engine"
 EPOCH = (1980, 1, 1, 0, 0, 0)
+# The same sources under a second version number: the lab's second profile
+# (tests/lab/profiles/lab-standin-b.yml) pins it, so a switch between the two lab profiles
+# puts a venv with another runtime version beside the first, at the cost of one more small
+# wheel rather than a second package to maintain.
+EXTRA_VERSIONS = ("0.2.2",)
 
 
 def _project():
@@ -54,13 +59,20 @@ def _zip_add(archive, name, data):
     archive.writestr(info, data)
 
 
-def wheel_name():
-    name, version, _, _ = _project()
+def versions():
+    """Every version main() writes: the project's, then EXTRA_VERSIONS."""
+    return (_project()[1], *EXTRA_VERSIONS)
+
+
+def wheel_name(version=None):
+    name, version_, _, _ = _project()
+    version = version or version_
     return f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
 
 
-def wheel_bytes():
-    name, version, description, requires = _project()
+def wheel_bytes(version=None):
+    name, version_, description, requires = _project()
+    version = version or version_
     dist_info = f"{name.replace('-', '_')}-{version}.dist-info"
     entries = []
     for rel in _sources():
@@ -116,12 +128,17 @@ def build_sdist(sdist_directory, config_settings=None):
 def main():
     dist = os.path.join(ROOT, "dist")
     os.makedirs(dist, exist_ok=True)
-    path = os.path.join(dist, build_wheel(dist))
-    print(f"wrote {path}")
+    written = set()
+    for version in versions():
+        name = wheel_name(version)
+        with open(os.path.join(dist, name), "wb") as handle:
+            handle.write(wheel_bytes(version))
+        written.add(name)
+        print(f"wrote {os.path.join(dist, name)}")
     # dist/ holds only this script's output: a wheel of an earlier version would leave the
-    # lab's find_links directory with two candidates.
+    # lab's find_links directory with two candidates for one pin.
     for name in os.listdir(dist):
-        if name.startswith("sparklab_engine-") and name.endswith(".whl") and os.path.join(dist, name) != path:
+        if name.startswith("sparklab_engine-") and name.endswith(".whl") and name not in written:
             os.remove(os.path.join(dist, name))
             print(f"removed {name} (an earlier build)")
     return 0

@@ -235,6 +235,15 @@ def _checkpoint_dir_problem(ckpt_dir, vars_):
     return None
 
 
+def _is_count(value):
+    """A whole number >= 0, as YAML or -e gives it (an int, or a string of digits)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value >= 0
+    return isinstance(value, str) and value.strip().isdigit()
+
+
 def _checkpoint_problems(vars_):
     """The checkpoint source and directory, judged before any host is touched."""
     problems = []
@@ -243,6 +252,10 @@ def _checkpoint_problems(vars_):
         problem = _checkpoint_dir_problem(ckpt_dir, vars_)
         if problem:
             problems.append(problem)
+    keep = vars_.get("checkpoint_keep")
+    if keep is not None and not _is_count(keep):
+        problems.append(f"'checkpoint_keep' {keep!r} must be a whole number: how many checkpoints every node keeps, the "
+                        "served one included (e.g. 2), or 0 to keep them all.")
     source = vars_.get("spark_checkpoint")
     if source is None:
         return problems

@@ -151,6 +151,18 @@ def read_mem_available(meminfo_path=MEMINFO):
         return None
 
 
+def settle(read, baseline, unit=None, clock=time.time, sleep=time.sleep, poll_seconds=2.0):
+    """The verdict after waiting up to the baseline's settle_seconds for memory a process that
+    just ended is still giving back: judge(read(), ...) again every poll_seconds while held.
+    The one wait both the gate (check) and a stop before another engine's start use."""
+    deadline = clock() + (baseline or {}).get("settle_seconds", 0)
+    while True:
+        verdict = judge(read(), baseline, unit)
+        if not verdict["held"] or clock() >= deadline:
+            return verdict
+        sleep(poll_seconds)
+
+
 def check(unit, baseline_path=BASELINE_FILE, state_path=STATE_FILE, meminfo_path=MEMINFO,
           clock=time.time, sleep=time.sleep, poll_seconds=2.0):
     """The ExecStartPre check: (exit status, verdict). Waits up to the baseline's
@@ -162,12 +174,7 @@ def check(unit, baseline_path=BASELINE_FILE, state_path=STATE_FILE, meminfo_path
         verdict = judge(read_mem_available(meminfo_path), None, unit)
         verdict.update(held=True, message="engine held back: %s" % exc)
     else:
-        deadline = clock() + (baseline or {}).get("settle_seconds", 0)
-        while True:
-            verdict = judge(read_mem_available(meminfo_path), baseline, unit)
-            if not verdict["held"] or clock() >= deadline:
-                break
-            sleep(poll_seconds)
+        verdict = settle(lambda: read_mem_available(meminfo_path), baseline, unit, clock, sleep, poll_seconds)
     verdict["schema"] = STATE_SCHEMA
     verdict["checked_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock()))
     # /run/sparkctl is root's only (the firewall keeps its candidate rule sets there too); the

@@ -51,6 +51,13 @@ options:
     type: list
     elements: str
     default: []
+  settle:
+    description:
+      - When none of O(units) is active and MemAvailable is below the baseline minus the margin, wait up to the
+        baseline's C(settle_seconds) for it to come back before judging, as the gate does before a start (an engine
+        this run just stopped is still giving its memory back).
+    type: bool
+    default: false
   rebaseline:
     description: Record MemAvailable even when it is below the baseline minus the margin.
     type: bool
@@ -144,6 +151,7 @@ def main():
             settle_seconds=dict(type="int", default=30),
             units=dict(type="list", elements="str", default=[]),
             rebaseline=dict(type="bool", default=False),
+            settle=dict(type="bool", default=False),
             meminfo_path=dict(type="path", default=engine_gate.MEMINFO),
         ),
         supports_check_mode=True,
@@ -168,8 +176,14 @@ def main():
     available = engine_gate.read_mem_available(params["meminfo_path"])
     if available is None:
         module.fail_json(msg="MemAvailable could not be read from %s." % params["meminfo_path"])
-    verdict = engine_gate.judge(available, baseline)
     active = _active(module, params["units"])
+    if params["settle"] and not active and baseline is not None:
+        verdict = engine_gate.settle(lambda: engine_gate.read_mem_available(params["meminfo_path"]), baseline)
+        available = verdict["available_bytes"]
+        if available is None:
+            module.fail_json(msg="MemAvailable could not be read from %s." % params["meminfo_path"])
+    else:
+        verdict = engine_gate.judge(available, baseline)
     result = dict(changed=False, recorded=False, active_units=active, problem=problem,
                   **{key: verdict[key] for key in ("held", "available_bytes", "baseline_bytes", "margin_bytes",
                                                    "floor_bytes", "message")})

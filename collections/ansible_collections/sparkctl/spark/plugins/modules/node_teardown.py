@@ -165,20 +165,13 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
-from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
-    STAMP_NAME,
-    CheckpointError,
-    load_manifest_file,
-    normalize_manifest,
-    owned_leftover,
-)
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_store import sparkctl_files
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
     dependencies_to_purge,
     group_members,
     installed_packages,
     link_restore,
-    listed_files_to_remove,
     packages_to_purge,
     parents_to_remove,
     paths_to_remove,
@@ -283,20 +276,10 @@ class Teardown:
         if not os.path.isdir(path):
             return
         # The head keeps the manifest; every node keeps the stamp of what it verified (a worker's
-        # only list of the files it received).
-        names = set()
-        for listing in (manifest_path, os.path.join(path, STAMP_NAME)):
-            if not os.path.exists(listing):
-                continue
-            try:
-                names |= set(normalize_manifest(load_manifest_file(listing)))
-            except CheckpointError as exc:
-                self.module.warn("%s: %s; the files it lists in %s stay" % (listing, exc, path))
-        rel_files = []
-        for top, _dirs, files in os.walk(path):
-            rel_files += [os.path.relpath(os.path.join(top, f), path) for f in files]
-        remove = listed_files_to_remove(rel_files, names, owned_leftover)
-        left = sorted(set(rel_files) - set(remove))
+        # only list of the files it received): module_utils/checkpoint_store.py reads both.
+        remove, left, warnings = sparkctl_files(path, manifest_path)
+        for warning in warnings:
+            self.module.warn(warning)
         if remove:
             self.act("remove %d files sparkctl put in %s%s" % (len(remove), path, "" if left else ", and the directory"),
                      fn=lambda: self._remove_files(path, remove))
