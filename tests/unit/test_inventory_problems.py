@@ -90,22 +90,18 @@ def test_a_fabric_that_differs_between_hosts_is_refused():
     ]
 
 
-def test_on_a_switch_every_node_needs_an_address_in_each_halfs_subnet():
+@pytest.mark.parametrize(("half", "address", "problem"), [
+    pytest.param(1, "192.168.102.12/24",
+                 "spark_link[1] addresses are not in one subnet (192.168.101.0/24: spark1, spark2; 192.168.102.0/24: "
+                 "spark3): every node on a switch needs an address in each half's subnet.", id="every-node-in-each-subnet"),
+    pytest.param(0, "192.168.100.11/24",
+                 "spark3: spark_link[0].address 192.168.100.11 is already used by spark2 spark_link[0]: "
+                 "every link address must be unique.", id="unique-in-the-shared-subnet"),
+])
+def test_on_a_switch_the_third_nodes_address_is_judged_against_the_shared_subnet(half, address, problem):
     groups, hostvars = _cluster(workers=("spark2", "spark3"))
-    _set_address(_switch(hostvars), "spark3", 1, "192.168.102.12/24")
-    problems = inventory_problems(groups, hostvars)
-    assert problems == [
-        "spark_link[1] addresses are not in one subnet (192.168.101.0/24: spark1, spark2; 192.168.102.0/24: spark3): "
-        "every node on a switch needs an address in each half's subnet."
-    ]
-
-
-def test_on_a_switch_addresses_are_unique_in_the_shared_subnet():
-    groups, hostvars = _cluster(workers=("spark2", "spark3"))
-    _set_address(_switch(hostvars), "spark3", 0, "192.168.100.11/24")
-    problems = inventory_problems(groups, hostvars)
-    assert problems == ["spark3: spark_link[0].address 192.168.100.11 is already used by spark2 spark_link[0]: "
-                        "every link address must be unique."]
+    _set_address(_switch(hostvars), "spark3", half, address)
+    assert inventory_problems(groups, hostvars) == [problem]
 
 
 def test_on_a_switch_the_halves_subnets_are_distinct():
