@@ -61,7 +61,15 @@ def test_the_benchmark_completes_against_the_real_server_and_says_what_it_adapte
     assert [p["status"] for p in record["points"]] == ["ok"] * 4
     measured = [r for r in record["requests"] if r["ok"]]
     assert len(measured) == len(record["requests"]) == (1 + 2) * 2 * 2
-    assert all(r["ttft_s"] > 0 and r["decode_tok_s"] for r in measured)
+    assert all(r["ttft_s"] > 0 for r in measured)
+    # This server refuses ignore_eos: the tiny model may end an answer after one token, or send
+    # it in one chunk, which leaves no decode window (stats.decode_rate gives None then, as a
+    # clean-clone run met); every answer of two tokens over two chunks or more has its rate,
+    # and most answers have one.
+    windowed = [r for r in measured if r["completion_tokens"] >= 2 and r["content_chunks"] >= 2]
+    assert all(r["decode_tok_s"] is not None and r["decode_tok_s"] > 0 for r in windowed), measured
+    assert all(r["decode_tok_s"] is None for r in measured if r["completion_tokens"] < 2), measured
+    assert sum(r["decode_tok_s"] is not None for r in measured) >= len(measured) // 2, measured
     # The prompts were sized by the server's own count, close to the targets.
     for request in measured:
         assert request["prompt_tokens_source"] == "usage"
