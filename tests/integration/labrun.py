@@ -163,6 +163,26 @@ def standin(route: str, body: dict) -> dict:
     return json.loads(node_exec("spark1", "python3", "-c", code, json.dumps(body)).stdout)
 
 
+def api_call(host: str, port: int, method: str, path: str, key: str | None = None, body: dict | None = None,
+             headers: dict | None = None, timeout: float = 30):
+    """(status, headers (an http.client message: names in any case), body bytes) of one request to the
+    served API, body sent as JSON and key as a Bearer token. The API proxy's tests, on the lab and against
+    real nginx on loopback, ask through it."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    data = None if body is None else json.dumps(body).encode()
+    sent = dict(headers or {})
+    if data is not None:
+        sent["Content-Type"] = "application/json"
+    if key:
+        sent["Authorization"] = "Bearer " + key
+    try:
+        conn.request(method, path, body=data, headers=sent)
+        response = conn.getresponse()
+        return response.status, response.headers, response.read()
+    finally:
+        conn.close()
+
+
 def stream_arrivals(host: str, port: int, body: dict, key: str, timeout: float):
     """POST body (a completion request with stream: true) to http://host:port/v1/completions with the API key;
     (the response, for its status and headers; the seconds after sending at which each data chunk but

@@ -10,12 +10,11 @@ takes one serve run each way."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 
 import pytest
-from labrun import management_address, node_exec, stream_arrivals
+from labrun import api_call, management_address, node_exec, stream_arrivals
 
 pytestmark = pytest.mark.lab
 
@@ -51,20 +50,7 @@ def _serve(run_site, *extra):
 
 def call(method, path, key=None, body=None, port=API_PORT, timeout=30):
     """(status, headers, body) of one request from the control node to the head's management address."""
-    conn = http.client.HTTPConnection(HEAD, port, timeout=timeout)
-    headers = {}
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    if key:
-        headers["Authorization"] = "Bearer " + key
-    try:
-        conn.request(method, path, body=data, headers=headers)
-        response = conn.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        conn.close()
+    return api_call(HEAD, port, method, path, key=key, body=body, timeout=timeout)
 
 
 def test_every_route_but_health_needs_the_key(served):

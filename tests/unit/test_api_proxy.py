@@ -41,7 +41,7 @@ from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as P
 from golden_files import assert_golden_tree
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from labrun import stream_arrivals  # noqa: E402  (tests/integration: the stream timing the lab's proxy test reads too)
+from labrun import api_call, stream_arrivals  # noqa: E402  (tests/integration: what the lab's proxy test asks with too)
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_PROFILES = REPO / "tests" / "lab" / "profiles"
@@ -286,19 +286,7 @@ class Nginx:
 def request(url, method, path, key=None, body=None, headers=None):
     """(status, headers, body bytes) of one request."""
     host, port = url.split("//", 1)[1].split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    data = None if body is None else json.dumps(body).encode()
-    sent = dict(headers or {})
-    if data is not None:
-        sent["Content-Type"] = "application/json"
-    if key:
-        sent["Authorization"] = "Bearer " + key
-    try:
-        conn.request(method, path, body=data, headers=sent)
-        response = conn.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
-    finally:
-        conn.close()
+    return api_call(host, int(port), method, path, key=key, body=body, headers=headers, timeout=10)
 
 
 @pytest.fixture(scope="module")
