@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import http.client
 import ipaddress
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,6 +161,46 @@ def standin(route: str, body: dict) -> dict:
             " headers={'Content-Type': 'application/json'})\n"
             "print(urllib.request.urlopen(req, timeout=10).read().decode())\n")
     return json.loads(node_exec("spark1", "python3", "-c", code, json.dumps(body)).stdout)
+
+
+def api_call(host: str, port: int, method: str, path: str, key: str | None = None, body: dict | None = None,
+             headers: dict | None = None, timeout: float = 30):
+    """(status, headers (an http.client message: names in any case), body bytes) of one request to the
+    served API, body sent as JSON and key as a Bearer token. The API proxy's tests, on the lab and against
+    real nginx on loopback, ask through it."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    data = None if body is None else json.dumps(body).encode()
+    sent = dict(headers or {})
+    if data is not None:
+        sent["Content-Type"] = "application/json"
+    if key:
+        sent["Authorization"] = "Bearer " + key
+    try:
+        conn.request(method, path, body=data, headers=sent)
+        response = conn.getresponse()
+        return response.status, response.headers, response.read()
+    finally:
+        conn.close()
+
+
+def stream_arrivals(host: str, port: int, body: dict, key: str, timeout: float):
+    """POST body (a completion request with stream: true) to http://host:port/v1/completions with the API key;
+    (the response, for its status and headers; the seconds after sending at which each data chunk but
+    [DONE] arrived). The API proxy's tests read the timing: a buffering proxy hands every chunk over at once."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    started = time.monotonic()
+    conn.request("POST", "/v1/completions", body=json.dumps(body).encode(),
+                 headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
+    response = conn.getresponse()
+    arrivals = []
+    while True:
+        line = response.readline()
+        if not line:
+            break
+        if line.startswith(b"data:") and b"[DONE]" not in line:
+            arrivals.append(time.monotonic() - started)
+    conn.close()
+    return response, arrivals
 
 
 # -- modified inventories -------------------------------------------------------------------

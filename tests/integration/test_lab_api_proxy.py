@@ -10,13 +10,11 @@ takes one serve run each way."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
-import time
 
 import pytest
-from labrun import management_address, node_exec
+from labrun import api_call, management_address, node_exec, stream_arrivals
 
 pytestmark = pytest.mark.lab
 
@@ -52,20 +50,7 @@ def _serve(run_site, *extra):
 
 def call(method, path, key=None, body=None, port=API_PORT, timeout=30):
     """(status, headers, body) of one request from the control node to the head's management address."""
-    conn = http.client.HTTPConnection(HEAD, port, timeout=timeout)
-    headers = {}
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    if key:
-        headers["Authorization"] = "Bearer " + key
-    try:
-        conn.request(method, path, body=data, headers=headers)
-        response = conn.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        conn.close()
+    return api_call(HEAD, port, method, path, key=key, body=body, timeout=timeout)
 
 
 def test_every_route_but_health_needs_the_key(served):
@@ -88,22 +73,10 @@ def test_the_key_opens_the_routes_and_a_case_variant_does_not(served, key):
 
 
 def test_a_stream_arrives_token_by_token_through_the_proxy(served, key):
-    conn = http.client.HTTPConnection(HEAD, API_PORT, timeout=60)
     # The stand-in decodes ~50 tokens/s per stream: 40 filler tokens take ~0.8 s.
     body = {"model": "lab-standin", "prompt": "count with me", "max_tokens": 40, "stream": True}
-    started = time.monotonic()
-    conn.request("POST", "/v1/completions", body=json.dumps(body).encode(),
-                 headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
-    response = conn.getresponse()
+    response, arrivals = stream_arrivals(HEAD, API_PORT, body, key, timeout=60)
     assert response.status == 200
-    arrivals = []
-    while True:
-        line = response.readline()
-        if not line:
-            break
-        if line.startswith(b"data:") and b"[DONE]" not in line:
-            arrivals.append(time.monotonic() - started)
-    conn.close()
     assert len(arrivals) == 40, arrivals
     # A buffering proxy would hand every chunk over at once, at the end.
     assert arrivals[-1] - arrivals[0] > 0.4, arrivals

@@ -15,6 +15,17 @@ pytestmark = pytest.mark.lab
 HOSTS = ("spark1", "spark2")
 
 
+def assert_stopped_before_any_change(run, failed_hosts, *lines):
+    """The run failed in preflight on each of failed_hosts, its output holds each of lines (the problem and
+    the fix), and no host changed."""
+    assert run.rc != 0
+    for host in failed_hosts:
+        assert f"Preflight failed on {host}" in run.output
+    for line in lines:
+        assert line in run.output
+    assert all(run.changed(h) == 0 for h in HOSTS), run.output
+
+
 def test_healthy_lab_passes_and_changes_nothing(lab_up, run_site, report_dir):
     # The preflight stage alone, as `sparkctl doctor` runs it; a whole-site re-run that
     # changes nothing is the molecule scenario's idempotence step.
@@ -41,11 +52,8 @@ def old_driver_on_spark2(lab_up):
 
 def test_old_driver_fails_before_any_change(old_driver_on_spark2, run_site, report_dir):
     run = run_site()
-    assert run.rc != 0
-    assert "Preflight failed on spark2" in run.output
-    assert "gpu.driver: driver 550.54.15 is older than 580." in run.output
-    assert "Fix: Update the NVIDIA driver to 580 or newer" in run.output
-    assert all(run.changed(h) == 0 for h in HOSTS), run.output
+    assert_stopped_before_any_change(run, ["spark2"], "gpu.driver: driver 550.54.15 is older than 580.",
+                                     "Fix: Update the NVIDIA driver to 580 or newer")
     report = read_report(report_dir)
     assert report["ok"] is False
     assert report["hosts"]["spark1"]["ok"] is True
@@ -72,11 +80,7 @@ def cable_pulled(lab_up):
 
 def test_missing_link_interface_fails_on_both_nodes(cable_pulled, run_site):
     run = run_site()
-    assert run.rc != 0
-    for host in HOSTS:
-        assert f"Preflight failed on {host}" in run.output
-    assert "link.enP2p1s0f1np1: enP2p1s0f1np1 does not exist on this node." in run.output
-    assert all(run.changed(h) == 0 for h in HOSTS), run.output
+    assert_stopped_before_any_change(run, HOSTS, "link.enP2p1s0f1np1: enP2p1s0f1np1 does not exist on this node.")
 
 
 @pytest.fixture
@@ -91,11 +95,8 @@ def full_checkpoint_disk(lab_up):
 
 def test_full_disk_fails_with_the_numbers(full_checkpoint_disk, run_site):
     run = run_site()
-    assert run.rc != 0
-    assert "Preflight failed on spark2" in run.output
-    assert "disk.checkpoint: 0.0 GiB free at /srv/sparkctl/models <" in run.output
-    assert "point 'spark_checkpoint_dir' at a larger one" in run.output
-    assert all(run.changed(h) == 0 for h in HOSTS), run.output
+    assert_stopped_before_any_change(run, ["spark2"], "disk.checkpoint: 0.0 GiB free at /srv/sparkctl/models <",
+                                     "point 'spark_checkpoint_dir' at a larger one")
 
 
 

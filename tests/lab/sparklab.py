@@ -787,6 +787,25 @@ def cable_state(plan: Plan) -> list[tuple[Link, Link, bool]]:
     return out
 
 
+def node_ip_link(node: Node, link: Link, verb: str, *args: str, check: bool = True) -> None:
+    """`ip link VERB <interface> ARGS...` on node's cable interface link, in the node's network namespace."""
+    run(["nsenter", "-t", str(node.pid), "-n", "ip", "link", verb, link.interface, *args], check=check)
+
+
+def node_end(node: Node, link: Link) -> list[str]:
+    """The `ip link add` words of a node's end of a veth: MTU 1500 like a fresh port (netplan sets
+    the MTU), the node's stable MAC for it, in the node's namespace."""
+    return ["mtu", "1500", "address", mac_for(node.name, link.interface), "netns", str(node.pid)]
+
+
+def make_veth(node: Node, link: Link, peer: str, peer_end: list[str]) -> None:
+    """A veth whose one end is node's cable interface link and whose other end is peer (peer_end
+    its `ip link add` words); both ends down until the caller brings them up. MTU and MAC at
+    creation only: a networkd already running in a node may configure the new link (netplan MTU
+    9000) at once, and must not be undone."""
+    run(["ip", "link", "add", link.interface, *node_end(node, link), "type", "veth", "peer", "name", peer, *peer_end])
+
+
 def ensure_cable(plan: Plan) -> int:
     """Create missing/broken halves of the direct cable (or, on a switch, the node's ports);
     returns how many it made."""
@@ -801,16 +820,10 @@ def ensure_cable(plan: Plan) -> int:
             continue
         t = time.monotonic()
         for node, link in ((a, x), (b, y)):   # leftovers of a broken pair
-            run(["nsenter", "-t", str(node.pid), "-n", "ip", "link", "del", link.interface],
-                check=False)
-        # MTU and MAC at creation only: a networkd already running in a node may
-        # configure the new link (netplan MTU 9000) at once, and must not be undone.
-        run(["ip", "link", "add", x.interface, "mtu", "1500",
-             "address", mac_for(a.name, x.interface), "netns", str(a.pid),
-             "type", "veth", "peer", "name", y.interface, "mtu", "1500",
-             "address", mac_for(b.name, y.interface), "netns", str(b.pid)])
+            node_ip_link(node, link, "del", check=False)
+        make_veth(a, x, y.interface, node_end(b, y))
         for node, link in ((a, x), (b, y)):
-            run(["nsenter", "-t", str(node.pid), "-n", "ip", "link", "set", link.interface, "up"])
+            node_ip_link(node, link, "set", "up")
         made += 1
         say(f"cable {a.name}:{x.interface} <-> {b.name}:{y.interface} created "
             f"({(time.monotonic() - t) * 1000:.0f} ms)")
@@ -885,14 +898,12 @@ def ensure_switch(plan: Plan) -> int:
         half = node.links.index(link)
         port, bridge = switch_port(node, half), switch_bridge(half)
         t = time.monotonic()
-        run(["nsenter", "-t", str(node.pid), "-n", "ip", "link", "del", link.interface], check=False)
+        node_ip_link(node, link, "del", check=False)
         run(["ip", "-n", ns, "link", "del", port], check=False)
-        # The node's end at 1500 like the direct cable's (netplan sets the MTU); the switch's at SWITCH_MTU.
-        run(["ip", "link", "add", link.interface, "mtu", "1500",
-             "address", mac_for(node.name, link.interface), "netns", str(node.pid),
-             "type", "veth", "peer", "name", port, "mtu", str(SWITCH_MTU), "netns", ns])
+        # The switch's end at SWITCH_MTU, a port of its half's bridge before the node's end comes up.
+        make_veth(node, link, port, ["mtu", str(SWITCH_MTU), "netns", ns])
         run(["ip", "-n", ns, "link", "set", port, "master", bridge, "up"])
-        run(["nsenter", "-t", str(node.pid), "-n", "ip", "link", "set", link.interface, "up"])
+        node_ip_link(node, link, "set", "up")
         made += 1
         say(f"switch {ns}: {node.name}:{link.interface} plugged into {bridge} as {port} "
             f"({(time.monotonic() - t) * 1000:.0f} ms)")

@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -38,6 +39,9 @@ from ansible_collections.sparkctl.spark.plugins.plugin_utils import api_proxy as
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_probe as ep
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as P
 from golden_files import assert_golden_tree
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from labrun import api_call, stream_arrivals  # noqa: E402  (tests/integration: what the lab's proxy test asks with too)
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_PROFILES = REPO / "tests" / "lab" / "profiles"
@@ -282,19 +286,7 @@ class Nginx:
 def request(url, method, path, key=None, body=None, headers=None):
     """(status, headers, body bytes) of one request."""
     host, port = url.split("//", 1)[1].split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    data = None if body is None else json.dumps(body).encode()
-    sent = dict(headers or {})
-    if data is not None:
-        sent["Content-Type"] = "application/json"
-    if key:
-        sent["Authorization"] = "Bearer " + key
-    try:
-        conn.request(method, path, body=data, headers=sent)
-        response = conn.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
-    finally:
-        conn.close()
+    return api_call(host, int(port), method, path, key=key, body=body, headers=headers, timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -342,22 +334,9 @@ def test_only_the_exact_key_opens_the_routes(proxied):
 @needs_nginx
 def test_a_stream_arrives_token_by_token_through_the_proxy(proxied):
     engine, proxy = proxied
-    host, port = "127.0.0.1", proxy.port
-    conn = http.client.HTTPConnection(host, port, timeout=10)
-    body = json.dumps({"model": MODEL, "prompt": "count with me", "max_tokens": 8, "stream": True}).encode()
-    started = time.monotonic()
-    conn.request("POST", "/v1/completions", body=body, headers={"Authorization": "Bearer " + KEY,
-                                                               "Content-Type": "application/json"})
-    response = conn.getresponse()
+    body = {"model": MODEL, "prompt": "count with me", "max_tokens": 8, "stream": True}
+    response, arrivals = stream_arrivals("127.0.0.1", proxy.port, body, KEY, timeout=10)
     assert response.status == 200 and response.getheader("Content-Type").startswith("text/event-stream")
-    arrivals = []
-    while True:
-        line = response.readline()
-        if not line:
-            break
-        if line.startswith(b"data:") and b"[DONE]" not in line:
-            arrivals.append(time.monotonic() - started)
-    conn.close()
     assert len(arrivals) == 8
     # 20 tokens/s: the first chunk comes ~0.35 s before the last; a buffering proxy would deliver them together.
     assert arrivals[-1] - arrivals[0] > 0.25, arrivals

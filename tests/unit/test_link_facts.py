@@ -1,7 +1,7 @@
 """sparkctl.spark.link_facts: sysfs netdev + RoCE GID table in, spark_link_facts fact out.
 
 RDMA trees come from the lab's fixture generator (tests/lab/node/roce_fixture.py), the
-class/net attributes are written here.
+class/net attributes by tests/unit/cable_sysfs.py.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-from pathlib import Path
 
 import module_runner
 import pytest
@@ -17,15 +16,10 @@ from ansible_collections.sparkctl.spark.plugins.module_utils import sysfs_net
 from ansible_collections.sparkctl.spark.plugins.modules import link_facts
 
 import roce_fixture  # tests/lab/node, put on sys.path by conftest.py
+from cable_sysfs import IBDEV, MAC, NETDEV, NODE1_GID, OTHER_HALF, OTHER_IBDEV, write_netdev
 
-NETDEV = "enp1s0f1np1"
-IBDEV = "rocep1s0f1"
-OTHER_HALF = "enP2p1s0f1np1"
-OTHER_IBDEV = "roceP2p1s0f1"
-MAC = "4c:bb:47:2e:11:a3"
 LINK_LOCAL_GID = "fe80:0000:0000:0000:4ebb:47ff:fe2e:11a3"
 GLOBAL_GID = "2001:0db8:0001:0000:4ebb:47ff:fe2e:11a3"
-NODE1_GID = "0000:0000:0000:0000:0000:ffff:c0a8:640a"
 IP = "/usr/sbin/ip"
 
 IP_ADDR_JSON = json.dumps(
@@ -65,17 +59,6 @@ IP_ADDR_JSON = json.dumps(
         }
     ]
 )
-
-
-def write_netdev(root, name, operstate="up", mtu="9000", mac=MAC, carrier="1"):
-    net_dir = Path(root) / "class" / "net" / name
-    net_dir.mkdir(parents=True, exist_ok=True)
-    (net_dir / "operstate").write_text(operstate + "\n")
-    (net_dir / "mtu").write_text(mtu + "\n")
-    (net_dir / "address").write_text(mac + "\n")
-    if carrier is not None:
-        (net_dir / "carrier").write_text(carrier + "\n")
-    return net_dir
 
 
 def gid_entry(index, gid, gid_type, ndev=NETDEV, ipv4=None):

@@ -1,7 +1,7 @@
 """sparkctl.spark.roce_gid: link plan + sysfs GID tables in, the RoCE v2 GID index of each link out.
 
 RDMA trees come from the lab's fixture generator (tests/lab/node/roce_fixture.py), the
-class/net directories are written here.
+class/net directories by tests/unit/cable_sysfs.py.
 """
 
 from __future__ import annotations
@@ -15,12 +15,8 @@ from ansible_collections.sparkctl.spark.plugins.module_utils import sysfs_net
 from ansible_collections.sparkctl.spark.plugins.modules import roce_gid
 
 import roce_fixture  # tests/lab/node, put on sys.path by conftest.py
+from cable_sysfs import IBDEV, NETDEV, NODE1_GID, OTHER_HALF, OTHER_IBDEV, write_netdev
 
-NETDEV = "enp1s0f1np1"
-IBDEV = "rocep1s0f1"
-OTHER_HALF = "enP2p1s0f1np1"
-OTHER_IBDEV = "roceP2p1s0f1"
-NODE1_GID = "0000:0000:0000:0000:0000:ffff:c0a8:640a"
 NODE1_GID_101 = "0000:0000:0000:0000:0000:ffff:c0a8:650a"
 LINK = {"interface": NETDEV, "address": "192.168.100.10/24"}
 BOND = "bond0"
@@ -28,13 +24,6 @@ LAG_IBDEV = "mlx5_bond_0"
 LAG_SLAVES = ("enp1s0f0np0", "enp1s0f1np1")
 BOND_LINK = {"interface": BOND, "address": "192.168.100.10/24"}
 OTHER_LINK = {"interface": OTHER_HALF, "address": "192.168.101.10/24"}
-
-
-def write_netdev(root, name):
-    net_dir = Path(root) / "class" / "net" / name
-    net_dir.mkdir(parents=True, exist_ok=True)
-    (net_dir / "mtu").write_text("9000\n")
-    return net_dir
 
 
 def write_roce_lag(root, ipv4, index, bond=BOND, ibdev=LAG_IBDEV, slaves=LAG_SLAVES):

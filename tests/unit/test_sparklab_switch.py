@@ -126,6 +126,27 @@ def test_up_builds_a_bridge_per_half_at_mtu_9000_and_plugs_every_node_in(monkeyp
     assert ["ip", "-n", "switch-switch", "link", "set", "spark3-h1", "master", "half1", "up"] in ran
 
 
+def test_up_lays_each_half_of_the_direct_cable_as_one_veth_between_the_two_nodes(monkeypatch):
+    plan = sparklab.load_plan(LAB)
+    a, b = plan.nodes
+    a.pid, b.pid = 100, 101
+    ran = []
+    monkeypatch.setattr(sparklab, "run", lambda cmd, check=True, **kw: ran.append(cmd) or SimpleNamespace(returncode=0))
+    monkeypatch.setattr(sparklab, "say", lambda msg: None)
+    monkeypatch.setattr(sparklab, "node_links", lambda pid: {})
+    assert sparklab.ensure_cable(plan) == 2
+    for x, y in zip(a.links, b.links, strict=True):
+        leftovers = [["nsenter", "-t", "100", "-n", "ip", "link", "del", x.interface],
+                     ["nsenter", "-t", "101", "-n", "ip", "link", "del", y.interface]]
+        add = ["ip", "link", "add", x.interface, "mtu", "1500", "address", sparklab.mac_for(a.name, x.interface),
+               "netns", "100", "type", "veth", "peer", "name", y.interface, "mtu", "1500",
+               "address", sparklab.mac_for(b.name, y.interface), "netns", "101"]
+        ups = [["nsenter", "-t", "100", "-n", "ip", "link", "set", x.interface, "up"],
+               ["nsenter", "-t", "101", "-n", "ip", "link", "set", y.interface, "up"]]
+        start = ran.index(leftovers[0])
+        assert ran[start:start + 5] == leftovers + [add] + ups
+
+
 def test_up_leaves_a_plugged_in_switch_alone(monkeypatch):
     plan = sparklab.load_plan(SWITCH)
     for i, node in enumerate(plan.nodes):

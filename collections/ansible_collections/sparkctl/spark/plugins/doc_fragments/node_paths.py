@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The paths option of the modules that read a role's files in the same run as the rest of its state."""
+"""The paths option of the modules that read a role's files in the same run as the rest of its state, and the
+values it returns (a module's RETURN extends this fragment too)."""
 
 from __future__ import annotations
 
@@ -59,4 +60,24 @@ options:
       src:
         description: The target a link should have, as written in it.
         type: str
+"""
+
+    # The values O(paths) adds to a module's return, with assess_paths (module_utils/node_state.py) behind them.
+    RETURN = r"""
+paths:
+  description:
+    - Per path of O(paths), C(exists), C(type) (file, directory, link, other, absent), C(owner), C(group), C(uid),
+      C(gid), C(mode) (C("0644")), C(target) for a link, C(checksum) for a file whose checksum was asked for,
+      C(entries) for a directory whose entries were, and C(error) when those could not be read.
+  returned: always
+  type: dict
+differences:
+  description: Per path of O(paths) that differs from what was asked, the differences as sentences.
+  returned: always
+  type: dict
+drifted:
+  description: The paths of O(paths) that differ, in the order given.
+  returned: always
+  type: list
+  elements: str
 """

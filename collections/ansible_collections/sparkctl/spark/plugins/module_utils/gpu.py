@@ -13,6 +13,8 @@ from __future__ import annotations
 import csv
 import re
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.values import int_or_none
+
 GPU_QUERY_FIELDS = (
     "index",
     "name",
@@ -81,13 +83,6 @@ def _parse_memory_total(value):
         return None, False
 
 
-def _int_or_none(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def parse_gpu_query(text):
     """Parse `nvidia-smi --query-gpu=<GPU_QUERY_FIELDS> --format=csv,noheader,nounits`.
 
@@ -109,7 +104,7 @@ def parse_gpu_query(text):
         memory_total_mib, unified_memory = _parse_memory_total(cells["memory.total"])
         gpus.append(
             {
-                "index": _int_or_none(cells["index"]),
+                "index": int_or_none(cells["index"]),
                 "name": cells["name"],
                 "uuid": cells["uuid"],
                 "pci_bus_id": cells["pci.bus_id"],

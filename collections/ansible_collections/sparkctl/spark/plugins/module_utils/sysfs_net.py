@@ -16,6 +16,7 @@ import os
 import time
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
+from ansible_collections.sparkctl.spark.plugins.module_utils.values import int_or_none
 
 ROCE_V2 = "RoCE v2"
 ROCE_V1 = "IB/RoCE v1"
@@ -31,13 +32,6 @@ def read_sysfs_value(path):
         with open(path) as handle:
             return handle.read().strip()
     except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _int_or_none(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
         return None
 
 
@@ -279,7 +273,7 @@ def interface_facts(interface, sysfs_root, rdma_sysfs_root):
 
     facts["operstate"] = read_sysfs_value(os.path.join(net_dir, "operstate"))
     facts["carrier"] = _carrier(read_sysfs_value(os.path.join(net_dir, "carrier")))
-    facts["mtu"] = _int_or_none(read_sysfs_value(os.path.join(net_dir, "mtu")))
+    facts["mtu"] = int_or_none(read_sysfs_value(os.path.join(net_dir, "mtu")))
     facts["mac"] = read_sysfs_value(os.path.join(net_dir, "address"))
 
     ibdev = rdma_device_of(rdma_sysfs_root, interface)

@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import canonical_name, split_requirement
@@ -87,20 +86,11 @@ def load_manifest(path):
 
 
 def _atomic_copy(src, dest, mode=FILE_MODE):
-    """Write dest from src via a temporary file in the same directory and a rename, so an
-    engine starting meanwhile never imports half a file."""
-    directory = os.path.dirname(dest)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".sparkctl-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out)
-        os.chmod(tmp, mode)
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write dest from src through write_file_atomic (a temporary file in the same directory and
+    a rename), so an engine starting meanwhile never imports half a file."""
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    with open(src, "rb") as inp:
+        write_file_atomic(dest, inp.read(), mode)
     _drop_bytecode(dest)
 
 

@@ -83,22 +83,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-paths:
-  description:
-    - Per path of O(paths), C(exists), C(type) (file, directory, link, other, absent), C(owner), C(group), C(uid),
-      C(gid), C(mode) (C("0644")), C(target) for a link, C(checksum) for a file whose checksum was asked for,
-      C(entries) for a directory whose entries were, and C(error) when those could not be read.
-  returned: always
-  type: dict
-differences:
-  description: Per path of O(paths) that differs from what was asked, the differences as sentences.
-  returned: always
-  type: dict
-drifted:
-  description: The paths of O(paths) that differ, in the order given.
-  returned: always
-  type: list
-  elements: str
+extends_documentation_fragment:
+  - sparkctl.spark.node_paths
 roce:
   description:
     - What NCCL needs to use the cable over RoCE v2 on this node.

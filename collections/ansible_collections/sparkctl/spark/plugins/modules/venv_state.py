@@ -116,6 +116,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - sparkctl.spark.node_paths
 python:
   description: What the Python probe script prints (C(system), C(requested), C(venv)).
   returned: always
@@ -155,21 +157,6 @@ registry_probe:
     without a venv.
   returned: when O(registry_probe) is given
   type: dict
-paths:
-  description:
-    - Per path of O(paths), C(exists), C(type), C(owner), C(group), C(uid), C(gid), C(mode), C(target) for a link,
-      C(checksum) and C(entries) when asked for.
-  returned: always
-  type: dict
-differences:
-  description: Per path of O(paths) that differs from what was asked, the differences as sentences.
-  returned: always
-  type: dict
-drifted:
-  description: The paths of O(paths) that differ, in the order given.
-  returned: always
-  type: list
-  elements: str
 """
 
 import glob

@@ -179,6 +179,17 @@ class _Checker:
             return None
         return value
 
+    def list_of(self, path, what):
+        """(path[i], item) for each item of the optional list at path; nothing when it is absent or,
+        with the problem 'expected a list of {what}', not a list. The caller checks each item."""
+        value = self.get(path, required=False)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.add(path, f"expected a list of {{{what}}}, got {_type_name(value)}.")
+            return []
+        return [(f"{path}[{idx}]", item) for idx, item in enumerate(value)]
+
     def unknown(self, path, node, known):
         if isinstance(node, dict):
             extra = sorted(set(node) - set(known))
@@ -482,14 +493,9 @@ def _check_checkpoint(c):
     c.integer("checkpoint.size_bytes", minimum=1)
     c.string("checkpoint.precision", choices=("bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int4"))
     c.string("checkpoint.dir_name", pattern=_NAME_RE, hint=" (lowercase, digits, '.', '_', '-')")
-    alternatives = c.get("checkpoint.quantized_alternatives", required=False)
-    if alternatives is not None:
-        if not isinstance(alternatives, list):
-            c.add("checkpoint.quantized_alternatives", f"expected a list of {{repo_id, precision}}, got {_type_name(alternatives)}.")
-        else:
-            for idx, alt in enumerate(alternatives):
-                if not isinstance(alt, dict) or not isinstance(alt.get("repo_id"), str) or not isinstance(alt.get("precision"), str):
-                    c.add(f"checkpoint.quantized_alternatives[{idx}]", "expected {repo_id, precision}.")
+    for where, alt in c.list_of("checkpoint.quantized_alternatives", "repo_id, precision"):
+        if not isinstance(alt, dict) or not isinstance(alt.get("repo_id"), str) or not isinstance(alt.get("precision"), str):
+            c.add(where, "expected {repo_id, precision}.")
 
 
 def _check_topology(c, engine):
@@ -535,35 +541,29 @@ def _check_memory(c):
 
 
 def _check_rest(c):
-    log = c.get("startup_log", required=False)
-    if log is not None:
-        if not isinstance(log, list):
-            c.add("startup_log", f"expected a list of {{name, regex, on_mismatch}}, got {_type_name(log)}.")
-        else:
-            for idx, item in enumerate(log):
-                where = f"startup_log[{idx}]"
-                if not isinstance(item, dict):
-                    c.add(where, "expected a mapping {name, regex, on_mismatch, [expect|min|max]}.")
-                    continue
-                c.unknown(where, item, ("name", "regex", "expect", "min", "max", "tolerance", "on_mismatch"))
-                if not isinstance(item.get("name"), str):
-                    c.add(f"{where}.name", "is missing.")
-                regex = item.get("regex")
-                try:
-                    compiled = re.compile(regex) if isinstance(regex, str) else None
-                except re.error as exc:
-                    c.add(f"{where}.regex", f"is not a valid regular expression: {exc}.")
-                    compiled = None
-                if compiled is None and not isinstance(regex, str):
-                    c.add(f"{where}.regex", "is missing.")
-                numeric = any(k in item for k in ("min", "max", "tolerance")) or _is_number(item.get("expect"))
-                if compiled is not None and numeric and compiled.groups < 1:
-                    c.add(f"{where}.regex", "needs a capture group holding the number to compare.")
-                for key in ("min", "max", "tolerance"):
-                    if key in item and not _is_number(item[key]):
-                        c.add(f"{where}.{key}", f"expected a number, got {_type_name(item[key])}.")
-                if item.get("on_mismatch") not in ON_MISMATCH:
-                    c.add(f"{where}.on_mismatch", f"expected warn or fail, got {_type_name(item.get('on_mismatch'))}.")
+    for where, item in c.list_of("startup_log", "name, regex, on_mismatch"):
+        if not isinstance(item, dict):
+            c.add(where, "expected a mapping {name, regex, on_mismatch, [expect|min|max]}.")
+            continue
+        c.unknown(where, item, ("name", "regex", "expect", "min", "max", "tolerance", "on_mismatch"))
+        if not isinstance(item.get("name"), str):
+            c.add(f"{where}.name", "is missing.")
+        regex = item.get("regex")
+        try:
+            compiled = re.compile(regex) if isinstance(regex, str) else None
+        except re.error as exc:
+            c.add(f"{where}.regex", f"is not a valid regular expression: {exc}.")
+            compiled = None
+        if compiled is None and not isinstance(regex, str):
+            c.add(f"{where}.regex", "is missing.")
+        numeric = any(k in item for k in ("min", "max", "tolerance")) or _is_number(item.get("expect"))
+        if compiled is not None and numeric and compiled.groups < 1:
+            c.add(f"{where}.regex", "needs a capture group holding the number to compare.")
+        for key in ("min", "max", "tolerance"):
+            if key in item and not _is_number(item[key]):
+                c.add(f"{where}.{key}", f"expected a number, got {_type_name(item[key])}.")
+        if item.get("on_mismatch") not in ON_MISMATCH:
+            c.add(f"{where}.on_mismatch", f"expected warn or fail, got {_type_name(item.get('on_mismatch'))}.")
     smoke = c.mapping("smoke")
     if smoke is not None:
         c.unknown("smoke", smoke, ("endpoint", "prompt", "expect", "max_tokens", "chat_template_kwargs"))
