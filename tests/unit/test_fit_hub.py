@@ -46,3 +46,42 @@ def test_refused_token_names_the_status_without_the_token(hub):
 def test_unreachable_hub_says_so():
     with pytest.raises(fit.FitError, match="out of reach"):
         fit.read_hub_checkpoint(REPO_ID, "main", endpoint="http://127.0.0.1:9", timeout=2)
+
+
+# --- the checkpoint stage's module ------------------------------------------------------
+
+def _profile(max_model_len, kv_pool=64 << 20):
+    return {"name": "lab-fit", "topology": {"kind": "ray_tp", "tensor_parallel": 2},
+            "engine": {"kind": "vllm", "args": {"max_model_len": max_model_len, "kv_cache_memory_bytes": kv_pool}},
+            "memory": {"kv_pool_bytes": kv_pool, "overhead_bytes": 1 << 20}, "checkpoint": {"size_bytes": 3 << 20}}
+
+
+def test_module_fits_and_refuses_with_the_numbers(hub, capsys):
+    import json
+
+    import module_runner
+    from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_fit
+
+    args = {"repo_id": REPO_ID, "token": TOKEN, "endpoint": hub.url, "available_bytes": 16 * 1024**3,
+            "guard_bytes": 1024**3}
+    rc, out = module_runner.run_module(checkpoint_fit.main, dict(args, profile=_profile(4096)), capsys, raw=True)
+    result = json.loads(out)
+    assert rc == 0 and result["read"] and result["fits"] is True and TOKEN not in out
+    tokens = result["estimate"]["kv_tokens"]
+    assert result["message"].startswith("profile lab-fit fits") and f"{tokens:,} tokens" in result["message"]
+    rc, out = module_runner.run_module(checkpoint_fit.main, dict(args, profile=_profile(tokens + 1)), capsys, raw=True)
+    result = json.loads(out)
+    assert result["fits"] is False
+    assert f"buys {tokens:,} tokens" in result["message"] and "spark_profile_overrides" in result["message"]
+
+
+def test_module_without_the_hub_reads_nothing_and_says_why(capsys):
+    import json
+
+    import module_runner
+    from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_fit
+
+    args = {"repo_id": REPO_ID, "endpoint": "http://127.0.0.1:9", "timeout": 2, "profile": _profile(4096)}
+    rc, out = module_runner.run_module(checkpoint_fit.main, args, capsys, raw=True)
+    result = json.loads(out)
+    assert rc == 0 and result["read"] is False and result["fits"] is None and "out of reach" in result["reason"]

@@ -396,8 +396,9 @@ def read_hub_checkpoint(repo_id, revision, token=None, endpoint=None, timeout=30
         return body
 
     def get_json(name):
+        body = get(name)
         try:
-            return json.loads(get(name).decode("utf-8"))
+            return json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise FitError(f"{repo_id}/{name} is not JSON: {exc}") from None
 
@@ -457,7 +458,6 @@ def profile_estimate(profile, config=None, tensors=None, *, context=None, node_a
         per_rank = -(-inputs["size_bytes"] // (inputs["tensor_parallel"] * inputs["pipeline_parallel"]))
         weights = {"bytes": per_rank, "checkpoint_bytes": inputs["size_bytes"]}
         weights_source = "profile"
-        notes.append("weights: checkpoint.size_bytes split evenly (the shard headers were not read)")
     kv = state = None
     if config:
         kv = kv_per_token(config, inputs["tensor_parallel"], inputs["kv_cache_dtype"])
@@ -466,8 +466,6 @@ def profile_estimate(profile, config=None, tensors=None, *, context=None, node_a
             notes.append("linear-attention state per sequence not counted (layout not known)")
         if kv["sliding_layers"]:
             notes.append("sliding-window layers counted as full attention (an upper bound)")
-    else:
-        notes.append("KV: config.json not read")
     result = estimate(kv=kv, weights_bytes=weights["bytes"], kv_pool_bytes=inputs["kv_pool_bytes"],
                       overhead_bytes=inputs["overhead_bytes"],
                       node_available_bytes=node_available_bytes or inputs["node_budget_bytes"],
@@ -485,4 +483,5 @@ def refusal(result):
     name = result.get("profile") or "?"
     return (f"profile {name} does not fit: " + "; ".join(result["problems"])
             + ". Shrink memory.kv_pool_bytes (and engine.args.kv_cache_memory_bytes) or the context "
-              "(engine.args.max_model_len), or serve a smaller checkpoint (checkpoint.repo_id).")
+              "(engine.args.max_model_len), or serve a smaller checkpoint (checkpoint.repo_id), in a profile of "
+              "your own or through spark_profile_overrides.")
