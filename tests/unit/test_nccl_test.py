@@ -4,7 +4,6 @@ golden files; the problems that make the number meaningless; the summary line pa
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -29,10 +28,10 @@ def _host(index, gid_indexes, mtu=9000, devices=DEVICES):
             "gid_index": gid_indexes[0] if len(set(gid_indexes)) == 1 else None}
     env = fabric_env(roce, "192.168.100.10/24", path=["/usr/local/cuda/bin", "/usr/bin", "/bin"])
     text = "".join(f"{k}={v}\n" for k, v in env.items())
-    return {"spark_link": links,
-            "fabric_test_nccl_links": {"ansible_facts": {"spark_link_facts": {"interfaces": {
-                i: {"exists": True, "mtu": mtu} for i in HALVES}}}},
-            "fabric_test_nccl_env": {"content": base64.b64encode(text.encode()).decode()}}
+    # node_state's texts: the fabric environment and each half's MTU as sysfs has it.
+    texts = [{"path": "/etc/sparkctl/fabric.env", "content": text}]
+    texts += [{"path": f"/sys/class/net/{i}/mtu", "content": f"{mtu}\n"} for i in HALVES]
+    return {"spark_link": links, "fabric_test_nccl_read": {"texts": texts}}
 
 
 def _files(plan):
@@ -80,8 +79,8 @@ def test_direct_cable_with_three_nodes_is_a_problem():
 
 
 def test_a_node_without_its_fabric_environment_is_refused():
-    hostvars = {"spark1": dict(_host(0, (3, 3)), fabric_test_nccl_env={})}
-    with pytest.raises(AnsibleFilterError, match="spark1's fabric environment was not read"):
+    hostvars = {"spark1": dict(_host(0, (3, 3)), fabric_test_nccl_read={"texts": []})}
+    with pytest.raises(AnsibleFilterError, match="spark1.s fabric environment /etc/sparkctl/fabric.env was not read"):
         fabric_test_nccl_plan(hostvars, ["spark1"], "direct", "/x", "/etc/sparkctl/fabric.env")
 
 

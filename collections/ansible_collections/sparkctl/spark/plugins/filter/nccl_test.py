@@ -5,8 +5,6 @@ link facts, and its result line (module_utils/nccl_test.py)."""
 
 from __future__ import annotations
 
-import base64
-
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import nccl_test
@@ -22,9 +20,9 @@ description:
     fabric environment (O(env_path), C(/etc/sparkctl/fabric.env)), so a GID index that differs between nodes reaches
     each rank as its node resolved it. Nothing is written on the nodes.
   - Returns C(argv), C(command), C(env_path), C(env_files) (host to the NCCL, UCX and Open MPI variables its rank
-    takes, from the node's file as read into C(fabric_test_nccl_env) by C(ansible.builtin.slurp)) and C(problems) (a half missing from
-    C(NCCL_IB_HCA), a half below MTU 9000, a direct cable with other than two nodes), from each node's
-    C(fabric_test_nccl_links) (the C(link_facts) module's result).
+    takes, from the node's file as read into C(fabric_test_nccl_read) by C(sparkctl.spark.node_state)) and C(problems) (a half missing from
+    C(NCCL_IB_HCA), a half below MTU 9000, a direct cable with other than two nodes), the MTU from the same read
+    (each half's C(class/net/<if>/mtu) under O(sysfs_root)).
   - The same file provides C(fabric_test_nccl_result) (all_gather_perf's output to C({busbw_gbs, out_of_bounds})).
 options:
   fabric:
@@ -43,6 +41,10 @@ options:
     description: The largest message (nccl-tests' C(-e)).
     type: str
     default: 2G
+  sysfs_root:
+    description: Where the nodes' sysfs was read (C(spark_sysfs_root)).
+    type: str
+    default: /sys
 """
 
 EXAMPLES = r"""
@@ -60,26 +62,29 @@ _value:
 """
 
 
-def _node(hostvars, host):
+def _node(hostvars, host, sysfs_root, env_path):
     hv = hostvars[host]
     links = hv.get("spark_link") or []
     if not links:
         raise AnsibleFilterError(f"fabric_test_nccl_plan: {host} has no spark_link")
-    facts = ((hv.get("fabric_test_nccl_links") or {}).get("ansible_facts") or {}).get("spark_link_facts") or {}
-    interfaces = facts.get("interfaces") or {}
-    env_read = hv.get("fabric_test_nccl_env") or {}
+    texts = {t.get("path"): t for t in (hv.get("fabric_test_nccl_read") or {}).get("texts") or []}
+    env_read = texts.get(env_path) or {}
     if "content" not in env_read:
-        raise AnsibleFilterError(f"fabric_test_nccl_plan: {host}'s fabric environment was not read "
+        raise AnsibleFilterError(f"fabric_test_nccl_plan: {host}'s fabric environment {env_path} was not read "
                                  "(run the provision stage first: role fabric_env writes it)")
-    env = nccl_test.parse_env_file(base64.b64decode(env_read["content"]).decode("utf-8", "replace"))
+    env = nccl_test.parse_env_file(env_read["content"])
+
+    def mtu(interface):
+        text = (texts.get(f"{sysfs_root.rstrip('/')}/class/net/{interface}/mtu") or {}).get("content") or ""
+        return int(text.strip()) if text.strip().isdigit() else None
+
     return {"host": host, "address": links[0]["address"], "env": env,
-            "links": [{"interface": link["interface"], "mtu": (interfaces.get(link["interface"]) or {}).get("mtu")}
-                      for link in links]}
+            "links": [{"interface": link["interface"], "mtu": mtu(link["interface"])} for link in links]}
 
 
-def fabric_test_nccl_plan(hostvars, cluster_hosts, fabric, binary, env_path, max_bytes="2G"):
+def fabric_test_nccl_plan(hostvars, cluster_hosts, fabric, binary, env_path, max_bytes="2G", sysfs_root="/sys"):
     try:
-        nodes = [_node(hostvars, host) for host in cluster_hosts]
+        nodes = [_node(hostvars, host, sysfs_root, env_path) for host in cluster_hosts]
         return nccl_test.render(nodes, fabric=fabric, binary=binary, env_path=env_path, max_bytes=max_bytes)
     except (KeyError, ValueError) as exc:
         raise AnsibleFilterError(f"fabric_test_nccl_plan: {exc}") from exc
