@@ -15,6 +15,8 @@ import ipaddress
 import re
 import shlex
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
+
 # The fabric environment's names NCCL and Open MPI read (roles/fabric_env renders them all
 # into /etc/sparkctl/fabric.env; the engines' own variables are not the test's business).
 NCCL_ENV_PREFIXES = ("NCCL_", "UCX_", "OMPI_")
@@ -94,7 +96,7 @@ def render(nodes, *, fabric="direct", binary="/opt/nccl-tests/build/all_gather_p
 
 
 def _bare(address):
-    return str(address).split("/", 1)[0]
+    return bare_address(address)
 
 
 def parse_all_gather(stdout):
