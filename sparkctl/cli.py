@@ -101,6 +101,21 @@ def build_parser() -> argparse.ArgumentParser:
                                       "version ($SPARKCTL_DEPLOYMENT_DIR, default .sparkctl/deployments).")
     hist.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                       help="print the records as one JSON list, newest first")
+    fit = sub.add_parser("fit", help="estimate whether a profile fits, from the checkpoint's headers and config",
+                         description="Per profile (default: every shipped one): weights per rank from the checkpoint's "
+                                     "safetensors headers (read from the hub, HF_ENDPOINT/HF_TOKEN, with two range "
+                                     "requests per shard; or --checkpoint-dir), KV bytes per token from config.json, the "
+                                     "tokens the KV pool buys, the longest context and the memory a node has left "
+                                     "against the OOM guard line (docs/fit.md). Exit 1 when a profile does not fit.")
+    fit.add_argument("--profile", action="append", default=[], help="a profile name (repeatable; default: every shipped one)")
+    fit.add_argument("--profile-path", action="append", default=[], metavar="DIR",
+                     help="a directory of your own profiles, searched before the shipped ones (repeatable)")
+    fit.add_argument("--context", type=_positive_int, help="judge this context length instead of the profile's")
+    fit.add_argument("--checkpoint-dir", metavar="DIR", help="read config.json and the shard headers from this directory")
+    fit.add_argument("--mem-available-gib", type=float, metavar="GIB",
+                     help="a node's MemAvailable before the engine (default: the profile's memory.node_budget_bytes)")
+    fit.add_argument("--offline", action="store_true", help="do not ask the hub: weights from checkpoint.size_bytes")
+    fit.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the estimates as JSON")
     return parser
 
 
@@ -342,6 +357,28 @@ def run_history(args: argparse.Namespace, root: Path) -> int:
     return show_history(directory)
 
 
+def run_fit(args: argparse.Namespace, root: Path) -> int:
+    """`sparkctl fit`: 0 when every profile fits, 1 when one does not, 2 for a profile that cannot be loaded."""
+    import os
+
+    from .fit import fit_results, show_fit
+
+    available = int(args.mem_available_gib * 1024**3) if args.mem_available_gib else None
+    results, errors = fit_results(root, args.profile, paths=args.profile_path, context=args.context,
+                                  checkpoint_dir=args.checkpoint_dir, offline=args.offline,
+                                  node_available_bytes=available, endpoint=os.environ.get("HF_ENDPOINT") or None,
+                                  token=os.environ.get("HF_TOKEN") or None)
+    for line in errors:
+        print(f"sparkctl: {line}", file=sys.stderr)
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(results, indent=2) + "\n")
+    elif results:
+        show_fit(results)
+    if errors:
+        return EXIT_USAGE
+    return EXIT_OK if all(r["fits"] for r in results) else EXIT_FAILED
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     root = project_dir()
@@ -349,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_report(args, root)
     if args.command == "history":
         return run_history(args, root)
+    if args.command == "fit":
+        return run_fit(args, root)
     return run_stages(args, root)
 
 

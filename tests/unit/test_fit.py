@@ -1,0 +1,218 @@
+"""The fit estimate (module_utils/fit.py, docs/fit.md): safetensors headers, weights per rank,
+KV per token by layer kind, tokens bought, and the seed 004 figures within 5 %."""
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from ansible_collections.sparkctl.spark.plugins.module_utils import fit
+from make_checkpoint import make_checkpoint
+
+DATA = Path(__file__).parent / "fixtures" / "fit"
+SOLAR = DATA / "solar-open2-nvfp4"
+GIB = 1024**3
+
+
+def solar():
+    return json.loads((SOLAR / "config.json").read_text()), json.loads((SOLAR / "figures.json").read_text())
+
+
+def header_bytes(tensors):
+    """A safetensors file's first bytes for {name: (dtype, shape)}, contiguous offsets."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, (dtype, shape) in tensors.items():
+        size = fit.tensor_bytes(dtype, shape)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text
+
+
+# --- seed 004 figures (tests/unit/fixtures/fit/README.md) --------------------------------
+
+@pytest.mark.parametrize("pool", [0, 1])
+def test_kv_tokens_within_5_percent_of_seed_004(pool):
+    config, figures = solar()
+    row = figures["kv_pools"][pool]
+    kv = fit.kv_per_token(config, figures["tensor_parallel"])
+    state = fit.linear_state_per_sequence(config, figures["tensor_parallel"])
+    result = fit.estimate(kv=kv, weights_bytes=0, kv_pool_bytes=row["kv_cache_memory_bytes"],
+                          node_available_bytes=10**12, context=row["max_model_len"], state_per_sequence=state)
+    assert fit.within(result["kv_tokens"], row["kv_tokens"], 0.05), (result["kv_tokens"], row["kv_tokens"])
+    assert fit.within(result["concurrency"], row["concurrency"], 0.05)
+
+
+def test_concurrency_at_256k_within_5_percent_of_seed_004():
+    config, figures = solar()
+    row = figures["kv_pools"][2]
+    kv = fit.kv_per_token(config, 2)
+    result = fit.estimate(kv=kv, weights_bytes=0, kv_pool_bytes=row["kv_cache_memory_bytes"],
+                          node_available_bytes=10**12, context=row["max_model_len"],
+                          state_per_sequence=fit.linear_state_per_sequence(config, 2))
+    assert fit.within(result["concurrency"], row["concurrency"], 0.05)
+
+
+def test_only_the_12_gqa_layers_hold_kv():
+    config, _ = solar()
+    kv = fit.kv_per_token(config, 2)
+    # 12 layers x K and V x 4 of 8 KV heads per rank x 128 x 2 bytes (bf16).
+    assert (kv["full_layers"], kv["linear_layers"], kv["bytes"]) == (12, 36, 12 * 2 * 4 * 128 * 2)
+    # A dense model of the same shape would cost four times as much: why 1M fits (seed 004).
+    dense = dict(config, gqa_layers=list(range(48)))
+    assert fit.kv_per_token(dense, 2)["bytes"] == 4 * kv["bytes"]
+
+
+def test_weights_per_rank_of_the_published_size_within_5_percent_of_seed_004():
+    """No header list is published (fixtures/fit/README.md): the split of the published size."""
+    config, figures = solar()
+    profile = {"name": "solar", "topology": {"tensor_parallel": 2}, "checkpoint": {"size_bytes": figures["checkpoint_bytes"]},
+               "memory": {"kv_pool_bytes": 28_000_000_000}}
+    result = fit.profile_estimate(profile, config)
+    assert result["weights_source"] == "profile"
+    assert fit.within(result["weights_per_rank_bytes"] / GIB, figures["weights_per_rank_gib"], 0.05)
+
+
+def test_left_per_node_near_the_seed_figures():
+    """Seed 004: ~8 GiB left on the head at 28 GB (the guard line), ~29 GiB at 8 GB. The
+    node's MemAvailable before the engine is not published: the seeds' 110 GiB usable."""
+    config, figures = solar()
+    for row, tolerance in zip(figures["left_per_node_gib"], (1.0, 0.1 * 29), strict=True):
+        weights = int(figures["weights_per_rank_gib"] * GIB)
+        result = fit.estimate(kv=fit.kv_per_token(config, 2), weights_bytes=weights,
+                              kv_pool_bytes=row["kv_cache_memory_bytes"], overhead_bytes=4 * GIB)
+        assert abs(result["left_bytes"] / GIB - row["value"]) <= tolerance
+    at_1m = fit.estimate(kv=None, weights_bytes=weights, kv_pool_bytes=28_000_000_000, overhead_bytes=4 * GIB)
+    assert not at_1m["problems"] and at_1m["warnings"] and "guard line" in at_1m["warnings"][0]
+
+
+# --- headers ---------------------------------------------------------------------------
+
+def test_header_of_real_safetensors_files_sums_to_the_index_total(tmp_path):
+    made = make_checkpoint(tmp_path, shards=3, shard_bytes=1 << 20)
+    config, tensors, names = fit.read_local_checkpoint(tmp_path)
+    assert len(names) == 3 and config["model_type"] == "llama"
+    assert fit.header_summary(tensors)["bytes"] == made["total_size"]
+    split = fit.weights_per_rank(tensors, tensor_parallel=2)
+    assert split["sharded"] + split["replicated"] == made["total_size"]
+    # Norms (F32 vectors) are whole on each rank; every matrix is halved.
+    assert split["bytes"] == -(-split["sharded"] // 2) + split["replicated"]
+    assert 0 < split["replicated"] < split["sharded"] / 100
+
+
+def test_nvfp4_compressed_tensors_layout():
+    """Nota's build is compressed-tensors nvfp4-pack-quantized: U8 holding two FP4 values,
+    F8_E4M3 scales per 16 elements, F32 global scales (scalars, whole on every rank)."""
+    p = "model.layers.0.mlp.experts.7.down_proj."
+    first = header_bytes({
+        p + "weight_packed": ("U8", [4096, 768]),
+        p + "weight_scale": ("F8_E4M3", [4096, 96]),
+        p + "weight_global_scale": ("F32", [1]),
+        p + "input_global_scale": ("F32", [1]),
+        "model.layers.0.mlp.gate.weight": ("BF16", [320, 4096]),
+        "model.layers.0.self_attn.q_proj.weight": ("BF16", [8192, 4096]),
+        "model.layers.0.input_layernorm.weight": ("BF16", [4096]),
+    })
+    tensors = fit.parse_header(first[8:8 + fit.header_length(first[:8])])
+    assert tensors[p + "weight_packed"]["bytes"] == 4096 * 1536 // 2
+    assert tensors[p + "weight_scale"]["bytes"] == 4096 * 1536 // 16
+    split = fit.weights_per_rank(tensors, tensor_parallel=2)
+    # An expert's own global scales go where the expert goes.
+    assert split["expert"] == 4096 * 768 + 4096 * 96 + 8
+    assert split["replicated"] == 320 * 4096 * 2 + 4096 * 2
+    assert split["bytes"] == (4096 * 768 + 4096 * 96 + 8) // 2 + 8192 * 4096 + split["replicated"]
+    # Expert parallel 2 with TP 2: the same two ranks, experts halved either way.
+    assert fit.weights_per_rank(tensors, 2, expert_parallel=2)["bytes"] == split["bytes"]
+
+
+def test_fp4_dtype_without_offsets_counts_half_a_byte():
+    assert fit.tensor_bytes("F4", [10, 16]) == 80
+    with pytest.raises(fit.FitError, match="unknown safetensors dtype 'Q9'"):
+        fit.tensor_bytes("Q9", [4])
+
+
+@pytest.mark.parametrize("first8, match", [(b"\x00" * 4, "8-byte"), (struct.pack("<Q", 10**12), "not a safetensors")])
+def test_bad_header_length_refused(first8, match):
+    with pytest.raises(fit.FitError, match=match):
+        fit.header_length(first8)
+
+
+def test_pipeline_parallel_takes_the_largest_stage():
+    tensors = {f"model.layers.{i}.mlp.up_proj.weight": {"dtype": "BF16", "shape": [4, 4], "bytes": 32} for i in range(4)}
+    tensors["model.embed_tokens.weight"] = {"dtype": "BF16", "shape": [100, 4], "bytes": 800}
+    tensors["lm_head.weight"] = {"dtype": "BF16", "shape": [10, 4], "bytes": 80}
+    assert fit.weights_per_rank(tensors, pipeline_parallel=2)["bytes"] == 800 + 64
+    assert fit.weights_per_rank(tensors)["bytes"] == 800 + 80 + 128
+
+
+# --- KV by layer kind ----------------------------------------------------------------------
+
+def test_mla_latent_kv_is_not_split_over_ranks():
+    # DeepSeek-V3's published config: 61 layers, kv_lora_rank 512, qk_rope_head_dim 64.
+    config = {"num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "kv_lora_rank": 512,
+              "qk_rope_head_dim": 64, "torch_dtype": "bfloat16"}
+    for tp in (1, 2):
+        kv = fit.kv_per_token(config, tp)
+        assert (kv["layout"], kv["bytes"]) == ("mla", 61 * 576 * 2)
+
+
+def test_qwen3_next_full_attention_interval_and_gated_delta_state():
+    config = {"num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+              "full_attention_interval": 4, "linear_num_value_heads": 32, "linear_num_key_heads": 16,
+              "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+              "torch_dtype": "bfloat16"}
+    kinds = fit.layer_kinds(config)
+    assert kinds[3] == fit.FULL and kinds[0] == fit.LINEAR and kinds.count(fit.FULL) == 12
+    # Two KV heads over two ranks: one each.
+    assert fit.kv_per_token(config, 2)["bytes"] == 12 * 2 * 1 * 256 * 2
+    # Four ranks, two KV heads: each rank keeps a whole head (replicated), not half of one.
+    assert fit.kv_per_token(config, 4)["bytes"] == 12 * 2 * 1 * 256 * 2
+    state = fit.linear_state_per_sequence(config, 2)
+    assert state == 36 * (16 * 128 * 128 * 4 + (2 * 8 * 128 + 16 * 128) * 3 * 2)
+
+
+@pytest.mark.parametrize("config, full", [
+    ({"layer_types": ["full_attention", "sliding_attention", "linear_attention"]}, 1),
+    ({"linear_attn_config": {"full_attn_layers": [3]}}, 1),
+    ({"layers_block_type": ["mamba", "attention", "mamba"]}, 1),
+    ({"hybrid_override_pattern": "M*-"}, 1),
+    ({}, 3),
+])
+def test_layer_kinds_from_each_config_spelling(config, full):
+    kinds = fit.layer_kinds({"num_hidden_layers": 3, **config})
+    assert kinds.count(fit.FULL) == full
+
+
+def test_kimi_full_attn_layers_are_one_indexed():
+    assert fit.layer_kinds({"num_hidden_layers": 4, "linear_attn_config": {"full_attn_layers": [4]}})[3] == fit.FULL
+
+
+def test_fp8_kv_cache_halves_the_cost():
+    config, _ = solar()
+    assert fit.kv_per_token(config, 2, "fp8_e4m3")["bytes"] * 2 == fit.kv_per_token(config, 2)["bytes"]
+
+
+def test_config_without_heads_refused():
+    with pytest.raises(fit.FitError, match="num_key_value_heads"):
+        fit.kv_per_token({"num_hidden_layers": 2}, 1)
+
+
+# --- the verdict ---------------------------------------------------------------------------
+
+def test_oversized_profile_refused_with_the_numbers():
+    config, _ = solar()
+    profile = {"name": "big", "topology": {"tensor_parallel": 2}, "checkpoint": {"size_bytes": 153_000_000_000},
+               "engine": {"args": {"max_model_len": 1048576}},
+               "memory": {"kv_pool_bytes": 40_000_000_000, "overhead_bytes": 4 * GIB}}
+    result = fit.profile_estimate(profile, config)
+    assert not result["fits"]
+    message = fit.refusal(result)
+    assert "profile big does not fit" in message and "below the OOM guard line of 8.00 GiB" in message
+    assert "memory.kv_pool_bytes" in message
+
+
+def test_context_longer_than_the_pool_refused():
+    config, _ = solar()
+    result = fit.estimate(kv=fit.kv_per_token(config, 2), weights_bytes=0, kv_pool_bytes=1_000_000_000,
+                          context=1048576)
+    assert result["kv_tokens"] < 1048576 and "fewer than one sequence" in result["problems"][0]
