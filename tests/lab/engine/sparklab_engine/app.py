@@ -153,9 +153,9 @@ class EngineServer:
         else:
             prefixes = [""] + [f"(VllmWorker rank={rank} pid={os.getpid()}) " for rank in range(1, tp)]
             compiled = [jit.compile_step(s.jit_env, __version__, sleep=self._sleep)] * tp
-        for prefix, result in zip(prefixes, compiled):
+        for rank, result in enumerate(compiled):
             if result:
-                log.info(jit.describe(result), prefix)
+                log.info(jit.describe(result), prefixes[rank])
         log.info(f"Loading weights ({checkpoint['shards']} shards) on {tp} rank(s)")
         started = time.monotonic()
         self._sleep(s.load_seconds)
