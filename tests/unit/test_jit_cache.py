@@ -233,3 +233,28 @@ def test_mirror_check_mode_runs_no_rsync_and_a_failure_names_the_worker():
     assert changed and not failed and results["spark2"]["action"] == "mirrored"
     results, changed, failed = jit_cache_mirror.mirror(params, False, Failing())
     assert failed == ["spark2: rsync exit 12: connection refused"] and results["spark2"]["action"] == "failed"
+
+
+@pytest.mark.parametrize("text, started", [("@1764800000\n", 1764800000.0), ("", None), ("n/a", None), ("@0", None), ("@x", None)])
+def test_parse_unit_start(text, started):
+    assert jit_cache.parse_unit_start(text) == started
+
+
+def test_module_reads_the_engine_start_from_a_unit_and_judges_the_boot(base, capsys, monkeypatch):
+    run(capsys, runtime_kind="venv", runtime_id=LOCK_A, owner=ME)
+    write(base / "current" / "flashinfer" / "k.so", mtime=1000)
+    from ansible.module_utils import basic
+    seen = {}
+
+    def run_command(self, argv, **kwargs):
+        seen["argv"] = argv
+        return 0, "@2000\n", ""
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, **kw: "/bin/" + name)
+    code, result = run(capsys, state="read", runtime_kind="venv", runtime_id=LOCK_A, since_unit="sparkctl-engine.service")
+    assert code == 0 and result["since"] == 2000.0 and result["boot"] == "warm"
+    assert seen["argv"][-1] == "sparkctl-engine.service" and "--timestamp=unix" in seen["argv"]
+    write(base / "current" / "flashinfer" / "new.so", mtime=3000)
+    code, result = run(capsys, state="read", runtime_kind="venv", runtime_id=LOCK_A, since=2000)
+    assert result["boot"] == "cold" and result["cache"]["written_since"] == 1

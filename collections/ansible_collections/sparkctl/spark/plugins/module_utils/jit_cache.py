@@ -131,6 +131,23 @@ def boot_state(cache, engine_started):
     return "cold" if cache["written_since"] else "warm"
 
 
+def unit_start_argv(systemctl, unit):
+    """When the unit's main process started, as `@<epoch seconds>` (empty when it never did)."""
+    return [systemctl, "show", "--property=ExecMainStartTimestamp", "--value", "--timestamp=unix", unit]
+
+
+def parse_unit_start(text):
+    """`@1764800000` -> 1764800000.0; None for a unit that has not started (empty, `n/a`, `0`)."""
+    value = (text or "").strip()
+    if not value.startswith("@"):
+        return None
+    try:
+        started = float(value[1:])
+    except ValueError:
+        return None
+    return started if started > 0 else None
+
+
 def _empty_dir(path):
     removed = 0
     for name in os.listdir(path):

@@ -58,8 +58,12 @@ options:
     type: bool
     default: false
   since:
-    description: The engine's start, epoch seconds (O(state=read)).
+    description: The engine's start, epoch seconds (O(state=read)); a worker is given the head's.
     type: float
+  since_unit:
+    description: Read the engine's start from this systemd unit's main process start on this node instead of
+      O(since) (O(state=read); the head's API unit).
+    type: str
 seealso:
   - module: sparkctl.spark.jit_cache_mirror
 """
@@ -98,6 +102,17 @@ foreign:
 reset:
   description: Whether the cache was emptied.
   type: bool
+  returned: success
+since:
+  description: The engine's start used for RV(cache.written_since), epoch seconds, or null when it is not known
+    (no O(since), or O(since_unit) not started).
+  type: float
+  returned: success
+boot:
+  description: With O(state=read), how this node's engine boot went, judged by the cache alone (any engine)
+    C(cold) (the boot wrote cache files, it compiled), C(warm) (the cache held files and the boot wrote none),
+    C(empty) (nothing cached), C(unknown) (no engine start known).
+  type: str
   returned: success
 cache:
   description: What the cache holds after the run (C(files), C(bytes), C(digest), C(written_since) with O(since)),
@@ -152,7 +167,9 @@ def main():
             owner=dict(type="str"),
             reset=dict(type="bool", default=False),
             since=dict(type="float"),
+            since_unit=dict(type="str"),
         ),
+        mutually_exclusive=[("since", "since_unit")],
         required_if=[("state", "present", ["owner"])],
         supports_check_mode=True,
     )
@@ -161,9 +178,15 @@ def main():
         module.fail_json(msg="runtime_id, or venv_path (venv) / image (image), is required")
     base = jit_cache.BASE_DIR
     runtime_id = runtime_identity(module)
+    since = params["since"]
+    if params["since_unit"]:
+        rc, out, _err = module.run_command(jit_cache.unit_start_argv(module.get_bin_path("systemctl", required=True),
+                                                                     params["since_unit"]))
+        since = jit_cache.parse_unit_start(out) if rc == 0 else None
     if runtime_id is None:
         module.exit_json(changed=params["state"] == "present", identity=None, path=None, removed=[], foreign=[],
-                         reset=False, cache={"files": 0, "bytes": 0, "digest": None, "names": []})
+                         reset=False, since=since, boot="unknown",
+                         cache={"files": 0, "bytes": 0, "digest": None, "names": []})
     try:
         if params["state"] == "present" and not module.check_mode:
             todo = jit_cache.prepare(base, params["runtime_kind"], runtime_id,
@@ -174,11 +197,12 @@ def main():
     except (jit_cache.JitCacheError, OSError) as exc:
         module.fail_json(msg="Kernel cache under %s: %s" % (base, exc))
     files = jit_cache.scan(todo["path"])
-    cache = jit_cache.summary(files, params["since"])
+    cache = jit_cache.summary(files, since)
     cache["names"] = sorted(files)
     changed = params["state"] == "present" and bool(todo["create"] or todo["link"] or todo["remove"] or todo["reset"])
     module.exit_json(changed=changed, identity=todo["name"], path=todo["path"], removed=todo["remove"],
-                     foreign=todo["foreign"], reset=todo["reset"], cache=cache,
+                     foreign=todo["foreign"], reset=todo["reset"], cache=cache, since=since,
+                     boot=jit_cache.boot_state(cache, since) if params["state"] == "read" else "unknown",
                      **({"diff": {"before": {"current": todo["link_was"]}, "after": {"current": todo["name"]}}}
                         if module._diff else {}))
 
