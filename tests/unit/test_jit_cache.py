@@ -135,7 +135,9 @@ def test_module_makes_the_cache_then_changes_nothing(base, capsys):
     assert code == 0 and result["changed"] and result["identity"] == "venv-" + LOCK_A
     assert result["diff"] == {"before": {"current": None}, "after": {"current": "venv-" + LOCK_A}}
     code, result = run(capsys, runtime_kind="venv", runtime_id="sha256:" + LOCK_A, owner=ME)
-    assert code == 0 and not result["changed"] and result["cache"]["files"] == 0
+    assert code == 0 and not result["changed"] and result["cache"]["files"] == 0 and not result["relinked"]
+    code, result = run(capsys, runtime_kind="venv", runtime_id=LOCK_B, owner=ME)
+    assert code == 0 and result["changed"] and result["relinked"] and result["removed"] == [str(base / ("venv-" + LOCK_A))]
 
 
 def test_module_check_mode_changes_nothing(base, capsys):

@@ -103,6 +103,10 @@ reset:
   description: Whether the cache was emptied.
   type: bool
   returned: success
+relinked:
+  description: Whether C(current) moved from another identity (the runtime changed), which the engine's restart counts.
+  type: bool
+  returned: success
 since:
   description: The engine's start used for RV(cache.written_since), epoch seconds, or null when it is not known
     (no O(since), or O(since_unit) not started).
@@ -185,7 +189,7 @@ def main():
         since = jit_cache.parse_unit_start(out) if rc == 0 else None
     if runtime_id is None:
         module.exit_json(changed=params["state"] == "present", identity=None, path=None, removed=[], foreign=[],
-                         reset=False, since=since, boot="unknown",
+                         reset=False, relinked=False, since=since, boot="unknown",
                          cache={"files": 0, "bytes": 0, "digest": None, "names": []})
     try:
         if params["state"] == "present" and not module.check_mode:
@@ -202,6 +206,7 @@ def main():
     changed = params["state"] == "present" and bool(todo["create"] or todo["link"] or todo["remove"] or todo["reset"])
     module.exit_json(changed=changed, identity=todo["name"], path=todo["path"], removed=todo["remove"],
                      foreign=todo["foreign"], reset=todo["reset"], cache=cache, since=since,
+                     relinked=params["state"] == "present" and bool(todo["link"] and todo["link_was"]),
                      boot=jit_cache.boot_state(cache, since) if params["state"] == "read" else "unknown",
                      **({"diff": {"before": {"current": todo["link_was"]}, "after": {"current": todo["name"]}}}
                         if module._diff else {}))
