@@ -129,7 +129,7 @@ side_stages() {
 # catalogue need the same Docker and base image. The fabric test's (not a stage of site.yml):
 # its first run installs the test's tool, so its second run is the idempotence check.
 ROLE_SCENARIOS=(preflight direct_link firewall fabric_env linger ssh_mesh checkpoint engine_venv
-                oom_guard ray_cluster api_proxy engine_service verify)
+                oom_guard jit_cache ray_cluster api_proxy engine_service verify)
 PREPARED_ROLE_SCENARIOS=(engine_image fabric_test)
 # The teardown's, last on the twin: it takes everything off (tests/integration/test_lab_teardown.py
 # runs its check mode before it and a half-failed first run after it).

@@ -539,3 +539,39 @@ def unexplained_changes(changed: dict[str, list[str]], members: list[dict]) -> d
         if wrong:
             unexplained[host] = wrong
     return unexplained
+
+
+# --- the kernel and JIT caches (docs/jit-cache.md) and the stand-in's compile step -----------------------
+JIT_CACHE_ROOT = "/var/cache/sparkctl/jit"
+JIT_KERNEL = "flashinfer/.cache/flashinfer/sparklab/fused_moe_standin.so"
+JIT_ENGINE_UNIT = "sparkctl-engine.service"
+_JIT_LINE = re.compile(r"^(?P<prefix>\(RayWorkerWrapper [^)]*\) )?\S+ [\d-]+ [\d:]+ \[sparklab_engine\] JIT cache (?P<state>\w+):")
+
+
+def jit_engine_log(head: str = "spark1") -> list[str]:
+    """The head's engine unit's log since its current start."""
+    invocation = node_exec(head, "systemctl", "show", "--property=InvocationID", "--value", JIT_ENGINE_UNIT).stdout.strip()
+    assert invocation, "the engine unit is not running"
+    return node_exec(head, "journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}").stdout.splitlines()
+
+
+def jit_boots(head: str = "spark1", worker: str = "spark2") -> dict[str, str]:
+    """The current boot's compile state per node (warm, cold, none): rank 0 is the head's, the RayWorkerWrapper rank the worker's."""
+    states = {}
+    for line in jit_engine_log(head):
+        match = _JIT_LINE.match(line)
+        if match:
+            states[worker if match["prefix"] else head] = match["state"]
+    return states
+
+
+def jit_kernel(node: str) -> tuple[str, str]:
+    """(sha256, mtime) of the node's cached stand-in kernel, ('', '') when there is none."""
+    path = f"{JIT_CACHE_ROOT}/current/{JIT_KERNEL}"
+    out = node_exec(node, "sh", "-c", f"[ -f {path} ] && sha256sum {path} | cut -c1-64 && stat -c %Y {path}", check=False).stdout.split()
+    return (out[0], out[1]) if len(out) == 2 else ("", "")
+
+
+def jit_identity(node: str) -> str:
+    """The runtime directory the node's cache link points at."""
+    return node_exec(node, "readlink", f"{JIT_CACHE_ROOT}/current").stdout.strip()

@@ -8,6 +8,9 @@ written (roles/engine_service/tasks/replace.yml), finds the node's memory back w
 gate's margin before the new engine starts (memory_check.yml), and ends served and verified
 (site.yml's verify stage); the old venv and checkpoint stay beside the new ones, until the way
 back sets checkpoint_keep=1 and the other checkpoint goes (roles/checkpoint/tasks/keep.yml).
+Each switch is a runtime change for the kernel caches too (docs/jit-cache.md): every node's
+cache moves to the new runtime's directory, the old one is removed, and the new engine's ranks
+compile (the stand-in's `JIT cache cold` lines) and end with the head's cache on the worker.
 
 Its own marker (`switch`): two whole-site runs that change the lab, so the suite's chain
 places it (measured times in the report table)."""
@@ -18,7 +21,7 @@ import json
 import time
 
 import pytest
-from labrun import node_exec
+from labrun import JIT_CACHE_ROOT, jit_boots, jit_identity, jit_kernel, node_exec
 
 pytestmark = [pytest.mark.lab, pytest.mark.model_switch]
 
@@ -49,6 +52,7 @@ def _engine_version(host: str, venv: str) -> str:
 
 
 def _switch(run_site, result_table, profile: str, *extra: str):
+    caches = {host: jit_identity(host) for host in HOSTS}
     t0 = time.monotonic()
     run = run_site("-e", f"spark_model_profile={profile}", *extra)
     seconds = time.monotonic() - t0
@@ -65,6 +69,12 @@ def _switch(run_site, result_table, profile: str, *extra: str):
         # What every node verified (the head also keeps the hub's manifest).
         assert json.loads(node_exec(host, "cat", f"{want['checkpoint']}/{STAMP}").stdout), host
     assert json.loads(node_exec("spark1", "cat", f"{want['checkpoint']}/.sparkctl-manifest.json").stdout)
+    # The kernel caches: the old runtime's directory gone on every node, the new one's boot compiled.
+    for host in HOSTS:
+        assert jit_identity(host) not in ("", caches[host]), host
+        node_exec(host, "test", "!", "-e", f"{JIT_CACHE_ROOT}/{caches[host]}")
+    assert jit_boots() == {"spark1": "cold", "spark2": "cold"}
+    assert jit_kernel("spark2") == jit_kernel("spark1") != ("", "")
     return run
 
 

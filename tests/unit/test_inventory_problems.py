@@ -340,3 +340,13 @@ def test_a_well_formed_known_bad_entry_of_the_users_passes():
     groups, hostvars = _cluster(spark1={"preflight_known_bad_platforms_extra": [entry]},
                                 spark2={"preflight_known_bad_platforms_extra": [entry]})
     assert inventory_problems(groups, hostvars) == []
+
+
+@pytest.mark.parametrize("value", [True, False, "true", "no", "1", 0])
+def test_the_kernel_cache_switches_take_what_ansible_reads_as_a_boolean(value):
+    from ansible_collections.sparkctl.spark.plugins.filter.inventory_problems import _jit_cache_problems
+
+    assert _jit_cache_problems({"jit_cache_reset": value, "jit_cache_mirror": value}) == []
+    assert _jit_cache_problems({"jit_cache_reset": "sometimes"}) == [
+        "'jit_cache_reset' 'sometimes' is not a boolean: set it to true or false "
+        "(true empties every node's kernel cache before the engine starts)."]

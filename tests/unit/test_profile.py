@@ -189,7 +189,7 @@ def test_overrides_merge_deeply_replace_lists_and_null_removes():
     })
     args = profile["engine"]["args"]
     assert args["max_num_seqs"] == 2 and args["max_model_len"] == 40960 and "enforce_eager" not in args
-    assert profile["engine"]["env"] == {"SPARKLAB_ENGINE_ROLE": "standin", "EXTRA": "1"}
+    assert profile["engine"]["env"] == {"SPARKLAB_ENGINE_ROLE": "standin", "SPARKLAB_ENGINE_COMPILE_S": "3", "EXTRA": "1"}
     assert [item["name"] for item in profile["startup_log"]] == ["only"]
     # The file on disk is untouched by a merge.
     assert "enforce_eager" in load("lab-standin")["engine"]["args"]

@@ -533,3 +533,63 @@ def test_command_line_contract():
         cli.parse_serve(["/m", "stray"], {})
     with pytest.raises(cli.UsageError):
         cli.parse_serve(["/m"], {"SPARKLAB_ENGINE_TTFT_S": "soon"})
+
+
+# ------------------------------------------------------------------------------ compile step (jit.py)
+
+from sparklab_engine import jit  # noqa: E402
+
+
+def test_compile_step_is_cold_then_warm_and_a_new_version_compiles_again(tmp_path):
+    env = {jit.CACHE_VARIABLE: str(tmp_path), jit.DELAY_VARIABLE: "3"}
+    slept = []
+    first = jit.compile_step(env, "0.2.1", sleep=slept.append)
+    assert first["state"] == "cold" and slept == [3.0]
+    assert (tmp_path / jit.KERNEL_REL).read_bytes() == jit.kernel_content("0.2.1")
+    second = jit.compile_step(env, "0.2.1", sleep=slept.append)
+    assert second["state"] == "warm" and slept == [3.0]
+    assert "compile skipped" in jit.describe(second)
+    # Another runtime's kernel is not this one's: a stale cache compiles.
+    assert jit.compile_step(env, "0.2.2", sleep=slept.append)["state"] == "cold" and slept == [3.0, 3.0]
+
+
+def test_compile_step_without_a_cache_directory_compiles_every_boot(tmp_path):
+    slept = []
+    result = jit.compile_step({jit.DELAY_VARIABLE: "0.5"}, "0.2.1", sleep=slept.append)
+    assert result["state"] == "uncached" and slept == [0.5]
+    assert "FLASHINFER_WORKSPACE_BASE is not set" in jit.describe(result)
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    result = jit.compile_step({jit.CACHE_VARIABLE: str(blocked)}, "0.2.1", sleep=slept.append)
+    assert result["state"] == "uncached" and result["error"]
+
+
+def test_startup_logs_each_ranks_compile_state(tmp_path, loopback_only):
+    model = make_checkpoint(tmp_path / "ckpt")
+    env = dict(BASE_ENV, **{jit.CACHE_VARIABLE: str(tmp_path / "cache"), jit.DELAY_VARIABLE: "0.1"})
+    for expected in ("cold", "warm"):
+        running = Running(serve_argv(model), env)
+        running.wait_ready()
+        running.stop()
+        lines = [line for line in running.lines if "JIT cache" in line]
+        assert len(lines) == 2 and all(f"JIT cache {expected}:" in line for line in lines), lines
+        assert lines[1].startswith("(VllmWorker rank=1 ")
+
+
+def test_ray_ranks_report_their_compile_state(monkeypatch, tmp_path):
+    fake_ray(monkeypatch, ["192.168.100.10", "192.168.100.11"])
+    original = cluster.RayPlacement.connect
+
+    def connect(self):
+        ranks = original(self)
+        return [dict(rank, jit={"state": "warm", "path": "/x", "seconds": 0.0}) for rank in ranks]
+
+    monkeypatch.setattr(cluster.RayPlacement, "connect", connect)
+    monkeypatch.setattr(sys.modules["ray"], "init", lambda **kw: None, raising=False)
+    model = make_checkpoint(tmp_path / "ckpt")
+    argv = [a if a != "mp" else "ray" for a in serve_argv(model)]
+    running = Running(argv, BASE_ENV)
+    running.wait_ready()
+    running.stop()
+    lines = [line for line in running.lines if "JIT cache warm" in line]
+    assert len(lines) == 2 and lines[1].startswith("(RayWorkerWrapper pid=") and "ip=192.168.100.11) " in lines[1]

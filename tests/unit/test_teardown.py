@@ -292,6 +292,9 @@ def test_teardown_lists_follow_the_roles():
                       ("engine_image", "engine_image_context_root")):
         value = _yaml(f"{role}/defaults/main.yml")[var]
         assert any(value == p or value.startswith(p + "/") for p in paths), var
+    # The kernel caches' root is fixed in module_utils/jit_cache.py (engine.env names it).
+    from ansible_collections.sparkctl.spark.plugins.module_utils import jit_cache
+    assert any(jit_cache.BASE_DIR.startswith(p + "/") for p in paths), jit_cache.BASE_DIR
     firewall = _yaml("firewall/vars/main.yml")
     assert names["teardown_nft_tables"] == [f"{firewall['firewall_family']} {firewall['firewall_table']}"]
     assert firewall["firewall_wants_dir"] in paths

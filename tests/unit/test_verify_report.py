@@ -141,3 +141,22 @@ def test_the_fabric_test_when_run_is_a_row_per_half_and_a_failure_per_bad_half()
     ]
     # Not run: no row, no failure.
     assert not [row for row in verify_report(PASSING_PROBE)["rows"] if row["what"].startswith("fabric")]
+
+
+def test_each_nodes_kernel_cache_is_reported_warm_or_cold_and_never_fails():
+    reads = {
+        "spark1": {"boot": "cold", "identity": "venv-ab", "cache": {"files": 3, "written_since": 3}},
+        "spark2": {"boot": "warm", "identity": "venv-ab", "cache": {"files": 3, "written_since": 0}},
+        # A skipped read (the other node kind's task) carries no verdict.
+        "spark3": {"skipped": True},
+    }
+    report = verify_report(PASSING_PROBE, jit_cache=reads)
+    assert report["jit_cache"] == {
+        "spark1": {"boot": "cold", "files": 3, "written_since": 3, "identity": "venv-ab"},
+        "spark2": {"boot": "warm", "files": 3, "written_since": 0, "identity": "venv-ab"},
+    }
+    assert report["status"] == "passed"
+    lines = verify_lines(report)
+    assert "PASS jit cache spark1: cold: the boot wrote 3 of 3 cached file(s) (it compiled)" in lines
+    assert "PASS jit cache spark2: warm: the boot found 3 cached file(s) and wrote none (compile skipped)" in lines
+    assert verify_report(PASSING_PROBE)["jit_cache"] == {}

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from sparklab_engine import __version__
+from sparklab_engine import __version__, jit
 from sparklab_engine.checkpoint import GIB, CheckpointError, read_checkpoint
 from sparklab_engine.cli import DEFAULT_KV_CACHE_BYTES, DEFAULT_MAX_MODEL_LEN
 from sparklab_engine.cluster import PlacementError, RayPlacement
@@ -149,8 +149,13 @@ class EngineServer:
             # ray.init installs its own SIGTERM handler (exit status 15): take it back.
             self._handle_signals()
             prefixes = [""] + [f"(RayWorkerWrapper pid={r['pid']}, ip={r['ip']}) " for r in ranks[1:]]
+            compiled = [r.get("jit") for r in ranks]
         else:
             prefixes = [""] + [f"(VllmWorker rank={rank} pid={os.getpid()}) " for rank in range(1, tp)]
+            compiled = [jit.compile_step(s.jit_env, __version__, sleep=self._sleep)] * tp
+        for rank, result in enumerate(compiled):
+            if result:
+                log.info(jit.describe(result), prefixes[rank])
         log.info(f"Loading weights ({checkpoint['shards']} shards) on {tp} rank(s)")
         started = time.monotonic()
         self._sleep(s.load_seconds)

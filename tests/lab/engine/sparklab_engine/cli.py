@@ -47,6 +47,8 @@ class Settings:
     hold_bytes: int = 0
     crash_during_boot: bool = False
     comm: str = "sparklab-engine"
+    # The compile step's variables (jit.py), for the ranks this process runs itself.
+    jit_env: dict = field(default_factory=dict)
     timing: Timing = field(default_factory=Timing)
 
 
@@ -155,5 +157,6 @@ def parse_serve(argv, env=None):
         hold_bytes=parse_bytes(env.get("SPARKLAB_ENGINE_HOLD_BYTES") or "0"),
         crash_during_boot=(env.get("SPARKLAB_ENGINE_CRASH_DURING_BOOT") or "0").strip().lower() in ("1", "true", "yes"),
         comm=env.get("SPARKLAB_ENGINE_COMM", "sparklab-engine"),
+        jit_env={name: env[name] for name in ("FLASHINFER_WORKSPACE_BASE", "SPARKLAB_ENGINE_COMPILE_S") if name in env},
         timing=timing,
     )

@@ -87,7 +87,13 @@ class RayPlacement:
 
             import ray
 
-            return {"ip": ray.util.get_node_ip_address(), "pid": os.getpid(), "hostname": socket.gethostname()}
+            answer = {"ip": ray.util.get_node_ip_address(), "pid": os.getpid(), "hostname": socket.gethostname()}
+            try:  # the rank's compile step, on its own node (jit.py)
+                from sparklab_engine import __version__, jit
+            except ImportError:
+                return answer
+            answer["jit"] = jit.compile_step(os.environ, __version__)
+            return answer
 
         # num_cpus=0 as vLLM's Ray workers: the bundles hold a GPU and nothing else.
         probe = ray.remote(num_gpus=1, num_cpus=0)(_probe)

@@ -281,6 +281,25 @@ def _checkpoint_problems(vars_):
     return problems
 
 
+# What Ansible's `bool` filter and a role's `type: bool` argument take (`-e jit_cache_reset=true` is a string).
+_BOOLEAN_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f"}
+
+
+def _jit_cache_problems(vars_):
+    """The kernel cache's switches (roles/jit_cache) are booleans: a word the role would refuse only
+    once the serve stage reaches it is refused here, before any host changes."""
+    problems = []
+    for name, meaning in (("jit_cache_reset", "true empties every node's kernel cache before the engine starts"),
+                          ("jit_cache_mirror", "false keeps the head's kernel cache off the workers")):
+        value = vars_.get(name)
+        if value is None or isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+            continue
+        if isinstance(value, str) and value.strip().lower() in _BOOLEAN_WORDS:
+            continue
+        problems.append(f"'{name}' {value!r} is not a boolean: set it to true or false ({meaning}).")
+    return problems
+
+
 def _api_key_problems(vars_):
     """A chosen API key (spark_api_key) that is too short, refused before the serve stage, which
     comes after provision has changed the hosts. The key itself is never part of a message."""
@@ -392,6 +411,7 @@ def inventory_problems(groups, hostvars):
     if endpoint_problem:
         problems.append(endpoint_problem)
     problems.extend(_api_key_problems(any_vars))
+    problems.extend(_jit_cache_problems(any_vars))
     problems.extend(_profile_problems(any_vars, len(cluster)))
     problems.extend(_known_bad_problems(cluster, hostvars))
 

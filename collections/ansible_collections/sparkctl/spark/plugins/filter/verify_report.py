@@ -48,6 +48,13 @@ options:
         (C(verify_fabric_test)); each half below its minimum or without traffic fails.
     type: dict
     default: {}
+  jit_cache:
+    description:
+      - Per node, its M(sparkctl.spark.jit_cache) read after the boot (C(boot), C(cache), C(identity)); kept as
+        C(jit_cache) (per node C(boot) warm, cold, empty or unknown, C(files), C(written_since), C(identity)) and
+        one row per node. Information, never a failure.
+    type: dict
+    default: {}
   context:
     description: Free-form facts recorded as they are (profile, endpoint URL, model, hosts).
     type: dict
@@ -86,9 +93,12 @@ _value:
     parity: {description: The version parity result, type: dict}
     firewall: {description: "C(rows): per node C(host), C(status) (V(ok), V(warn), V(fail)) and C(message)", type: dict}
     fabric: {description: The fabric test's report when it ran, else an empty mapping, type: dict}
+    jit_cache:
+      description: "Per node C(boot) (V(warm), V(cold), V(empty), V(unknown)), C(files), C(written_since), C(identity)"
+      type: dict
     rows:
       description: "The evidence for people: per check, startup fact, node's memory, the parity, each firewall and
-        each cable half measured, C(mark) (V(PASS), V(FAIL), V(warn), V(skip)), C(what) and C(detail)"
+        each cable half measured and each node's kernel cache, C(mark) (V(PASS), V(FAIL), V(warn), V(skip)), C(what) and C(detail)"
       type: list
       elements: dict
     context: {description: The given context, type: dict}
@@ -200,6 +210,8 @@ def _rows(report):
             else "%d items identical on every node" % len(parity.get("rows") or []))
     for item in report["firewall"]["rows"]:
         row(_STATUS_MARK.get(item["status"], "?"), "firewall %s" % item["host"], item["message"])
+    for host, cache in sorted((report.get("jit_cache") or {}).items()):
+        row("PASS", "jit cache %s" % host, _jit_detail(cache))
     for half in report["fabric"].get("results") or []:
         detail = half.get("problem") or "%.2f Gbit/s (minimum %g, %s)" % (
             half["gbps"], half["minimum_gbps"], report["fabric"].get("tool", "?"))
@@ -208,8 +220,34 @@ def _rows(report):
     return rows
 
 
+_JIT_MEANING = {
+    "warm": "warm: the boot found %(files)d cached file(s) and wrote none (compile skipped)",
+    "cold": "cold: the boot wrote %(written_since)d of %(files)d cached file(s) (it compiled)",
+    "empty": "empty: nothing cached (the engine compiled nothing it keeps, or has not booted)",
+    "unknown": "unknown: the engine's start could not be read",
+}
+
+
+def _jit_detail(cache):
+    values = {"files": cache.get("files") or 0, "written_since": cache.get("written_since") or 0}
+    return _JIT_MEANING.get(cache.get("boot"), _JIT_MEANING["unknown"]) % values
+
+
+def jit_cache_rows(reads):
+    """{host: jit_cache read} -> {host: {boot, files, written_since, identity}}: what verify.json keeps
+    of each node's kernel cache (roles/jit_cache; a node without a read is left out)."""
+    out = {}
+    for host, read in (reads or {}).items():
+        if not isinstance(read, dict) or "boot" not in read:
+            continue
+        cache = read.get("cache") or {}
+        out[host] = {"boot": read["boot"], "files": cache.get("files"), "written_since": cache.get("written_since"),
+                     "identity": read.get("identity")}
+    return out
+
+
 def verify_report(probe, startup=None, memory=None, parity=None, context=None, fail_on_warnings=False,
-                  ignore_errors=False, firewall=None, fabric=None):
+                  ignore_errors=False, firewall=None, fabric=None, jit_cache=None):
     failures = _probe_lines(probe)
     startup_failures, startup_warnings = _startup_lines(startup)
     memory_failures, memory_warnings = _memory_lines(memory)
@@ -238,6 +276,7 @@ def verify_report(probe, startup=None, memory=None, parity=None, context=None, f
         "parity": dict(parity or {}),
         "firewall": {"rows": firewall_rows},
         "fabric": dict(fabric or {}),
+        "jit_cache": jit_cache_rows(jit_cache),
         "context": dict(context or {}),
     }
     report["rows"] = _rows(report)

@@ -10,7 +10,7 @@ import os
 import re
 import shlex
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import engine_gate, firewall
+from ansible_collections.sparkctl.spark.plugins.module_utils import engine_gate, firewall, jit_cache
 from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import content_digest
 from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
 from ansible_collections.sparkctl.spark.plugins.module_utils.units import UNITS, unit_stem
@@ -165,8 +165,11 @@ def ray_argv(profile, cluster, node):
 def environment(profile):
     """The engine's own environment (profile engine.env). The fabric environment (NCCL, Gloo,
     UCX, Ray, *_HOST_IP, MAX_JOBS, PATH, LD_PRELOAD) lives in /etc/sparkctl/fabric.env, which
-    every sparkctl-* unit reads first, so it is not repeated here."""
-    env = {}
+    every sparkctl-* unit reads first, so it is not repeated here.
+
+    The kernel and JIT cache variables come first (module_utils/jit_cache.py: each under the
+    node's per-runtime cache directory, docs/jit-cache.md); the profile's own env may override one."""
+    env = dict(jit_cache.cache_environment())
     for key, value in _engine_env(profile).items():
         if value is not None:
             env[key] = str(value)
@@ -203,6 +206,9 @@ def _docker_run(profile, cluster, container, argv, env_files):
         run += ["--cpuset-cpus", profile["cpu_affinity"]]
     ckpt = cluster["checkpoint_dir"]
     run += ["-v", f"{ckpt}:{ckpt}:ro"]
+    # engine.env's cache variables name host paths under the cache root (its `current` link is
+    # relative, so it resolves inside the container too): the container sees them in place.
+    run += ["-v", f"{jit_cache.BASE_DIR}:{jit_cache.BASE_DIR}"]
     preload = ((profile.get("nccl") or {}).get("preload") or {}).get("path")
     if preload:
         # fabric.env's LD_PRELOAD names a host path: the container sees it at the same place.
