@@ -17,13 +17,13 @@ def _web(user, hashed):
 
 
 def test_a_first_hash_verifies_the_password():
-    hashed = observe_web_hash(PASSWORD, "", "sparkctl", rounds=4)
+    hashed = observe_web_hash("", PASSWORD, "sparkctl", rounds=4)
     assert hashed.startswith("$2b$04$") and bcrypt.checkpw(PASSWORD.encode(), hashed.encode())
 
 
 def test_the_nodes_hash_is_kept_while_it_matches():
-    hashed = observe_web_hash(PASSWORD, "", "sparkctl", rounds=4)
-    assert observe_web_hash(PASSWORD, _web("sparkctl", hashed), "sparkctl") == hashed
+    hashed = observe_web_hash("", PASSWORD, "sparkctl", rounds=4)
+    assert observe_web_hash(_web("sparkctl", hashed), PASSWORD, "sparkctl") == hashed
 
 
 @pytest.mark.parametrize("text", [
@@ -34,7 +34,7 @@ def test_the_nodes_hash_is_kept_while_it_matches():
     ": not yaml : [",
 ])
 def test_a_hash_that_does_not_verify_is_replaced(text):
-    hashed = observe_web_hash(PASSWORD, text, "sparkctl", rounds=4)
+    hashed = observe_web_hash(text, PASSWORD, "sparkctl", rounds=4)
     assert hashed != existing_hash(text, "sparkctl") and bcrypt.checkpw(PASSWORD.encode(), hashed.encode())
 
 
@@ -43,7 +43,8 @@ def test_a_hash_that_does_not_verify_is_replaced(text):
     (None, "sparkctl", "observe_password"),
     (PASSWORD, "", "observe_user"),
     (PASSWORD, "a:b", "observe_user"),
+    ("x" * 73, "sparkctl", "observe_password is longer than 72 bytes"),
 ])
 def test_bad_values_are_refused_naming_the_variable(password, user, says):
     with pytest.raises(AnsibleFilterError, match=says):
-        observe_web_hash(password, "", user)
+        observe_web_hash("", password, user)

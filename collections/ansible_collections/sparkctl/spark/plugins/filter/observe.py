@@ -23,17 +23,17 @@ name: observe_web_hash
 short_description: The bcrypt hash of the observe stage's password, the node's own while it still matches
 version_added: 0.1.0
 description:
-  - Reads the user's hash from the text of a Prometheus or node exporter web configuration (C(basic_auth_users)) and
-    returns it when it verifies O(_input); otherwise (no file, no such user, another password, text that is not the
-    web configuration) returns a new bcrypt hash of O(_input).
+  - Reads the user's hash from O(_input), the text of a Prometheus or node exporter web configuration
+    (C(basic_auth_users)), and returns it when it verifies O(password); otherwise (no file, no such user, another
+    password, text that is not the web configuration) returns a new bcrypt hash of O(password).
   - Needs the C(bcrypt) Python package on the control node (requirements/dev.txt).
 options:
   _input:
-    description: The password (a secret; never shown).
+    description: The text of the web configuration on the node; empty when it does not exist yet.
     type: str
     required: true
-  web_config_text:
-    description: The text of the web configuration on the node; empty when it does not exist yet.
+  password:
+    description: The password (a secret; never shown), at most 72 bytes (bcrypt's limit).
     type: str
     required: true
   user:
@@ -49,7 +49,7 @@ options:
 EXAMPLES = r"""
 - name: Keep the node's hash while it matches
   ansible.builtin.set_fact:
-    observe_hash: "{{ observe_secret | sparkctl.spark.observe_web_hash(observe_node_web_text, 'sparkctl') }}"
+    observe_hash: "{{ observe_node_web_text | sparkctl.spark.observe_web_hash(observe_secret, 'sparkctl') }}"
   no_log: true
 """
 
@@ -71,13 +71,16 @@ def existing_hash(web_config_text, user):
     return value if isinstance(value, str) and value.startswith("$2") else None
 
 
-def observe_web_hash(password, web_config_text, user, rounds=10):
+def observe_web_hash(web_config_text, password, user, rounds=10):
     if bcrypt is None:
         raise AnsibleFilterError("observe_web_hash needs the bcrypt Python package on the control node: "
                                  "pip install -r requirements/dev.txt")
     if not isinstance(password, str) or not password:
         raise AnsibleFilterError("observe_web_hash: the password is empty; set observe_password (vaulted) or let "
                                  "the observe role generate one")
+    if len(password.encode()) > 72:
+        raise AnsibleFilterError("observe_web_hash: observe_password is longer than 72 bytes, which bcrypt cannot hash; "
+                                 "choose a shorter one (32 characters are plenty)")
     if not isinstance(user, str) or not user or ":" in user:
         raise AnsibleFilterError(f"observe_web_hash: observe_user {user!r} must be a non-empty name without ':'")
     current = existing_hash(web_config_text, user)
