@@ -141,7 +141,8 @@ def test_memory_near_the_oom_line_fires_and_resolves(observed, run_site):
                     ">/dev/null 2>&1 & echo $!").stdout.strip()
     try:
         alerts = wait_for("SparkMemAvailableNearOOMLine firing", lambda: firing("SparkMemAvailableNearOOMLine"))
-        assert {a["metric"]["node"] for a in alerts} == {WORKER}
+        # Every lab node sees the machine's memory: the head's alert may fire with the worker's.
+        assert WORKER in {a["metric"]["node"] for a in alerts}
     finally:
         node_exec(WORKER, "kill", pid, check=False)
     repair = run_site("--tags", "observe", *OBSERVE)

@@ -32,7 +32,9 @@ class Histogram:
 
     def lines(self, name, labels):
         out, running = [], 0
-        for bound, count in zip((*self.bounds, float("inf")), self.counts):
+        bounds = (*self.bounds, float("inf"))
+        for index, count in enumerate(self.counts):
+            bound = bounds[index]
             running += count
             le = "+Inf" if bound == float("inf") else repr(float(bound))
             out.append(f'{name}_bucket{{{labels},le="{le}"}} {running}')

@@ -1,6 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The observe stage's web authentication (and the live numbers `sparkctl status` reads from Prometheus): the bcrypt hash Prometheus and node exporter read from
+"""The observe stage's web authentication, and the live numbers `sparkctl status` reads from Prometheus.
+
+Web authentication: the bcrypt hash Prometheus and node exporter read from
 their web configuration (``basic_auth_users``), kept when it still matches the password.
 
 bcrypt salts every hash anew: hashing on every run would rewrite the web configuration and
