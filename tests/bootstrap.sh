@@ -147,6 +147,25 @@ else
 fi
 stage_done nginx "$t"
 
+# --- promtool --------------------------------------------------------------------
+# The observe role's alert rules are unit-tested with `promtool test rules`: the
+# distribution's prometheus package is unpacked into the venv, no daemon is installed.
+t=$(now)
+PROMETHEUS_ROOT="$VENV/prometheus"
+if [ -x "$PROMETHEUS_ROOT/usr/bin/promtool" ]; then
+  log "promtool present ($PROMETHEUS_ROOT)"
+else
+  prom_tmp=$(mktemp -d)
+  if (cd "$prom_tmp" && { apt-get download -q prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download -q prometheus; }; }); then
+    rm -rf "$PROMETHEUS_ROOT" && dpkg-deb -x "$prom_tmp"/prometheus_*.deb "$PROMETHEUS_ROOT"
+    log "prometheus unpacked into $PROMETHEUS_ROOT ($("$PROMETHEUS_ROOT/usr/bin/promtool" --version 2>&1 | head -1))"
+  else
+    log "WARNING: could not download the prometheus package: the alert rules' promtool tests will be skipped"
+  fi
+  rm -rf "$prom_tmp"
+fi
+stage_done promtool "$t"
+
 if [ "$with_docker" -eq 0 ]; then
   log "--no-docker: skipping dockerd"
   stage_done total "$t_all"

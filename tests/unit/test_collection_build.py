@@ -63,7 +63,7 @@ def test_the_installed_collection_is_found_and_its_stages_planned(installed, tmp
     root = project.project_dir()
     assert root == collection
     assert [stage.name for stage in stages.plan("up", root).stages] == [
-        "preflight", "provision", "checkpoint", "runtime", "serve", "verify"]
+        "preflight", "provision", "checkpoint", "runtime", "serve", "observe", "verify"]
 
 
 def test_the_wrapper_runs_an_installed_collection_with_its_config_and_path(installed, tmp_path, monkeypatch):

@@ -213,17 +213,19 @@ def test_a_server_without_a_key_fails_auth(servers):
 
 
 def test_routes_the_engine_leaves_open_fail_auth(servers):
-    # The raw stand-in, like vLLM, guards /v1 only: /version and /ping answer without the key.
+    # The raw stand-in, like vLLM, guards /v1 only: /version, /ping and /metrics answer without the key.
     auth = by_name(probe(servers["engine"].url, ["auth"]))["auth"]
     assert not auth["ok"]
     assert auth["message"] == (
-        "auth: routes outside /v1 answer without a key (GET /version answered 200, GET /ping answered 200; expected "
+        "auth: routes outside /v1 answer without a key (GET /version answered 200, GET /ping answered 200, "
+        "GET /metrics answered 200; expected "
         "401, 403 or 404): put the API proxy in front of the engine (spark_api_proxy: true, the default) and run "
         "sparkctl serve")
     detail = auth["detail"]
     assert detail["GET /v1/models without key"] == 401 and detail["POST /v1/completions without key"] == 401
     # Routes the stand-in does not have answer 404: nothing is served there.
-    assert detail["GET /metrics without key"] == 404 and detail["POST /tokenize without key"] == 404
+    assert detail["GET /metrics without key"] == 200
+    assert detail["POST /tokenize without key"] == 404
     assert detail["POST /invocations without key"] == 404
     assert detail["served_models"] == [MODEL]
 

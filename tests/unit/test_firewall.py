@@ -81,13 +81,21 @@ def _rendered_cases():
     # On a switch (spark_fabric: switch): the cable interfaces trust the two peers' addresses only.
     cases["switch-head"] = F.render(LINK, [22], api_port=8000, is_head=True, api_allowed_cidrs=["10.0.0.0/24"],
                                     peer_addresses=SWITCH_PEERS)
+    # The observe stage on the Prometheus host (the head): node exporter from its own address, Prometheus
+    # from the management network; an entry without sources opens nothing.
+    cases["observe-head"] = F.render(LINK, [22], api_port=8000, is_head=True, api_allowed_cidrs=["172.30.77.0/24"],
+                                     source_tcp_ports=[
+                                         {"port": 9100, "sources": ["172.30.77.11"], "comment": "node exporter from Prometheus"},
+                                         {"port": 9090, "sources": ["172.30.77.0/24", "fd00::/64"],
+                                          "comment": "Prometheus from firewall_api_allowed_cidrs"},
+                                         {"port": 9999, "sources": [], "comment": "closed"}])
     return cases
 
 
 SWITCH_PEERS = ["192.168.100.11", "192.168.101.11", "192.168.100.12", "192.168.101.12"]
 
 
-@pytest.mark.parametrize("case", list(INVENTORY_CASES) + ["options-head", "any-head", "switch-head"])
+@pytest.mark.parametrize("case", list(INVENTORY_CASES) + ["options-head", "any-head", "switch-head", "observe-head"])
 def test_rule_set_matches_golden(case):
     rendered = _rendered_cases()[case]
     assert_golden_text(GOLDEN / f"{case}.nft", rendered)
@@ -164,6 +172,12 @@ def test_digest_follows_the_definition():
         ({"log_rate": "lots"}, "'firewall_log_rate' 'lots'"),
         ({"ssh_ports": []}, "'firewall_ssh_ports' is empty"),
         ({"ssh_ports": [True]}, "'firewall_ssh_ports'[0] True is not a TCP port"),
+        ({"source_tcp_ports": [{"port": 9100, "sources": ["prometheus-host"]}]},
+         "'firewall_source_tcp_ports[0].sources'[0] 'prometheus-host'"),
+        ({"source_tcp_ports": [{"port": 0, "sources": []}]}, "'firewall_source_tcp_ports[0].port' 0 is out of range"),
+        ({"source_tcp_ports": [{"port": 9100, "sources": [], "comment": 'x" accept'}]}, "'firewall_source_tcp_ports'[0].comment"),
+        ({"source_tcp_ports": [{"sources": []}]}, "must be a mapping with port"),
+        ({"source_tcp_ports": {"port": 9100}}, "'firewall_source_tcp_ports' must be a list"),
     ],
 )
 def test_bad_values_are_refused_naming_the_variable(kwargs, variable):
@@ -444,7 +458,7 @@ print(json.dumps(out))
 
 
 @real_nft
-@pytest.mark.parametrize("case", list(INVENTORY_CASES) + ["options-head", "any-head"])
+@pytest.mark.parametrize("case", list(INVENTORY_CASES) + ["options-head", "any-head", "observe-head"])
 def test_golden_files_load_and_compare_in_a_scratch_namespace(case):
     env = dict(os.environ, PYTHONPATH=str(REPO / "collections"))
     proc = subprocess.run(["unshare", "--net", "--", sys.executable, "-c", _IN_NAMESPACE, str(GOLDEN / f"{case}.nft"), NFT,

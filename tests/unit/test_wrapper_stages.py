@@ -39,7 +39,7 @@ def test_a_stage_added_to_site_yml_is_run_by_up(root):
 
 def test_the_projects_up_is_site_yml():
     assert [s.name for s in stages.plan("up", REPO).stages] == [
-        "preflight", "provision", "checkpoint", "runtime", "serve", "verify"]
+        "preflight", "provision", "checkpoint", "runtime", "serve", "observe", "verify"]
 
 
 def test_without_site_yml_up_fails_naming_it(root):

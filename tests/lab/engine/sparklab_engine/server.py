@@ -14,7 +14,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from sparklab_engine import __version__
+from sparklab_engine import __version__, metrics
 from sparklab_engine.engine import REASONING, answer, count_tokens
 from sparklab_engine.timing import validate_update
 
@@ -111,6 +111,14 @@ class Handler(BaseHTTPRequestHandler):
         if data:
             self.wfile.write(data)
 
+    def _send_text(self, status, text, content_type):
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def _body(self):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
@@ -165,6 +173,11 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if path in ("/health", "/ping"):
                 return self._send(200 if engine.ready else 503)
+            # vLLM serves /metrics without its --api-key (the API proxy asks for the key).
+            if path == "/metrics" and method == "GET":
+                return self._send_text(200, metrics.render(engine.settings.served_model_name, engine.stats.snapshot(),
+                                                           metrics.latencies_of(engine), engine.settings.max_num_seqs),
+                                       "text/plain; version=0.0.4; charset=utf-8")
             if path == "/version":
                 return self._send(200, {"version": __version__, "engine": "sparklab_engine (lab stand-in, not vLLM)"})
             if path.startswith("/_standin/"):
@@ -304,10 +317,15 @@ class Handler(BaseHTTPRequestHandler):
         paced = engine.generator.paced(units, prompt_tokens)
         produced = {}
         sent = 0
+        latencies = metrics.latencies_of(engine)
+        started = last_token = time.monotonic()
         try:
             if stream:
                 self._start_stream()
             for index, (name, tok) in enumerate(paced):
+                now = time.monotonic()
+                (latencies.next_token if index else latencies.first_token)(now - (last_token if index else started))
+                last_token = now
                 produced.setdefault(name, []).append(tok)
                 sent += weights[index]
                 if not stream:
@@ -329,6 +347,7 @@ class Handler(BaseHTTPRequestHandler):
                 return None
         finally:
             paced.close()
+        latencies.finish(time.monotonic() - started, finish)
         usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + sent, "completion_tokens": sent}
         if stream:
             if include_usage:

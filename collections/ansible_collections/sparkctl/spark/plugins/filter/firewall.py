@@ -21,7 +21,8 @@ description:
   - The table has one chain hooked on input, policy accept. Packets arriving on C(lo), on the cable interfaces
     (O(_input)) or on O(trusted_interfaces) are accepted. On every other interface the chain accepts established and
     related traffic, ICMP echo and errors, ICMPv6 echo, errors and neighbour discovery, DHCPv6 replies, TCP to
-    O(ssh_ports) and O(extra_tcp_ports), and on the head TCP to O(api_port) from O(api_allowed_cidrs); it drops
+    O(ssh_ports) and O(extra_tcp_ports), on the head TCP to O(api_port) from O(api_allowed_cidrs), and TCP to each
+    port of O(source_tcp_ports) from its sources; it drops
     invalid packets and everything else, with counters (and a rate-limited log line with O(log_drops)).
   - The table carries a comment with a digest of its definition, so C(nft list ruleset) shows which version is loaded.
   - Raises an error naming the role variable (C(firewall_api_allowed_cidrs), C(firewall_extra_allowed_tcp_ports), ...)
@@ -77,6 +78,14 @@ options:
       - Omitted (a direct cable, which reaches only the peer), the cable interfaces are trusted.
     type: list
     elements: str
+  source_tcp_ports:
+    description:
+      - TCP ports open on the filtered interfaces to some source networks only, each a mapping of C(port), C(sources)
+        (IPv4/IPv6 networks; none keeps the port closed) and C(comment) (the rule's comment). The observe stage opens
+        the node exporter to the Prometheus host and Prometheus to the management network so.
+    type: list
+    elements: dict
+    default: []
 """
 
 EXAMPLES = r"""
@@ -95,13 +104,14 @@ _value:
 
 
 def firewall_ruleset(link_interfaces, ssh_ports, api_port=None, api_allowed_cidrs=None, is_head=False, extra_tcp_ports=None,
-                     trusted_interfaces=None, log_drops=False, log_rate=firewall.DEFAULT_LOG_RATE, peer_addresses=None):
+                     trusted_interfaces=None, log_drops=False, log_rate=firewall.DEFAULT_LOG_RATE, peer_addresses=None,
+                     source_tcp_ports=None):
     try:
         return firewall.render(
             link_interfaces, ssh_ports, api_port=api_port, api_allowed_cidrs=api_allowed_cidrs or [],
             is_head=boolean(is_head, strict=False), extra_tcp_ports=extra_tcp_ports or [],
             trusted_interfaces=trusted_interfaces or [], log_drops=boolean(log_drops, strict=False), log_rate=log_rate,
-            peer_addresses=peer_addresses,
+            peer_addresses=peer_addresses, source_tcp_ports=source_tcp_ports or [],
         )
     except firewall.FirewallError as exc:
         raise AnsibleFilterError("The firewall cannot be rendered: " + " ".join(exc.problems)) from exc

@@ -64,7 +64,7 @@ WEATHER_TOOL = {
 GENERATION_PROMPT = "The capital of Japan is"
 GENERATION_MAX_TOKENS = 8
 # Routes outside /v1 that engines leave open although started with a key (vLLM: /version,
-# /ping, /metrics, /tokenize, /invocations, ...; SGLang: /metrics; the lab's stand-in: /ping,
+# /ping, /metrics, /tokenize, /invocations, ...; SGLang: /metrics; the lab's stand-in: /ping, /metrics,
 # /version). Without the key each must answer 401 or 403 (the API proxy's answer) or 404 (the
 # engine has no such route); any other answer means the route is served without the key.
 OPEN_ROUTE_PROBES = ("GET /version", "GET /ping", "GET /metrics", "POST /tokenize", "POST /invocations")

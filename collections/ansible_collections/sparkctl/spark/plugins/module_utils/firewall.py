@@ -124,6 +124,26 @@ def log_rate_problems(name, rate):
     return [f"'{name}' {rate!r} must be a rate like 10/minute (per second, minute, hour or day)."]
 
 
+def source_port_problems(name, entries):
+    """Problems with a list of {port, sources, comment} held in variable `name`: ports open only
+    to some networks (the observe stage's node exporter to the Prometheus host, Prometheus to the
+    management network)."""
+    if entries is None:
+        return []
+    if not isinstance(entries, (list, tuple)):
+        return [f"'{name}' must be a list of {{port, sources, comment}}, got {entries!r}."]
+    problems = []
+    for idx, entry in enumerate(entries):
+        if not isinstance(entry, dict) or set(entry) - {"port", "sources", "comment"} or "port" not in entry:
+            problems.append(f"'{name}'[{idx}] {entry!r} must be a mapping with port, sources and comment.")
+            continue
+        problems += single_port_problems(f"{name}[{idx}].port", entry["port"])
+        problems += cidr_problems(f"{name}[{idx}].sources", entry.get("sources") or [])
+        if not re.match(r"^[A-Za-z0-9 _.,()/:-]*$", str(entry.get("comment", ""))):
+            problems.append(f"'{name}'[{idx}].comment {entry.get('comment')!r} may hold letters, digits, spaces and _ . , ( ) / : - only.")
+    return problems
+
+
 # What the inventory validation checks, by variable; each runs only when the inventory sets it.
 _INVENTORY_CHECKS = {
     "ansible_port": single_port_problems,
@@ -134,6 +154,7 @@ _INVENTORY_CHECKS = {
     "firewall_trusted_interfaces": interface_problems,
     "firewall_log_rate": log_rate_problems,
     "firewall_revert_seconds": revert_seconds_problems,
+    "firewall_source_tcp_ports": source_port_problems,
 }
 
 
@@ -187,6 +208,19 @@ def _api_rules(api_port, v4, v6):
     return rules
 
 
+def _source_port_rules(entries):
+    """One rule per family a port's sources hold; a port with no source stays closed (no rule)."""
+    rules = []
+    for entry in entries or []:
+        v4, v6 = _networks(entry.get("sources") or [])
+        comment = entry.get("comment") or f"port {int(entry['port'])} from its sources"
+        for family, nets, label in (("ip", v4, "IPv4"), ("ip6", v6, "IPv6")):
+            if nets:
+                rules.append(f'tcp dport {int(entry["port"])} {family} saddr {_set(str(n) for n in nets)} accept '
+                             f'comment "{comment} ({label})"')
+    return rules
+
+
 def peer_address_problems(peer_addresses):
     """Problems with the peers' cable addresses (computed from their spark_link, never typed by hand)."""
     if peer_addresses is None:
@@ -203,13 +237,17 @@ def peer_address_problems(peer_addresses):
 
 
 def render(link_interfaces, ssh_ports, api_port=None, api_allowed_cidrs=(), is_head=False, extra_tcp_ports=(),
-           trusted_interfaces=(), log_drops=False, log_rate=DEFAULT_LOG_RATE, peer_addresses=None):
+           trusted_interfaces=(), log_drops=False, log_rate=DEFAULT_LOG_RATE, peer_addresses=None,
+           source_tcp_ports=()):
     """The complete nft file: replaces table inet sparkctl in one transaction, touches nothing else.
 
     peer_addresses None: the cable interfaces are trusted whole (a direct cable reaches only the
     peer). A list (spark_fabric: switch): the cable subnets are shared with whatever else the
     switch joins, so on the cable interfaces only these source addresses (the cluster's peers)
     are trusted and everything else there is filtered like any other interface.
+
+    source_tcp_ports: [{port, sources, comment}], each port open on the filtered interfaces to its
+    source networks only (firewall_source_tcp_ports).
 
     Raises FirewallError naming the role variable of every bad value."""
     problems = []
@@ -220,6 +258,7 @@ def render(link_interfaces, ssh_ports, api_port=None, api_allowed_cidrs=(), is_h
     problems += port_problems("firewall_extra_allowed_tcp_ports", extra_tcp_ports)
     problems += cidr_problems("firewall_api_allowed_cidrs", api_allowed_cidrs)
     problems += log_rate_problems("firewall_log_rate", log_rate)
+    problems += source_port_problems("firewall_source_tcp_ports", source_tcp_ports)
     if is_head:
         problems += single_port_problems("firewall_api_port", api_port)
     if not link_interfaces and not problems:
@@ -257,6 +296,7 @@ def render(link_interfaces, ssh_ports, api_port=None, api_allowed_cidrs=(), is_h
         rules.append(f'tcp dport {_set(str(p) for p in extra)} accept comment "firewall_extra_allowed_tcp_ports"')
     if is_head:
         rules += _api_rules(int(api_port), v4, v6)
+    rules += _source_port_rules(source_tcp_ports)
     if log_drops:
         rules.append(f'limit rate {log_rate} log prefix "{LOG_PREFIX}" comment "log what is dropped, rate limited"')
     rules.append('counter drop comment "everything else: Ray, engine and other ports stay off this interface"')

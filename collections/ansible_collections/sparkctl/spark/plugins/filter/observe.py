@@ -1,0 +1,159 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The observe stage's web authentication, and the live numbers `sparkctl status` reads from Prometheus.
+
+Web authentication: the bcrypt hash Prometheus and node exporter read from
+their web configuration (``basic_auth_users``), kept when it still matches the password.
+
+bcrypt salts every hash anew: hashing on every run would rewrite the web configuration and
+restart both daemons each time. The hash already on the node is kept while it verifies the
+password, so a re-run changes nothing and a new password (the vaulted ``observe_password``)
+replaces it."""
+
+from __future__ import annotations
+
+import yaml
+from ansible.errors import AnsibleFilterError
+
+try:
+    import bcrypt
+except ImportError:  # pragma: no cover - the message below names the fix
+    bcrypt = None
+
+DOCUMENTATION = r"""
+name: observe_web_hash
+short_description: The bcrypt hash of the observe stage's password, the node's own while it still matches
+version_added: 0.1.0
+description:
+  - Reads the user's hash from O(_input), the text of a Prometheus or node exporter web configuration
+    (C(basic_auth_users)), and returns it when it verifies O(password); otherwise (no file, no such user, another
+    password, text that is not the web configuration) returns a new bcrypt hash of O(password).
+  - Needs the C(bcrypt) Python package on the control node (requirements/dev.txt).
+  - C(observe_status_queries) (input ignored) returns the queries C(sparkctl status) asks Prometheus, each C(name) and
+    C(query); C(observe_status_lines) takes the registered C(results) of C(ansible.builtin.uri) looping over them
+    against C(/api/v1/query) and returns the lines C(status) shows (tokens/s, running and waiting requests, KV cache
+    usage, the firing alerts), C(n/a) for a query that failed or found no sample.
+options:
+  _input:
+    description: The text of the web configuration on the node; empty when it does not exist yet.
+    type: str
+    required: true
+  password:
+    description: The password (a secret; never shown), at most 72 bytes (bcrypt's limit).
+    type: str
+    required: true
+  user:
+    description: The user of C(basic_auth_users).
+    type: str
+    required: true
+  rounds:
+    description: bcrypt's cost factor for a new hash (Prometheus's documentation uses 10 or more).
+    type: int
+    default: 10
+"""
+
+EXAMPLES = r"""
+- name: Keep the node's hash while it matches
+  ansible.builtin.set_fact:
+    observe_hash: "{{ observe_node_web_text | sparkctl.spark.observe_web_hash(observe_secret, 'sparkctl') }}"
+  no_log: true
+"""
+
+RETURN = r"""
+_value:
+  description: A bcrypt hash (C($2b$...)) of the password.
+  type: str
+"""
+
+
+def existing_hash(web_config_text, user):
+    """The user's hash in a web configuration's text, or None."""
+    try:
+        doc = yaml.safe_load(web_config_text or "") or {}
+    except yaml.YAMLError:
+        return None
+    users = doc.get("basic_auth_users") if isinstance(doc, dict) else None
+    value = users.get(user) if isinstance(users, dict) else None
+    return value if isinstance(value, str) and value.startswith("$2") else None
+
+
+def observe_web_hash(web_config_text, password, user, rounds=10):
+    if bcrypt is None:
+        raise AnsibleFilterError("observe_web_hash needs the bcrypt Python package on the control node: "
+                                 "pip install -r requirements/dev.txt")
+    if not isinstance(password, str) or not password:
+        raise AnsibleFilterError("observe_web_hash: the password is empty; set observe_password (vaulted) or let "
+                                 "the observe role generate one")
+    if len(password.encode()) > 72:
+        raise AnsibleFilterError("observe_web_hash: observe_password is longer than 72 bytes, which bcrypt cannot hash; "
+                                 "choose a shorter one (32 characters are plenty)")
+    if not isinstance(user, str) or not user or ":" in user:
+        raise AnsibleFilterError(f"observe_web_hash: observe_user {user!r} must be a non-empty name without ':'")
+    current = existing_hash(web_config_text, user)
+    if current:
+        try:
+            if bcrypt.checkpw(password.encode(), current.encode()):
+                return current
+        except ValueError:
+            pass
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=int(rounds))).decode()
+
+
+# What `sparkctl status` asks Prometheus for, by name (vLLM's metric names; the alerts are sparkctl's).
+STATUS_QUERIES = {
+    "tokens_per_second": "sum(rate(vllm:generation_tokens_total[1m]))",
+    "running": "sum(vllm:num_requests_running)",
+    "waiting": "sum(vllm:num_requests_waiting)",
+    "kv_cache": "max(vllm:kv_cache_usage_perc)",
+    "alerts": 'ALERTS{alertstate="firing"}',
+}
+
+
+def _samples(result):
+    answer = result.get("json") if isinstance(result, dict) else None
+    if not isinstance(answer, dict) or answer.get("status") != "success":
+        return None
+    data = answer.get("data") or {}
+    return data.get("result") if data.get("resultType") == "vector" else None
+
+
+def _number(samples):
+    try:
+        return float(samples[0]["value"][1]) if samples else None
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def observe_status_queries(_ignored=None):
+    return [{"name": name, "query": query} for name, query in STATUS_QUERIES.items()]
+
+
+def observe_status_lines(results):
+    if not isinstance(results, list):
+        raise AnsibleFilterError(f"observe_status_lines: expected the uri loop's results (a list), got {type(results).__name__}")
+    by_name = {}
+    for result in results:
+        item = result.get("item") if isinstance(result, dict) else None
+        if isinstance(item, dict) and item.get("name"):
+            by_name[item["name"]] = _samples(result)
+
+    def fmt(name, pattern, scale=1.0):
+        value = _number(by_name.get(name))
+        return "n/a" if value is None else pattern % (value * scale)
+
+    line = (f"live (Prometheus): {fmt('tokens_per_second', '%.1f')} tokens/s, {fmt('running', '%d')} running, "
+            f"{fmt('waiting', '%d')} waiting, KV cache {fmt('kv_cache', '%.0f %%', 100.0)}")
+    alerts = by_name.get("alerts")
+    if alerts is None:
+        said = "alerts: n/a"
+    else:
+        names = sorted({f"{s['metric'].get('alertname', '?')}"
+                        + (f" ({s['metric']['node']})" if s.get("metric", {}).get("node") else "") for s in alerts})
+        said = "alerts firing: " + (", ".join(names) if names else "none")
+    return [line, said]
+
+
+class FilterModule:
+    def filters(self):
+        return {"observe_web_hash": observe_web_hash, "observe_status_lines": observe_status_lines,
+                "observe_status_queries": observe_status_queries}
