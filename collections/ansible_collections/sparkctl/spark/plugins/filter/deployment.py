@@ -32,9 +32,9 @@ description:
     (C(<recorded_at, compact>-<12 hex digits of the id>.json)); C(deployment_inventory_key) the name of an inventory's
     own history directory (C(<inventory directory name>-<8 hex digits of the sha256 of its real path>));
     C(deployment_intent) what a run deploys before verify's verdict (the profile's name and digest, the engine
-    configuration's digest, and the variables that reproduce it: C(spark_model_profile), C(spark_profile_overrides),
+    configuration's digest, and the variables that reproduce it, C(spark_model_profile), C(spark_profile_overrides),
     C(spark_profile_paths), C(spark_checkpoint), C(spark_checkpoint_dir), C(spark_engine_venv_path),
-    C(spark_api_proxy));
+    C(spark_api_proxy);
     C(deployment_rollback_problems) why a recorded deployment cannot be served again (its runtime or checkpoint gone
     from a node, its profile resolving to other content), from the M(sparkctl.spark.verify_facts) read of every node
     and the digest of the profile the run resolved.
