@@ -4,6 +4,7 @@ rollback return to, the variables they give the run, and why playbooks/rollback.
 Everything here is decided before any host is touched; nothing here runs a playbook."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -123,9 +124,9 @@ def test_a_deployment_whose_runtime_and_checkpoint_are_on_every_node_can_be_serv
 @pytest.mark.parametrize("reads, expected", [
     ({"spark1": read(), "spark2": read(lock=None)}, ["spark2: the venv of the recorded runtime is gone"]),
     ({"spark1": read(lock="sha256:other"), "spark2": read()}, ["spark1: the venv of the recorded runtime is not the recorded one"]),
-    ({"spark1": read(manifest=False), "spark2": read()}, ["spark1: the recorded checkpoint's manifest is gone"]),
+    ({"spark1": read(manifest=False), "spark2": read()}, ["spark1: the recorded checkpoint is gone"]),
     ({"spark1": read(), "spark2": read(commit="d" * 40)}, ["spark2: the checkpoint directory holds commit " + "d" * 40]),
-    ({"spark1": read(lock=None, manifest=False)}, ["spark1: the venv", "spark1: the recorded checkpoint's manifest"]),
+    ({"spark1": read(lock=None, manifest=False)}, ["spark1: the venv", "spark1: the recorded checkpoint is gone"]),
 ])
 def test_every_node_missing_a_piece_is_named(reads, expected):
     problems = records.rollback_node_problems(B, reads)
@@ -139,6 +140,13 @@ def test_an_image_deployment_needs_the_recorded_image_id():
     assert records.rollback_node_problems(image, {"spark1": read(image_id="sha256:img1")}) == []
     gone, other = (records.rollback_node_problems(image, {"spark1": read(image_id=i)}) for i in (None, "sha256:img2"))
     assert "img:1 (id sha256:img1) is gone" in gone[0] and "now another image (id sha256:img2)" in other[0]
+
+
+def test_a_worker_proves_its_copy_with_its_verification_stamp():
+    # A worker has no manifest: its stamp (a file list, no commit) is what verify_facts reads there.
+    stamp = {"source": None, "repo_id": None, "revision": None, "commit": None}
+    reads = {"spark1": read(), "spark2": dict(read(), checkpoint_manifest=stamp)}
+    assert records.rollback_node_problems(B, reads) == []
 
 
 def test_a_path_checkpoint_needs_its_manifest_only():
@@ -272,3 +280,48 @@ def test_the_rollback_playbook_exists_and_checks_before_it_serves():
     text = playbook.read_text()
     assert text.index("deployment_rollback_problems") < text.index("import_playbook: serve.yml") \
         < text.index("import_playbook: verify.yml")
+
+
+# --- One venv per runtime lock (spark_engine_venv_per_lock) ---------------------------------------
+
+def test_the_venv_digest_follows_what_the_venv_is_built_from_and_nothing_else():
+    from ansible_collections.sparkctl.spark.plugins.filter.profile import profile_venv_digest
+
+    base = {"name": "p", "topology": {"kind": "ray_tp"}, "engine": {"args": {"max_num_seqs": 4}},
+            "runtime": {"kind": "venv", "venv": {"python": "3", "packages": ["vllm==0.25.1"], "find_links": ["../w"]}}}
+    digest = profile_venv_digest(base)
+    assert digest.startswith("sha256:")
+    other_args = dict(base, engine={"args": {"max_num_seqs": 3}})
+    assert profile_venv_digest(other_args) == digest
+    for venv in ({"python": "3", "packages": ["vllm==0.25.2"], "find_links": ["../w"]},
+                 {"python": "3.12", "packages": ["vllm==0.25.1"], "find_links": ["../w"]},
+                 {"python": "3", "packages": ["vllm==0.25.1"], "find_links": ["../w"], "plugin": {"source": "x"}}):
+        assert profile_venv_digest(dict(base, runtime={"kind": "venv", "venv": venv})) != digest
+
+
+def test_the_venv_path_holds_the_digest_only_when_asked(tmp_path):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    playbook = tmp_path / "show.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n"
+        f"  vars_files: ['{repo / 'roles' / 'spark' / 'defaults' / 'main.yml'}']\n"
+        "  tasks:\n    - ansible.builtin.debug: {msg: \"VENV={{ spark_engine_venv_path }}\"}\n")
+    paths = {}
+    for per_lock in ("false", "true"):
+        proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c",
+                               "local", str(playbook), "-e", "spark_model_profile=lab-standin", "-e",
+                               json.dumps({"spark_profile_paths": [str(repo / "tests" / "lab" / "profiles")],
+                                           "spark_engine_venv_per_lock": per_lock == "true"})],
+                              cwd=repo, capture_output=True, text=True, timeout=120, check=False,
+                              env={"PATH": "/usr/bin:/bin", "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
+                                   "ANSIBLE_NOCOLOR": "1", "HOME": str(tmp_path)})
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        paths[per_lock] = re.search(r"VENV=(\S+?)\"?$", proc.stdout, re.M).group(1)
+    from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile import load_profile, venv_digest
+
+    profile = load_profile("lab-standin", [str(repo / "tests" / "lab" / "profiles")])
+    assert paths == {"false": "/opt/sparkctl/venvs/lab-standin",
+                     "true": "/opt/sparkctl/venvs/lab-standin-" + venv_digest(profile)[7:19]}

@@ -190,8 +190,9 @@ def inventory_key(inventory_dir):
 
 def rollback_node_problems(record, reads):
     """Why record's deployment cannot be served again on the nodes, one line per gap, from the
-    verify_facts read of every node (reads: {host: result}); [] when the checkpoint's manifest
-    (of the recorded commit, for a hub source) and the runtime (the venv whose installed
+    verify_facts read of every node (reads: {host: result}, its checkpoint_manifest the head's
+    manifest or a worker's verification stamp); [] when the checkpoint's list (of the recorded
+    commit where it names one: the head's manifest, for a hub source) and the runtime (the venv whose installed
     distributions hash to the recorded lock, or the image with the recorded id) are on every node."""
     problems = []
     runtime = (record or {}).get("runtime") or {}
@@ -215,8 +216,9 @@ def rollback_node_problems(record, reads):
         else:
             problems.append("%s: the record names no runtime kind" % host)
         if manifest is None:
-            problems.append("%s: the recorded checkpoint's manifest is gone (no readable manifest in its directory)" % host)
-        elif checkpoint.get("source", "hub") == "hub" and checkpoint.get("commit") \
+            problems.append("%s: the recorded checkpoint is gone (its directory holds no readable manifest or "
+                            "verification stamp of sparkctl's)" % host)
+        elif checkpoint.get("source", "hub") == "hub" and checkpoint.get("commit") and manifest.get("commit") \
                 and manifest.get("commit") != checkpoint.get("commit"):
             problems.append("%s: the checkpoint directory holds commit %s, not the recorded %s"
                             % (host, manifest.get("commit"), checkpoint.get("commit")))
