@@ -7,11 +7,13 @@ import json
 import re
 from pathlib import Path
 
+import jsonschema
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import deployment as deployment_filter
 from ansible_collections.sparkctl.spark.plugins.module_utils import deployment as records
 from sparkctl import cli, history, rollback
+from sparkctl.result import SCHEMA_PATH as SCHEMA
 from sparkctl.result import StageResult
 
 REPRODUCE = {"spark_model_profile": "lab-standin", "spark_profile_overrides": {}, "spark_profile_paths": ["../p"],
@@ -228,10 +230,11 @@ def stages(project, monkeypatch):
     return make
 
 
-def test_rollback_runs_its_playbook_with_the_recorded_variables_last(project, stages):
+def test_rollback_runs_its_playbook_with_the_recorded_variables_last(project, stages, capsys):
     write_history(project, A, C)
     fake = stages({})
     assert cli.main(["rollback", "-e", "spark_model_profile=other", "--json"]) == 0
+    jsonschema.validate(json.loads(capsys.readouterr().out), json.loads(SCHEMA.read_text()))
     [(name, options)] = fake.calls
     assert name == "rollback"
     assert options.final_extravars == rollback.rollback_vars(A)
@@ -256,6 +259,7 @@ def test_up_rolls_back_by_itself_when_verify_fails_after_a_change(project, stage
     err = capsys.readouterr()
     assert "ROLLING BACK to deployment cccc3333" in " ".join(err.err.split())
     doc = json.loads(err.out)
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
     assert [s["name"] for s in doc["stages"]] == ["serve", "verify", "rollback"] and doc["exit_code"] == 1
     assert "ROLLED BACK: the cluster serves deployment cccc3333 again" in doc["error"]
     # The failed change's report stays for reading; the rollback's verify writes verify.json anew.
