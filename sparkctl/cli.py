@@ -9,6 +9,7 @@ Exit codes: 0 success, 1 play failure, 2 bad usage or inventory,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -21,7 +22,9 @@ from . import __version__
 from .events import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from .project import deployment_dir, project_dir, report_dir
 from .report import REPORT_NAMES, report_path, show_preflight, show_report
+from .history import short
 from .result import StageResult, document, run_exit_code
+from .rollback import RollbackError, rollback_vars
 from .stages import StageError, plan
 
 DEFAULT_INVENTORY = "inventories/spark"
@@ -40,6 +43,8 @@ COMMAND_HELP = {
     "status": "show what runs where (read-only, fast)",
     "logs": "show the services' recent logs (read-only, fast)",
     "api-key": "print the API key kept on the head (shown only on request, never logged)",
+    "rollback": "serve a recorded deployment again (default: the previous one) when its checkpoint and runtime "
+                "are still on every node; refuses with the reason, before any change, otherwise",
 }
 
 # The variable playbooks/logs.yml reads for the number of lines (--node is a --limit).
@@ -90,15 +95,28 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "teardown":
             cmd.add_argument("--purge-checkpoints", action="store_true",
                              help="remove the checkpoint directories sparkctl created too")
+        if name == "up":
+            cmd.add_argument("--no-rollback", action="store_true",
+                             help="when verify fails after this run changed the deployment, leave the cluster as it "
+                                  "is instead of returning to the last recorded deployment")
+        if name == "rollback":
+            cmd.add_argument("which", nargs="?", default=None, metavar="N",
+                             help="the record to return to: its number in `sparkctl history` (1 = newest) or a "
+                                  "deployment id prefix; default: the newest record of another deployment than "
+                                  "the newest")
     rep = sub.add_parser("report", help="print the last reports (preflight, verify, benchmark, fabric-test)",
                          description="Print the last reports the stages wrote: preflight, verify, benchmark and "
                                      "fabric-test (default: each one present).")
     rep.add_argument("which", nargs="?", choices=REPORT_NAMES, help="only this report")
     rep.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the raw JSON")
     hist = sub.add_parser("history", help="list the deployments a passing verify recorded, newest first",
-                          description="List the deployments a passing verify recorded on this control node, newest "
-                                      "first: when, profile, runtime, checkpoint revision, verify status, sparkctl "
-                                      "version ($SPARKCTL_DEPLOYMENT_DIR, default .sparkctl/deployments).")
+                          description="List the deployments a passing verify recorded on this control node for the "
+                                      "inventory, newest first, numbered as `sparkctl rollback N` takes them: when, "
+                                      "profile, runtime, checkpoint revision, verify status, sparkctl version "
+                                      "($SPARKCTL_DEPLOYMENT_DIR, default .sparkctl/deployments, then one directory "
+                                      "per inventory).")
+    hist.add_argument("-i", "--inventory", default=argparse.SUPPRESS,
+                      help=f"inventory directory or file (default: {DEFAULT_INVENTORY})")
     hist.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                       help="print the records as one JSON list, newest first")
     fit = sub.add_parser("fit", help="estimate whether a profile fits, from the checkpoint's headers and config",
@@ -254,7 +272,12 @@ def run_stages(args: argparse.Namespace, root: Path) -> int:
         return run_api_key(args, root, command_plan)
     try:
         options = run_options(args, root)
-    except UsageError as exc:
+        if args.command == "rollback":
+            target = rollback_target(options.inventory, root, args.which)
+            options.final_extravars = rollback_vars(target)
+            err.print(f"returning to deployment {short(target.get('deployment_id'))} "
+                      f"({(target.get('profile') or {}).get('name')}, recorded {target.get('recorded_at')})")
+    except (UsageError, RollbackError) as exc:
         return finish([], EXIT_USAGE, str(exc))
 
     results: list[StageResult] = []
@@ -279,7 +302,77 @@ def run_stages(args: argparse.Namespace, root: Path) -> int:
         skipped = [r.name for r in results if r.status == "not_run"]
         if skipped:
             out.print(f"stopped: not run: {', '.join(skipped)}")
-    return finish(results, code, inventory=str(options.inventory))
+    message = None
+    if args.command == "up" and code != EXIT_OK and not args.check and not args.no_rollback:
+        rolled, message = auto_rollback(args, root, options, results, out)
+        if rolled is not None:
+            results.append(rolled)
+    return finish(results, code, message, inventory=str(options.inventory))
+
+
+def rollback_target(inventory: Path, root: Path, which: str | None) -> dict:
+    """The record `sparkctl rollback [WHICH]` returns to, from this inventory's history."""
+    from .history import inventory_history, load_history
+    from .rollback import select
+
+    records, _ = load_history(inventory_history(deployment_dir(root), inventory))
+    return select(records, which)
+
+
+def auto_rollback(args: argparse.Namespace, root: Path, options, results: list[StageResult], out):
+    """After `up` failed at verify: when the run changed the deployment (verify.json's `intended`
+    against the newest record), serve the newest record again (playbooks/rollback.yml), say so
+    loudly, and keep the failed verify report as verify-failed.json. The run's exit code stays the
+    failure's. Returns (the rollback stage's result or None, the run's error line or None); the
+    notices go to stderr even with --json (the document's `error` says it too)."""
+    import shutil
+
+    from rich.console import Console
+
+    from .history import inventory_history, load_history
+    from .render import StageProgress, show_stage
+    from .rollback import changed_deployment
+    from .runner import run_stage
+    from .stages import plan as stage_plan
+
+    err = Console(stderr=True)
+    failed = next((r for r in results if r.exit_code not in (EXIT_OK, None)), None)
+    if failed is None or failed.name != "verify":
+        return None, None
+    report = report_dir(root) / "verify.json"
+    if reports_written(root, [failed]).get("verify") is None:
+        return None, None
+    records, _ = load_history(inventory_history(deployment_dir(root), options.inventory))
+    target = changed_deployment(json.loads(report.read_text()), records)
+    if target is None:
+        return None, None
+    name = short(target.get("deployment_id"))
+    try:
+        extravars = rollback_vars(target)
+    except RollbackError as exc:
+        return None, f"verify failed after this run changed the deployment; no automatic rollback: {exc}"
+    kept = report.with_name("verify-failed.json")
+    shutil.copyfile(report, kept)
+    err.print(f"[bold red]verify failed after this run changed the deployment: ROLLING BACK to deployment "
+              f"{name} ({(target.get('profile') or {}).get('name')}, recorded "
+              f"{target.get('recorded_at')}); the failed verify's report is {kept}[/]")
+    stage = stage_plan("rollback", root).stages[0]
+    rollback_options = dataclasses.replace(options, final_extravars=extravars, tags="", skip_tags="")
+    if args.json:
+        result = run_stage(stage, rollback_options, root)
+    else:
+        with StageProgress(stage.name, err, verbosity=args.verbose) as progress:
+            result = run_stage(stage, rollback_options, root, on_event=progress.on_event,
+                               on_status=progress.on_status)
+        show_stage(result, out)
+        _show_verify_report(result, root, out)
+    if result.exit_code == EXIT_OK:
+        message = (f"verify failed after this run changed the deployment (report: {kept}); ROLLED BACK: the cluster "
+                   f"serves deployment {name} again")
+    else:
+        message = (f"verify failed after this run changed the deployment (report: {kept}); the automatic rollback "
+                   f"to deployment {name} failed too: see its stage")
+    return result, message
 
 
 def _show_preflight_report(command: str, result: StageResult, root: Path, console) -> None:
@@ -347,7 +440,13 @@ def run_history(args: argparse.Namespace, root: Path) -> int:
     """`sparkctl history`: 0 with at least one record, 1 with none (--json prints [] then)."""
     from .history import load_history, show_history
 
-    directory = deployment_dir(root)
+    from .history import inventory_history
+
+    try:
+        directory = inventory_history(deployment_dir(root), resolve_inventory(args.inventory, root))
+    except UsageError as exc:
+        print(f"sparkctl: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if getattr(args, "json", False):
         records, problems = load_history(directory)
         for line in problems:

@@ -1,12 +1,14 @@
 """`sparkctl history`: the deployments a passing verify recorded, newest first.
 
-The verify role writes one JSON file per deployment into the history directory
-(spark_deployment_dir; the record's shape is the collection's sparkctl.spark.deployment
-filter's). This only reads them."""
+The verify role writes one JSON file per deployment into the history directory of the
+inventory (spark_deployment_dir: <base>/<inventory key>; the record's shape is the
+collection's sparkctl.spark.deployment filter's). This only reads them."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 
 from rich import box
@@ -15,6 +17,20 @@ from rich.table import Table
 
 # Enough of a sha256 or a commit to tell deployments apart in a table that fits 80 columns.
 SHORT = 8
+
+
+def inventory_key(inventory: Path) -> str:
+    """The name of an inventory's history directory, as the collection's deployment_inventory_key
+    filter gives it for the playbooks' inventory_dir (the directory holding the hosts file): its
+    name and the first 8 hex digits of the sha256 of its real path."""
+    directory = inventory if inventory.is_dir() else inventory.parent
+    path = os.path.realpath(str(directory))
+    return "%s-%s" % (os.path.basename(path) or "inventory", hashlib.sha256(path.encode("utf-8")).hexdigest()[:8])
+
+
+def inventory_history(base: Path, inventory: Path) -> Path:
+    """The history directory of one inventory under the deployments base directory."""
+    return base / inventory_key(inventory)
 
 
 def load_history(directory: Path) -> tuple[list[dict], list[str]]:
@@ -51,11 +67,12 @@ def when(recorded_at) -> str:
 
 
 def history_rows(records: list[dict]) -> list[tuple[str, ...]]:
-    """(when, deployment id, profile, runtime id (the venv's lock hash or the image id), checkpoint revision (the
+    """(number (1 = newest, what `sparkctl rollback N` takes), when, deployment id,
+    profile, runtime id (the venv's lock hash or the image id), checkpoint revision (the
     commit it resolved to, short), verify status, sparkctl version) per record:
     the id tells apart two deployments of the same profile, runtime and checkpoint (other engine arguments)."""
     rows = []
-    for record in records:
+    for number, record in enumerate(records, 1):
         runtime = record.get("runtime") or {}
         checkpoint = record.get("checkpoint") or {}
         if checkpoint.get("source", "hub") == "hub":
@@ -63,6 +80,7 @@ def history_rows(records: list[dict]) -> list[tuple[str, ...]]:
         else:
             revision = str(checkpoint.get("path") or "-")
         rows.append((
+            str(number),
             when(record.get("recorded_at")),
             short(record.get("deployment_id")),
             str((record.get("profile") or {}).get("name") or "-"),
@@ -83,10 +101,10 @@ def show_history(directory: Path, console: Console | None = None) -> int:
     if not records:
         console.print(f"no deployment recorded in {directory}; a passing `sparkctl verify` (or `up`) records one.")
         return 1
-    # No vertical rules and one space of padding: the seven columns fit a terminal of 80.
+    # No vertical rules and one space of padding: the eight columns fit a terminal of 80.
     table = Table(title=f"Deployments ({len(records)}, newest first, UTC)", box=box.SIMPLE_HEAD, pad_edge=False,
                   collapse_padding=True, show_edge=False)
-    for column in ("when", "id", "profile", "runtime", "revision", "verify", "sparkctl"):
+    for column in ("#", "when", "id", "profile", "runtime", "revision", "verify", "sparkctl"):
         # Times and digests stay whole; a long profile name or status folds.
         table.add_column(column, no_wrap=column not in ("profile", "verify"), overflow="fold")
     for row in history_rows(records):

@@ -53,6 +53,8 @@ class RunOptions:
     skip_tags: str = ""
     limit: str = ""
     verbosity: int = 0
+    # Extra variables that win over every other -e, @files included (a rollback's recorded variables).
+    final_extravars: dict = field(default_factory=dict)
 
 
 def private_data_dir(root: Path) -> Path:
@@ -65,7 +67,8 @@ def new_ident(stage: str, now: float | None = None) -> str:
     return f"{stage}-{stamp}-{secrets.token_hex(2)}"
 
 
-def runner_kwargs(stage: Stage, options: RunOptions, root: Path, ident: str, extravars_file: Path | None) -> dict:
+def runner_kwargs(stage: Stage, options: RunOptions, root: Path, ident: str, extravars_file: Path | None,
+                  final_file: Path | None = None) -> dict:
     """The ansible_runner.run() arguments for one stage (without the callbacks); pure."""
     cmdline = []
     if extravars_file is not None:
@@ -73,6 +76,9 @@ def runner_kwargs(stage: Stage, options: RunOptions, root: Path, ident: str, ext
         cmdline += ["-e", f"@{extravars_file}"]
     for path in options.extravar_files:
         cmdline += ["-e", f"@{path}"]
+    if final_file is not None:
+        # Last: Ansible gives the later -e the precedence.
+        cmdline += ["-e", f"@{final_file}"]
     if options.check:
         cmdline += ["--check", "--diff"]
     kwargs = {
@@ -249,13 +255,19 @@ def run_stage(stage: Stage, options: RunOptions, root: Path, on_event: Callable[
             on_status(status.get("status", ""))
 
     with tempfile.TemporaryDirectory(prefix="sparkctl-") as private:
-        extravars_file = None
-        if options.extravars:
-            extravars_file = Path(private) / "extravars.json"
-            fd = os.open(extravars_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        extravars_file = final_file = None
+        for name, values in (("extravars.json", options.extravars), ("final-extravars.json", options.final_extravars)):
+            if not values:
+                continue
+            path = Path(private) / name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as handle:
-                json.dump(options.extravars, handle)
-        kwargs = runner_kwargs(stage, options, root, ident, extravars_file)
+                json.dump(values, handle)
+            if values is options.extravars:
+                extravars_file = path
+            else:
+                final_file = path
+        kwargs = runner_kwargs(stage, options, root, ident, extravars_file, final_file)
         started = time.monotonic()
         orphans: set[int] = set()
 

@@ -23,6 +23,7 @@ COMMAND_STAGES = {
     "status": "status",
     "logs": "logs",
     "api-key": "api_key",
+    "rollback": "rollback",
 }
 
 SITE = "playbooks/site.yml"

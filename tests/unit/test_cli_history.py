@@ -27,8 +27,15 @@ def project_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARKCTL_PROJECT", str(tmp_path))
     monkeypatch.delenv("SPARKCTL_REPORT_DIR", raising=False)
     monkeypatch.delenv("SPARKCTL_DEPLOYMENT_DIR", raising=False)
+    (tmp_path / "inventories" / "spark").mkdir(parents=True)
+    (tmp_path / "inventories" / "spark" / "hosts.yml").write_text("---\n")
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+def own(project_dir):
+    """The default inventory's own history directory under the project's deployments/."""
+    return history.inventory_history(project_dir / ".sparkctl" / "deployments", project_dir / "inventories" / "spark")
 
 
 def write(directory, *records):
@@ -51,13 +58,13 @@ def test_lists_newest_first_with_short_ids(project_dir, capsys, monkeypatch):
     old = record("2026-05-04T10:11:12Z", runtime_id="a" * 64)
     new = record("2026-06-01T08:00:00Z", profile="lab-image", kind="image", runtime_id="sha256:" + "b" * 64,
                  status="passed_with_warnings", commit="c" * 40)
-    write(project_dir / ".sparkctl" / "deployments", old, new)
+    write(own(project_dir), old, new)
 
-    rows = history.history_rows(history.load_history(project_dir / ".sparkctl" / "deployments")[0])
+    rows = history.history_rows(history.load_history(own(project_dir))[0])
 
     assert rows == [
-        ("2026-06-01 08:00", new["deployment_id"][7:15], "lab-image", "b" * 8, "c" * 8, "passed_with_warnings", "0.1.0"),
-        ("2026-05-04 10:11", old["deployment_id"][7:15], "lab-standin", "a" * 8, "3f1e0c2a", "passed", "0.1.0"),
+        ("1", "2026-06-01 08:00", new["deployment_id"][7:15], "lab-image", "b" * 8, "c" * 8, "passed_with_warnings", "0.1.0"),
+        ("2", "2026-05-04 10:11", old["deployment_id"][7:15], "lab-standin", "a" * 8, "3f1e0c2a", "passed", "0.1.0"),
     ]
     assert cli.main(["history"]) == 0
     out = capsys.readouterr().out
@@ -70,12 +77,12 @@ def test_a_revision_without_a_commit_and_a_path_source(project_dir):
 
     rows = history.history_rows([hub, path])
 
-    assert rows[0][4] == "main" and rows[1][4] == "/data/ckpt"
+    assert rows[0][5] == "main" and rows[1][5] == "/data/ckpt"
 
 
 def test_json_prints_the_records_newest_first(project_dir, capsys):
     old, new = record("2026-05-04T10:11:12Z"), record("2026-06-01T08:00:00Z")
-    write(project_dir / ".sparkctl" / "deployments", old, new)
+    write(own(project_dir), old, new)
 
     assert cli.main(["history", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == [new, old]
@@ -100,3 +107,36 @@ def test_a_file_that_is_not_a_record_is_named_and_skipped(project_dir, capsys):
     history.show_history(directory, Console(width=200))
     out = capsys.readouterr().out
     assert "broken.json" in out and "not a deployment record" in out
+
+
+def test_each_inventory_has_its_own_history(project_dir, capsys, tmp_path_factory):
+    """Two clusters run from one checkout: each inventory lists only what was recorded for it."""
+    other = project_dir / "inventories" / "other"
+    other.mkdir()
+    (other / "hosts.yml").write_text("---\n")
+    mine = record("2026-05-04T10:11:12Z", profile="mine-profile")
+    theirs = record("2026-06-01T08:00:00Z", profile="their-profile")
+    write(own(project_dir), mine)
+    write(history.inventory_history(project_dir / ".sparkctl" / "deployments", other), theirs)
+
+    assert cli.main(["history", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [mine]
+    # The hosts file names the same inventory as its directory.
+    assert cli.main(["history", "--json", "-i", str(other / "hosts.yml")]) == 0
+    assert json.loads(capsys.readouterr().out) == [theirs]
+    assert own(project_dir) != history.inventory_history(project_dir / ".sparkctl" / "deployments", other)
+
+
+def test_the_wrapper_and_the_playbooks_name_an_inventorys_history_alike(tmp_path):
+    from ansible_collections.sparkctl.spark.plugins.filter.deployment import deployment_inventory_key
+
+    inventory = tmp_path / "inventories" / "mine"
+    inventory.mkdir(parents=True)
+    (inventory / "hosts.yml").write_text("---\n")
+    link = tmp_path / "link"
+    link.symlink_to(inventory)
+    # Ansible's inventory_dir is the directory holding the hosts file, as given (a link stays a link).
+    for given in (inventory, inventory / "hosts.yml", link, link / "hosts.yml"):
+        assert history.inventory_key(given) == deployment_inventory_key(str(inventory)) \
+            == deployment_inventory_key(str(link))
+    assert history.inventory_key(inventory).startswith("mine-")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sparkctl import project
+from sparkctl import history, project
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,11 @@ def _playbook_report_dir(cwd: Path, value: str | None, variable: str = "spark_re
     if value is not None:
         env["SPARKCTL_REPORT_DIR"] = value
     env.update(environment or {})
-    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
+    # An inventory directory of its own: the deployment history is kept per inventory.
+    inventory = cwd / "inventories" / "here"
+    inventory.mkdir(parents=True, exist_ok=True)
+    (inventory / "hosts.yml").write_text("all:\n  hosts:\n    localhost: {ansible_connection: local}\n")
+    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory),
                            str(playbook)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return re.search(r"REPORT_DIR=(\S+)", proc.stdout).group(1).strip("'\"")
@@ -65,7 +69,10 @@ def test_the_wrapper_resolves_a_relative_report_dir_the_same_way(tmp_path, monke
 def test_the_deployment_history_sits_where_the_playbooks_and_the_wrapper_both_look(tmp_path, monkeypatch, report,
                                                                                    deployments, expected):
     extra = {"SPARKCTL_DEPLOYMENT_DIR": deployments} if deployments else {}
-    assert _playbook_report_dir(tmp_path, report, "spark_deployment_dir", extra) == str(tmp_path / expected)
+    inventory = tmp_path / "inventories" / "here"
+    rendered = _playbook_report_dir(tmp_path, report, "spark_deployment_dir", extra)
+    own = history.inventory_key(inventory)
+    assert rendered == str(tmp_path / expected / own)
     monkeypatch.chdir(tmp_path)
     for name, value in (("SPARKCTL_REPORT_DIR", report), ("SPARKCTL_DEPLOYMENT_DIR", deployments)):
         if value is None:
@@ -74,3 +81,4 @@ def test_the_deployment_history_sits_where_the_playbooks_and_the_wrapper_both_lo
             monkeypatch.setenv(name, value)
     root = tmp_path if report is None else REPO
     assert project.deployment_dir(root) == tmp_path / expected
+    assert history.inventory_history(project.deployment_dir(root), inventory / "hosts.yml") == tmp_path / expected / own

@@ -663,3 +663,26 @@ def test_the_exposition_parses_as_prometheus_text(engine):
     # promtool's lint may only remark on vLLM's own naming (the colon of `vllm:`); anything else fails.
     remarks = (done.stdout + done.stderr).splitlines()
     assert remarks and all(line.endswith("metric names should not contain ':'") for line in remarks), remarks
+
+
+def test_every_wheel_the_build_writes_says_its_own_version():
+    """The build writes one wheel per version from the same sources: the package's __version__
+    in each must be that wheel's version, not the source's (the second lab profile's runtime
+    would otherwise report the first's)."""
+    import re
+    import zipfile
+
+    build_dir = str(ENGINE / "_build")
+    if build_dir not in sys.path:
+        sys.path.insert(0, build_dir)
+    import sparklab_build
+
+    assert len(sparklab_build.versions()) > 1
+    for version in sparklab_build.versions():
+        with zipfile.ZipFile(io.BytesIO(sparklab_build.wheel_bytes(version))) as archive:
+            init = archive.read("sparklab_engine/__init__.py").decode()
+            record = archive.read(f"sparklab_engine-{version}.dist-info/RECORD").decode()
+        assert re.findall(r'^__version__ = "(.*)"$', init, re.M) == [version]
+        # The RECORD's hash is of the file as packed.
+        line = next(entry for entry in record.splitlines() if entry.startswith("sparklab_engine/__init__.py,"))
+        assert line.endswith(f",{len(init.encode())}")

@@ -295,6 +295,8 @@ def test_teardown_lists_follow_the_roles():
     # The kernel caches' root is fixed in module_utils/jit_cache.py (engine.env names it).
     from ansible_collections.sparkctl.spark.plugins.module_utils import jit_cache
     assert any(jit_cache.BASE_DIR.startswith(p + "/") for p in paths), jit_cache.BASE_DIR
+    from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_store import SERVED_FILE
+    assert names["teardown_served_file"] == SERVED_FILE
     firewall = _yaml("firewall/vars/main.yml")
     assert names["teardown_nft_tables"] == [f"{firewall['firewall_family']} {firewall['firewall_table']}"]
     assert firewall["firewall_wants_dir"] in paths
@@ -315,3 +317,47 @@ def test_every_stage_that_changes_a_node_records_it_first():
     for stage in ("preflight", "verify", "status", "stop", "teardown"):
         plays = yaml.safe_load((REPO / "playbooks" / f"{stage}.yml").read_text(encoding="utf-8"))
         assert not any(play.get("vars", {}).get("sparkctl_record_baseline") for play in plays), stage
+
+
+def test_a_switch_of_the_served_model_leaves_nothing_of_the_other_profile(tmp_path, node, capsys):
+    """After a model switch the node holds two profiles' checkpoints and venvs. The record was
+    taken before the first profile's run; the second's paths are added to it the first time a
+    run names them (before that run creates them), and the teardown takes both profiles' venvs
+    off and keeps (or, purging, empties) both checkpoints the served list names."""
+    opt = tmp_path / "opt/sparkctl"
+    opt.mkdir(parents=True)  # there before sparkctl: only what sparkctl made inside it goes
+    first, second = tmp_path / "srv/sparkctl/models/a", tmp_path / "srv/sparkctl/models/b"
+    venv_a, venv_b = opt / "venvs/a", opt / "venvs/b"
+    served = tmp_path / "var/lib/sparkctl/checkpoints-served.json"
+    record = _args(tmp_path, backup_dir=str(tmp_path / "b"), paths=[str(opt), str(first), str(venv_a)])
+    rc, result = run_module(node_baseline.main, record, capsys)
+    assert rc == 0 and result["changed"]
+    for checkpoint in (first,):
+        checkpoint.mkdir(parents=True)
+    venv_a.mkdir(parents=True)
+    # The switch's run names the other profile's paths before it creates them.
+    switched = dict(record, paths=[str(opt), str(second), str(venv_b)])
+    rc, result = run_module(node_baseline.main, switched, capsys)
+    assert rc == 0 and result["changed"] and result["baseline"]["paths"][str(second)] is False
+    assert result["baseline"]["paths"][str(first)] is False  # what it knew stays as it was
+    rc, result = run_module(node_baseline.main, switched, capsys)
+    assert (rc, result["changed"]) == (0, False)
+    second.mkdir(parents=True)
+    venv_b.mkdir(parents=True)
+    for checkpoint in (first, second):
+        (checkpoint / "model.safetensors").write_text("w")
+        (checkpoint / ".sparkctl-created").write_text("")
+        (checkpoint / ".sparkctl-manifest.json").write_text(json.dumps({"model.safetensors": {"size": 1, "sha256": None}}))
+    served.write_text(json.dumps({"version": 1, "served": [str(second), str(first)]}))
+
+    # The teardown of the current profile (b) without --purge-checkpoints: both checkpoints named as kept.
+    keep = _args(tmp_path, keep=[str(second)], served_file=str(served), _ansible_check_mode=True)
+    rc, result = run_module(node_teardown.main, keep, capsys)
+    assert rc == 0 and sorted(result["kept"]) == sorted([str(first), str(second)]), result
+    assert f"remove {venv_a}" in result["actions"] and f"remove {venv_b}" in result["actions"]
+
+    purge = dict(keep, purge_dirs=[{"path": str(second)}], purge_served=True, _ansible_check_mode=False)
+    rc, result = run_module(node_teardown.main, purge, capsys)
+    assert rc == 0, result
+    assert not first.exists() and not second.exists() and not venv_a.exists() and not venv_b.exists()
+    assert opt.is_dir()

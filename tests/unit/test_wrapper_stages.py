@@ -84,7 +84,7 @@ def test_a_command_whose_playbook_is_missing_is_refused(root, command, playbook)
 
 def test_every_command_has_its_playbook_in_the_project():
     assert set(stages.COMMAND_STAGES) == {"doctor", "provision", "serve", "verify", "bench", "stop", "status", "logs",
-                                          "api-key", "fabric-test", "teardown"}
+                                          "api-key", "fabric-test", "teardown", "rollback"}
     for command in stages.COMMAND_STAGES:
         assert [s.playbook.is_file() for s in stages.plan(command, REPO).stages] == [True]
 

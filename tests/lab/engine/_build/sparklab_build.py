@@ -59,6 +59,11 @@ def _zip_add(archive, name, data):
     archive.writestr(info, data)
 
 
+# The package's __version__, rewritten in each wheel to that wheel's version.
+VERSION_SOURCE = "sparklab_engine/__init__.py"
+VERSION_LINE = re.compile(rb'^__version__ = ".*"$', re.M)
+
+
 def versions():
     """Every version main() writes: the project's, then EXTRA_VERSIONS."""
     return (_project()[1], *EXTRA_VERSIONS)
@@ -77,7 +82,11 @@ def wheel_bytes(version=None):
     entries = []
     for rel in _sources():
         with open(os.path.join(ROOT, rel), "rb") as handle:
-            entries.append((rel, handle.read()))
+            data = handle.read()
+        if rel == VERSION_SOURCE:
+            # Every wheel is built from the same sources: each says its own version.
+            data = VERSION_LINE.sub(b'__version__ = "%s"' % version.encode(), data)
+        entries.append((rel, data))
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {description}\n"
     if requires:
         metadata += f"Requires-Python: {requires}\n"

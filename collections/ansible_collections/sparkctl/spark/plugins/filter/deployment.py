@@ -29,7 +29,15 @@ description:
   - Returns V(null) when O(status) is not a passing one (V(passed), V(passed_with_warnings)), so a failed verify
     records nothing.
   - Companion filter C(deployment_history_name) gives a record's file name in the history
-    (C(<recorded_at, compact>-<12 hex digits of the id>.json)).
+    (C(<recorded_at, compact>-<12 hex digits of the id>.json)); C(deployment_inventory_key) the name of an inventory's
+    own history directory (C(<inventory directory name>-<8 hex digits of the sha256 of its real path>));
+    C(deployment_intent) what a run deploys before verify's verdict (the profile's name and digest, the engine
+    configuration's digest, and the variables that reproduce it, C(spark_model_profile), C(spark_profile_overrides),
+    C(spark_profile_paths), C(spark_checkpoint), C(spark_checkpoint_dir), C(spark_engine_venv_path),
+    C(spark_api_proxy);
+    C(deployment_rollback_problems) why a recorded deployment cannot be served again (its runtime or checkpoint gone
+    from a node, its profile resolving to other content), from the M(sparkctl.spark.verify_facts) read of every node
+    and the digest of the profile the run resolved.
 options:
   _input:
     description: The head's M(sparkctl.spark.verify_facts) result (C(versions), C(checkpoint_manifest)).
@@ -159,6 +167,37 @@ def deployment_history_name(record):
     return records.history_name(record)
 
 
+def deployment_intent(profile, rendered, variables):
+    """What this run deploys, known before verify's verdict: the profile's name and digest, the
+    rendered engine configuration's digest, and the variables that reproduce it (variables: a
+    mapping holding at least REPRODUCE_VARS, e.g. the play's vars)."""
+    try:
+        reproduce = dict((name, variables[name]) for name in records.REPRODUCE_VARS)
+    except KeyError as exc:
+        raise AnsibleFilterError("deployment_intent: the run has no %s" % exc) from exc
+    return {"profile": {"name": profile["name"], "sha256": profiles.profile_digest(profile)},
+            "engine_config_sha256": profiles.render_digest(rendered), "reproduce": reproduce}
+
+
+def deployment_inventory_key(inventory_dir):
+    return records.inventory_key(inventory_dir)
+
+
+def deployment_rollback_problems(record, reads, profile=None):
+    """record: the deployment to return to; reads: {host: verify_facts result}; profile: the
+    profile this run resolved from the record's variables."""
+    if not isinstance(record, dict) or not record.get("deployment_id"):
+        raise AnsibleFilterError("deployment_rollback_problems: the deployment to return to is not a record")
+    problems = []
+    if profile is not None:
+        problem = records.profile_problem(record, profiles.profile_digest(profile))
+        if problem:
+            problems.append(problem)
+    return problems + records.rollback_node_problems(record, reads)
+
+
 class FilterModule:
     def filters(self):
-        return {"deployment": deployment, "deployment_history_name": deployment_history_name}
+        return {"deployment": deployment, "deployment_history_name": deployment_history_name,
+                "deployment_inventory_key": deployment_inventory_key, "deployment_intent": deployment_intent,
+                "deployment_rollback_problems": deployment_rollback_problems}

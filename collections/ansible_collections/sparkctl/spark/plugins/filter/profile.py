@@ -29,6 +29,8 @@ description:
     (weights per rank + KV pool + overhead), C(profile_engine_port) (the engine's port behind the API proxy),
     C(profile_venv_packages) (a loaded profile to the pins its venv runtime installs, namely C(runtime.venv.packages) plus
     the Ray sparkctl supports when the topology runs on Ray and the profile pins no ray itself),
+    C(profile_venv_digest) (a loaded profile to the digest of what its venv is built from, the Python, the pins,
+    the indexes, the wheel directories and the plugin, which C(spark_engine_venv_per_lock) puts in the venv's path),
     C(profile_units) (a loaded profile to the names of sparkctl's systemd units, C(spark_units)),
     C(unit_container) (a unit's name to the docker container an image runtime runs it in, named like the unit).
 options:
@@ -81,6 +83,7 @@ _value:
     - C(profile_checkpoint) returns the C(spark_checkpoint) mapping with C(source=hub), C(repo_id), C(revision) and C(allow_patterns).
     - C(profile_node_memory_bytes) and C(profile_engine_port) return an integer.
     - C(profile_venv_packages) returns a list of pinned requirement strings.
+    - C(profile_venv_digest) returns C(sha256:<hex>).
     - C(profile_units) returns a mapping of role to unit name, the one definition of sparkctl's unit names
       (C(ray_head), C(ray_worker), C(engine), C(sglang_rank), C(sglang_router), C(api_proxy), C(firewall),
       C(firewall_revert), C(rsyncd_socket), C(rsyncd)) plus, for this profile, C(api) (the unit serving the API)
@@ -123,6 +126,11 @@ def profile_engine_port(profile):
 def profile_venv_packages(profile):
     """The pins the venv runtime installs (runtime.venv.packages, plus a pinned Ray for a Ray topology)."""
     return profiles.venv_packages(profile)
+
+
+def profile_venv_digest(profile):
+    """sha256:<hex> of what the venv runtime is built from (spark_engine_venv_per_lock)."""
+    return profiles.venv_digest(profile)
 
 
 def profile_units(profile):
@@ -197,6 +205,7 @@ class FilterModule:
             "profile_node_memory_bytes": profile_node_memory_bytes,
             "profile_engine_port": profile_engine_port,
             "profile_venv_packages": profile_venv_packages,
+            "profile_venv_digest": profile_venv_digest,
             "profile_cluster": profile_cluster,
             "profile_units": profile_units,
             "unit_container": unit_container,

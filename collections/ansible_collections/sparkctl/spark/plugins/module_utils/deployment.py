@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import canonical_name, distribution_name
 
@@ -167,3 +168,68 @@ def history_name(record):
     stamp = str(record["recorded_at"]).replace("-", "").replace(":", "")
     digest = str(record["deployment_id"]).split(":", 1)[-1]
     return "%s-%s.json" % (stamp, digest[:12])
+
+
+# --- Rollback -------------------------------------------------------------------------------
+# The variables that decide what a deployment is, as a run resolved them: the control node's
+# history keeps them beside the record (its "reproduce" mapping), and a rollback gives them back
+# to the run as extra variables. The profile's file is still read (its directory holds its
+# plugin and wheel sources); the run refuses when it resolves to another content than the
+# record's digest.
+REPRODUCE_VARS = ("spark_model_profile", "spark_profile_overrides", "spark_profile_paths", "spark_checkpoint",
+                  "spark_checkpoint_dir", "spark_engine_venv_path", "spark_api_proxy")
+
+
+def inventory_key(inventory_dir):
+    """The name of an inventory's own history directory: the inventory directory's name and the
+    first 8 hex digits of the sha256 of its real path, so two clusters run from one checkout
+    never share a history (sparkctl/history.py computes the same from -i)."""
+    path = os.path.realpath(str(inventory_dir or "."))
+    return "%s-%s" % (os.path.basename(path) or "inventory", hashlib.sha256(path.encode("utf-8")).hexdigest()[:8])
+
+
+def rollback_node_problems(record, reads):
+    """Why record's deployment cannot be served again on the nodes, one line per gap, from the
+    verify_facts read of every node (reads: {host: result}, its checkpoint_manifest the head's
+    manifest or a worker's verification stamp); [] when the checkpoint's list (of the recorded
+    commit where it names one: the head's manifest, for a hub source) and the runtime (the venv whose installed
+    distributions hash to the recorded lock, or the image with the recorded id) are on every node."""
+    problems = []
+    runtime = (record or {}).get("runtime") or {}
+    checkpoint = (record or {}).get("checkpoint") or {}
+    for host in sorted(reads or {}):
+        read = reads[host] or {}
+        versions = read.get("versions") or {}
+        manifest = read.get("checkpoint_manifest")
+        if runtime.get("kind") == "venv":
+            found = versions.get("venv_lock_sha256")
+            if found != runtime.get("id"):
+                problems.append("%s: the venv of the recorded runtime is %s (recorded lock %s, found %s)"
+                                % (host, "gone" if not found else "not the recorded one", runtime.get("id"),
+                                   found or "no venv"))
+        elif runtime.get("kind") == "image":
+            found = versions.get("image_id")
+            if found != runtime.get("id"):
+                problems.append("%s: the recorded image %s (id %s) is %s" % (
+                    host, runtime.get("image"), runtime.get("id"),
+                    "gone" if not found else "now another image (id %s)" % found))
+        else:
+            problems.append("%s: the record names no runtime kind" % host)
+        if manifest is None:
+            problems.append("%s: the recorded checkpoint is gone (its directory holds no readable manifest or "
+                            "verification stamp of sparkctl's)" % host)
+        elif checkpoint.get("source", "hub") == "hub" and checkpoint.get("commit") and manifest.get("commit") \
+                and manifest.get("commit") != checkpoint.get("commit"):
+            problems.append("%s: the checkpoint directory holds commit %s, not the recorded %s"
+                            % (host, manifest.get("commit"), checkpoint.get("commit")))
+    return problems
+
+
+def profile_problem(record, profile_digest):
+    """Why the profile the run resolved is not the one record's deployment served, or None."""
+    wanted = ((record or {}).get("profile") or {}).get("sha256")
+    if profile_digest == wanted:
+        return None
+    return ("profile %s now resolves to %s, not the recorded %s: its file (or a file it extends) changed since; "
+            "restore it, or deploy the change as a new deployment instead of a rollback"
+            % (((record or {}).get("profile") or {}).get("name"), profile_digest, wanted))

@@ -18,8 +18,10 @@ description:
     each of O(files) that exists (under O(backup_dir), with its mode and owner), the MTU, addresses and
     IPv6 address generation mode of each of O(interfaces), and which of O(linger_users) linger.
   - The parents of O(paths) are recorded apart; a teardown removes one that did not exist only once it is empty.
-  - When O(path) exists it is never rewritten (the first record is the node before sparkctl) and the module
-    reports no change.
+  - When O(path) exists, what it records stays as it is (the first record is the node before sparkctl). Only a path
+    of O(paths) it does not know yet (another profile's checkpoint or venv, named first by the run that switches the
+    served model, before that run creates it) is added, with its existence now and its parents it does not know;
+    otherwise the module reports no change.
   - In check mode it reports the record it would write, and writes nothing.
 author:
   - sparkctl developers (!UNKNOWN)
@@ -135,6 +137,27 @@ def read_links(module, interfaces):
     return links
 
 
+def ancestors_of(paths):
+    """Every parent directory of paths, up to (not including) the root."""
+    found = set()
+    for path in paths:
+        parent = os.path.dirname(path)
+        while parent not in ("", "/"):
+            found.add(parent)
+            parent = os.path.dirname(parent)
+    return found
+
+
+def added_paths(baseline, paths, exists):
+    """What a record already written lacks of paths: {'paths': {path: exists now}, 'parents':
+    {parent: exists now}} for the paths it does not know and their parents it knows in neither list."""
+    known_paths, known_parents = baseline.get("paths") or {}, baseline.get("parents") or {}
+    new = [path for path in paths if path not in known_paths]
+    parents = sorted(ancestors_of(new) - set(known_paths) - set(known_parents))
+    return {"paths": dict((path, exists(path)) for path in new),
+            "parents": dict((parent, exists(parent)) for parent in parents)}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -157,7 +180,17 @@ def main():
         except (OSError, ValueError) as exc:
             module.fail_json(msg="%s is not a readable baseline (%s); sparkctl wrote it before its first change: "
                              "restore it from a backup, or remove it only on a node sparkctl never changed." % (p["path"], exc))
-        module.exit_json(changed=False, recorded=False, baseline=baseline)
+        added = added_paths(baseline, p["paths"], os.path.lexists)
+        if not added["paths"] and not added["parents"]:
+            module.exit_json(changed=False, recorded=False, baseline=baseline)
+        baseline.setdefault("paths", {}).update(added["paths"])
+        baseline.setdefault("parents", {}).update(added["parents"])
+        if not module.check_mode:
+            try:
+                write_file_atomic(p["path"], to_bytes(json.dumps(baseline, indent=1, sort_keys=True) + "\n"), 0o600)
+            except OSError as exc:
+                module.fail_json(msg="could not add to the baseline %s: %s" % (p["path"], exc))
+        module.exit_json(changed=True, recorded=False, baseline=baseline, added=added)
 
     rc, out, err = module.run_command(["dpkg-query", "-W", "-f", DPKG_FORMAT])
     if rc != 0:

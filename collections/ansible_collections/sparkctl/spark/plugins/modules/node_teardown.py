@@ -77,6 +77,17 @@ options:
       block_marker:
         description: The text after C(# BEGIN ) and C(# END ) around a block sparkctl inserted (blockinfile).
         type: str
+  served_file:
+    description:
+      - The list of the checkpoint directories this node served (roles/checkpoint's C(checkpoint_served_file)), read
+        when it exists. Each is kept like O(keep) (after a switch of the served model, the other profiles' too), and
+        with O(purge_served) purged like O(purge_dirs) when the record says sparkctl created it or it holds the mark
+        the checkpoint stage puts in a directory it creates (C(.sparkctl-created)).
+    type: path
+  purge_served:
+    description: Purge the checkpoint directories O(served_file) lists too.
+    type: bool
+    default: false
   purge_dirs:
     description:
       - Directories sparkctl created (the record says they were absent) whose own files go, and only those (the checkpoints,
@@ -165,7 +176,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
-from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_store import sparkctl_files
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_store import CREATED_MARK, read_served, sparkctl_files
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
     dependencies_to_purge,
@@ -462,6 +473,8 @@ def main():
                 markers=dict(type="list", elements="str", default=[]),
                 block_marker=dict(type="str"),
             )),
+            served_file=dict(type="path"),
+            purge_served=dict(type="bool", default=False),
             purge_dirs=dict(type="list", elements="dict", default=[], options=dict(
                 path=dict(type="path", required=True),
                 manifest=dict(type="path"),
@@ -488,14 +501,23 @@ def main():
     except (OSError, ValueError) as exc:
         module.fail_json(msg="%s is not a readable baseline (%s): nothing was removed from the record's list." % (p["path"], exc))
     recorded_paths = baseline.get("paths", {})
+    served = read_served(p["served_file"]) if p["served_file"] else []
+    p["keep"] = list(p["keep"]) + [path for path in served if path not in p["keep"]]
+    if p["purge_served"]:
+        listed = [e["path"].rstrip("/") for e in p["purge_dirs"]]
+        p["purge_dirs"] = list(p["purge_dirs"]) + [{"path": path} for path in served if path.rstrip("/") not in listed]
     touched = t.files(baseline.get("files", {}), p["strip"])
     # The record and its copies go last: a teardown that fails half-way can run again.
     record_dirs = [d for d in recorded_paths if recorded_paths[d] is False
                    and (p["path"] == d or p["path"].startswith(d.rstrip("/") + "/"))]
     skip = set(record_dirs) if p["remove_record"] else set(recorded_paths)
     kept, removed = t.paths(recorded_paths, p["keep"], skip)
+    # A served checkpoint the record does not know (created before sparkctl added the paths a run
+    # names first) is kept all the same, and said so.
+    kept += [path for path in served if path not in kept and path not in recorded_paths and os.path.isdir(path)]
     for entry in p["purge_dirs"]:
-        if recorded_paths.get(entry["path"].rstrip("/")) is False:
+        path = entry["path"].rstrip("/")
+        if recorded_paths.get(path) is False or (path in served and os.path.isfile(os.path.join(path, CREATED_MARK))):
             t.purge_dir(entry["path"].rstrip("/"), entry.get("manifest") or os.path.join(entry["path"], ".sparkctl-manifest.json"))
     purged = [e["path"].rstrip("/") for e in p["purge_dirs"]]
     t.parents(baseline.get("parents", {}), [k.rstrip("/") for k in p["keep"] if k.rstrip("/") not in purged])

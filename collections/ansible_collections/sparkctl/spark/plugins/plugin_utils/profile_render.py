@@ -427,6 +427,19 @@ def profile_digest(profile):
     return content_digest(dict((key, value) for key, value in profile.items() if not str(key).startswith("_")))
 
 
+def venv_digest(profile):
+    """sha256:<hex> of what a venv runtime is built from: the Python, the pins it installs (with
+    sparkctl's Ray), the indexes, the wheel directories and the plugin. Another value is another
+    venv (spark_engine_venv_per_lock puts each in a directory of its own); engine arguments and
+    everything else of the profile leave it as it is."""
+    from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_engine import venv_packages
+
+    venv = ((profile.get("runtime") or {}).get("venv") or {})
+    return content_digest({"python": venv.get("python"), "packages": venv_packages(profile),
+                           "extra_index_urls": venv.get("extra_index_urls") or [],
+                           "find_links": venv.get("find_links") or [], "plugin": venv.get("plugin") or {}})
+
+
 def render_digest(rendered):
     """sha256:<hex> of what render() gives the engine: its argv, environment and every node's
     units (the API key is in a file they name, never in them)."""
