@@ -12,7 +12,7 @@ options:
   paths:
     description:
       - Files, directories and links to read and compare in the same run; a final symlink is not followed.
-      - Returned in RV(paths), with the paths that differ in RV(drifted) and how they differ beside it.
+      - Returned in C(paths), with the paths that differ in C(drifted) and how they differ beside it.
     type: list
     elements: dict
     default: []

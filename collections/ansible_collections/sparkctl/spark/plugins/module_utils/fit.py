@@ -139,7 +139,7 @@ def weights_per_rank(tensors, tensor_parallel=1, expert_parallel=None, pipeline_
     indices = [int(m.group(1)) for m in (_LAYER_INDEX.search(n) for n in tensors) if m]
     layers = num_layers or (max(indices) + 1 if indices else 1)
     per_stage = -(-layers // pp)
-    stages = [{"sharded": 0, "replicated": 0, "expert": 0} for _ in range(pp)]
+    stages = [{"sharded": 0, "replicated": 0, "expert": 0} for _stage in range(pp)]
     for name, info in tensors.items():
         match = _LAYER_INDEX.search(name)
         if match:

@@ -226,4 +226,3 @@ def prepare(base, runtime_kind, runtime_id, subdirs, reset=False, chown=None):
     for old in todo["remove"]:
         shutil.rmtree(old)
     return todo
-

@@ -114,6 +114,6 @@ def parse_env_file(text):
         line = line.strip()
         if not line or line.startswith("#") or "=" not in line:
             continue
-        name, _, value = line.partition("=")
+        name, _sep, value = line.partition("=")
         env[name.strip()] = value.strip()
     return env

@@ -108,7 +108,7 @@ relinked:
   type: bool
   returned: success
 since:
-  description: The engine's start used for RV(cache.written_since), epoch seconds, or null when it is not known
+  description: The engine's start used for C(written_since) in RV(cache), epoch seconds, or null when it is not known
     (no O(since), or O(since_unit) not started).
   type: float
   returned: success
