@@ -14,6 +14,8 @@
 #   apt     apt-get update + install rsync (and docker.io debootstrap), skipped when installed.
 #   nginx   unpack the distribution's nginx binary into <repo>/.venv/nginx (no service) for
 #           the API proxy's unit tests.
+#   promtool unpack the distribution's prometheus package into <repo>/.venv/prometheus (no
+#           daemon) for the alert rules' promtool tests.
 #   dockerd start dockerd in the background when `docker info` fails
 #           (log /var/log/sparklab-dockerd.log, pid /run/sparklab-dockerd.pid), wait <= 60 s.
 set -euo pipefail
@@ -31,7 +33,7 @@ with_docker=1
 for arg in "$@"; do
   case "$arg" in
     --no-docker) with_docker=0 ;;
-    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bootstrap: unknown argument: $arg (known: --no-docker)" >&2; exit 2 ;;
   esac
 done
@@ -128,42 +130,37 @@ else
 fi
 stage_done apt "$t"
 
-# --- nginx ----------------------------------------------------------------------
-# The API proxy's unit tests run the real nginx (`nginx -t` on every rendered config,
-# requests through it): the binary is unpacked into the venv, no service is installed.
-t=$(now)
-NGINX_ROOT="$VENV/nginx"
-if [ -x "$NGINX_ROOT/usr/sbin/nginx" ]; then
-  log "nginx binary present ($NGINX_ROOT)"
-else
-  nginx_tmp=$(mktemp -d)
-  if (cd "$nginx_tmp" && { apt-get download -q nginx >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download -q nginx; }; }); then
-    rm -rf "$NGINX_ROOT" && dpkg-deb -x "$nginx_tmp"/nginx_*.deb "$NGINX_ROOT"
-    log "nginx unpacked into $NGINX_ROOT ($("$NGINX_ROOT/usr/sbin/nginx" -v 2>&1))"
-  else
-    log "WARNING: could not download the nginx package: the proxy's real-nginx unit tests will be skipped"
+# --- nginx and promtool ------------------------------------------------------------
+# Unpack a distribution package's files into ROOT (no service, no maintainer scripts),
+# unless ROOT already holds the binary BIN (a path inside the package). A package that
+# cannot be downloaded is a warning saying which tests WITHOUT skips, not an error.
+#   unpack_deb PACKAGE ROOT BIN WITHOUT VERSION-ARG...
+unpack_deb() {
+  local package=$1 root=$2 bin=$3 without=$4 tmp
+  shift 4
+  if [ -x "$root/$bin" ]; then
+    log "$package present ($root)"
+    return 0
   fi
-  rm -rf "$nginx_tmp"
-fi
+  tmp=$(mktemp -d)
+  if (cd "$tmp" && { apt-get download -q "$package" >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download -q "$package"; }; }); then
+    rm -rf "$root" && dpkg-deb -x "$tmp/${package}"_*.deb "$root"
+    log "$package unpacked into $root ($("$root/$bin" "$@" 2>&1 | head -1))"
+  else
+    log "WARNING: could not download the $package package: $without will be skipped"
+  fi
+  rm -rf "$tmp"
+}
+
+# The API proxy's unit tests run the real nginx (`nginx -t` on every rendered config,
+# requests through it).
+t=$(now)
+unpack_deb nginx "$VENV/nginx" usr/sbin/nginx "the proxy's real-nginx unit tests" -v
 stage_done nginx "$t"
 
-# --- promtool --------------------------------------------------------------------
-# The observe role's alert rules are unit-tested with `promtool test rules`: the
-# distribution's prometheus package is unpacked into the venv, no daemon is installed.
+# The observe role's alert rules are unit-tested with `promtool test rules`.
 t=$(now)
-PROMETHEUS_ROOT="$VENV/prometheus"
-if [ -x "$PROMETHEUS_ROOT/usr/bin/promtool" ]; then
-  log "promtool present ($PROMETHEUS_ROOT)"
-else
-  prom_tmp=$(mktemp -d)
-  if (cd "$prom_tmp" && { apt-get download -q prometheus >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download -q prometheus; }; }); then
-    rm -rf "$PROMETHEUS_ROOT" && dpkg-deb -x "$prom_tmp"/prometheus_*.deb "$PROMETHEUS_ROOT"
-    log "prometheus unpacked into $PROMETHEUS_ROOT ($("$PROMETHEUS_ROOT/usr/bin/promtool" --version 2>&1 | head -1))"
-  else
-    log "WARNING: could not download the prometheus package: the alert rules' promtool tests will be skipped"
-  fi
-  rm -rf "$prom_tmp"
-fi
+unpack_deb prometheus "$VENV/prometheus" usr/bin/promtool "the alert rules' promtool tests" --version
 stage_done promtool "$t"
 
 if [ "$with_docker" -eq 0 ]; then
