@@ -13,8 +13,10 @@ from __future__ import annotations
 
 # Each variant is written out whole: ansible-test's documentation checks read a fragment's
 # text from the source, so a fragment built from shared pieces cannot be checked.
-# Check mode reports the change a real run would make, without making it; no module shows a
-# diff. A read-only module does the same in check mode. The platform is Linux for modules that
+# Check mode reports the change a real run would make, without making it. Every variant says
+# no diff: a module that shows one states its diff_mode support and what the diff holds itself
+# (tests/unit/test_module_documentation.py holds each module's claim to what it does). A
+# read-only module does the same in check mode. The platform is Linux for modules that
 # read /proc, sysfs, systemd or nftables, POSIX for the others.
 
 
