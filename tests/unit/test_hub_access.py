@@ -12,7 +12,7 @@ import module_runner
 import pytest
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.preflight_checks import check_hub, preflight_checks, preflight_lines
 from ansible_collections.sparkctl.spark.plugins.filter.inventory_problems import inventory_problems
-from ansible_collections.sparkctl.spark.plugins.module_utils.hub_access import endpoint_problem, probe, verdict
+from ansible_collections.sparkctl.spark.plugins.module_utils.hub_access import endpoint_problem, hub_options, probe, verdict
 from ansible_collections.sparkctl.spark.plugins.modules import hub_access as hub_access_module
 
 from hubstub import HubStub  # tests/lab/hub, on sys.path through conftest.py
@@ -292,6 +292,18 @@ def test_validation_refuses_a_token_over_plain_http_naming_the_variable():
                             ("http://hf-mirror.example.com", "")):
         problems = inventory_problems(*_inventory(spark_hf_endpoint=endpoint, spark_hf_token=token))
         assert not [p for p in problems if "spark_hf_endpoint" in p], (endpoint, problems)
+
+
+@pytest.mark.parametrize(("params", "environ", "expected"), [
+    ({"token": "", "endpoint": ""}, {}, (None, None)),
+    ({"token": None, "endpoint": None}, {"HF_ENDPOINT": "http://127.0.0.1:8765"}, (None, "http://127.0.0.1:8765")),
+    ({"token": "hf_x", "endpoint": "https://hf-mirror.example.com"}, {"HF_ENDPOINT": "http://127.0.0.1:8765"},
+     ("hf_x", "https://hf-mirror.example.com")),
+    ({"token": "hf_x", "endpoint": ""}, {"HF_ENDPOINT": ""}, ("hf_x", None)),
+])
+def test_hub_options_fall_back_to_the_nodes_hf_endpoint_then_the_real_hub(params, environ, expected):
+    # hub_access and checkpoint_fit read their hub options with it: an empty option is anonymous / the node's hub.
+    assert hub_options(params, environ) == expected
 
 
 def test_the_probe_sends_nothing_when_the_token_would_go_in_clear_text(loopback_only):

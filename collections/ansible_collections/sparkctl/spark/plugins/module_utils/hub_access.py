@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import socket
 import urllib.error
 import urllib.request
@@ -91,6 +92,21 @@ def _split_endpoint(endpoint):
     except ValueError:
         return "", ""
     return parts.scheme.lower(), parts.hostname or ""
+
+
+# The options of the modules that ask the hub (hub_access, checkpoint_fit), documented once in the
+# sparkctl.spark.hub doc fragment; hub_options reads them.
+HUB_ARGUMENT_SPEC = dict(
+    token=dict(type="str", no_log=True),
+    endpoint=dict(type="str"),
+)
+
+
+def hub_options(params, environ=None):
+    """(token, endpoint) from a module's HUB_ARGUMENT_SPEC options: an empty token asks anonymously
+    (None), an empty endpoint is the node's HF_ENDPOINT, else None (the real hub)."""
+    environ = os.environ if environ is None else environ
+    return params["token"] or None, params["endpoint"] or environ.get("HF_ENDPOINT") or None
 
 
 def endpoint_problem(endpoint, token):

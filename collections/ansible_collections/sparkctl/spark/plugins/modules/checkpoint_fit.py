@@ -12,6 +12,7 @@ version_added: 0.1.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - sparkctl.spark.attributes.info_posix
+  - sparkctl.spark.hub
 description:
   - Runs on the head before the checkpoint stage writes anything. Reads the checkpoint's C(config.json) and every
     shard's safetensors header (from the hub with two range requests per shard, a few kilobytes each, or from a
@@ -41,12 +42,6 @@ options:
   path:
     description: A checkpoint directory on the node to read instead of the hub.
     type: path
-  token:
-    description: Hugging Face token; empty asks anonymously.
-    type: str
-  endpoint:
-    description: Hub URL. Empty uses C(HF_ENDPOINT) from the node's environment, else C(https://huggingface.co).
-    type: str
   guard_bytes:
     description: The OOM guard's line (C(spark_oom_guard_min_available_bytes)).
     type: int
@@ -114,12 +109,11 @@ estimate:
   returned: always
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import fit
-from ansible_collections.sparkctl.spark.plugins.module_utils.hub_access import endpoint_problem
+from ansible_collections.sparkctl.spark.plugins.module_utils.hub_access import HUB_ARGUMENT_SPEC, endpoint_problem, hub_options
 
 
 def mem_available(path="/proc/meminfo"):
@@ -142,12 +136,11 @@ def summary(result):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            HUB_ARGUMENT_SPEC,
             profile=dict(type="dict", required=True),
             repo_id=dict(type="str"),
             revision=dict(type="str", default="main"),
             path=dict(type="path"),
-            token=dict(type="str", no_log=True),
-            endpoint=dict(type="str"),
             guard_bytes=dict(type="int", default=8589934592),
             available_bytes=dict(type="int", default=0),
             context=dict(type="int", default=0),
@@ -157,8 +150,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    token = p["token"] or None
-    endpoint = p["endpoint"] or os.environ.get("HF_ENDPOINT") or None
+    token, endpoint = hub_options(p)
     out = {"changed": False, "read": False, "fits": None, "reason": None, "shards": [], "estimate": None}
     problem = None if p["path"] else endpoint_problem(endpoint, token)
     if problem:

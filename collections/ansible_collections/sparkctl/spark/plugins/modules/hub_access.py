@@ -12,6 +12,7 @@ version_added: 0.1.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - sparkctl.spark.attributes.info_posix
+  - sparkctl.spark.hub
 description:
   - Runs on the node that downloads the checkpoint (the head), before anything is written, so a gated or private
     repo without a usable token, an unknown repo or an unknown revision, or a hub that lists the repo but refuses
@@ -44,12 +45,6 @@ options:
     description: The pinned revision (commit sha, branch or tag).
     type: str
     required: true
-  token:
-    description: Hugging Face token; empty asks anonymously.
-    type: str
-  endpoint:
-    description: Hub URL. Empty uses C(HF_ENDPOINT) from the node's environment, else C(https://huggingface.co).
-    type: str
   timeout:
     description: Seconds per request.
     type: int
@@ -156,27 +151,25 @@ endpoint_problem:
   returned: always
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.hub_access import probe, verdict
+from ansible_collections.sparkctl.spark.plugins.module_utils.hub_access import HUB_ARGUMENT_SPEC, hub_options, probe, verdict
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            HUB_ARGUMENT_SPEC,
             repo_id=dict(type="str", required=True),
             revision=dict(type="str", required=True),
-            token=dict(type="str", no_log=True),
-            endpoint=dict(type="str"),
             timeout=dict(type="int", default=15),
         ),
         supports_check_mode=True,
     )
     params = module.params
-    endpoint = params["endpoint"] or os.environ.get("HF_ENDPOINT") or None
-    result = probe(params["repo_id"], params["revision"], token=params["token"] or None, endpoint=endpoint,
+    token, endpoint = hub_options(params)
+    result = probe(params["repo_id"], params["revision"], token=token, endpoint=endpoint,
                    timeout=params["timeout"])
     result.update(verdict(result))
     module.exit_json(changed=False, **result)
