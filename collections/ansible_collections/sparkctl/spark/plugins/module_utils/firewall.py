@@ -53,24 +53,27 @@ class FirewallError(ValueError):
 # --- Validation ------------------------------------------------------------------
 
 
-def _list_problems(name, values, expected, item_problem):
+def _list_problems(name, values, expected, item_problems):
     """Problems with a list held in variable `name`: not a list at all (`expected` says what it
-    must be), else one sentence per item item_problem finds wrong."""
+    must be), else the sentences item_problems(name, index, item) says about each item."""
     if values is None:
         return []
     if not isinstance(values, (list, tuple)):
         return [f"'{name}' must be {expected}, got {values!r}."]
-    problems = []
-    for idx, value in enumerate(values):
-        problem = item_problem(value)
-        if problem:
-            problems.append(f"'{name}'[{idx}] {value!r} {problem}.")
-    return problems
+    return [problem for idx, value in enumerate(values) for problem in item_problems(name, idx, value)]
+
+
+def _each(one_problem):
+    """item_problems for _list_problems from a check that says what is wrong with one item, or None."""
+    def item_problems(name, idx, value):
+        problem = one_problem(value)
+        return [f"'{name}'[{idx}] {value!r} {problem}."] if problem else []
+    return item_problems
 
 
 def port_problems(name, ports):
     """Problems with a list of TCP ports held in variable `name`."""
-    return _list_problems(name, ports, "a list of TCP ports (1-65535), e.g. [9100]", _one_port_problem)
+    return _list_problems(name, ports, "a list of TCP ports (1-65535), e.g. [9100]", _each(_one_port_problem))
 
 
 def _one_port_problem(port):
@@ -99,7 +102,7 @@ def _one_cidr_problem(cidr):
 
 def cidr_problems(name, cidrs):
     """Problems with a list of IPv4/IPv6 networks held in variable `name`."""
-    return _list_problems(name, cidrs, "a list of IPv4/IPv6 networks, e.g. ['10.0.0.0/24', 'fd00::/64']", _one_cidr_problem)
+    return _list_problems(name, cidrs, "a list of IPv4/IPv6 networks, e.g. ['10.0.0.0/24', 'fd00::/64']", _each(_one_cidr_problem))
 
 
 def _one_interface_problem(iface):
@@ -109,7 +112,7 @@ def _one_interface_problem(iface):
 
 
 def interface_problems(name, interfaces):
-    return _list_problems(name, interfaces, "a list of interface names", _one_interface_problem)
+    return _list_problems(name, interfaces, "a list of interface names", _each(_one_interface_problem))
 
 
 def revert_seconds_problems(name, seconds):
@@ -128,19 +131,16 @@ def source_port_problems(name, entries):
     """Problems with a list of {port, sources, comment} held in variable `name`: ports open only
     to some networks (the observe stage's node exporter to the Prometheus host, Prometheus to the
     management network)."""
-    if entries is None:
-        return []
-    if not isinstance(entries, (list, tuple)):
-        return [f"'{name}' must be a list of {{port, sources, comment}}, got {entries!r}."]
-    problems = []
-    for idx, entry in enumerate(entries):
-        if not isinstance(entry, dict) or set(entry) - {"port", "sources", "comment"} or "port" not in entry:
-            problems.append(f"'{name}'[{idx}] {entry!r} must be a mapping with port, sources and comment.")
-            continue
-        problems += single_port_problems(f"{name}[{idx}].port", entry["port"])
-        problems += cidr_problems(f"{name}[{idx}].sources", entry.get("sources") or [])
-        if not re.match(r"^[A-Za-z0-9 _.,()/:-]*$", str(entry.get("comment", ""))):
-            problems.append(f"'{name}'[{idx}].comment {entry.get('comment')!r} may hold letters, digits, spaces and _ . , ( ) / : - only.")
+    return _list_problems(name, entries, "a list of {port, sources, comment}", _source_port_problems)
+
+
+def _source_port_problems(name, idx, entry):
+    if not isinstance(entry, dict) or set(entry) - {"port", "sources", "comment"} or "port" not in entry:
+        return [f"'{name}'[{idx}] {entry!r} must be a mapping with port, sources and comment."]
+    problems = single_port_problems(f"{name}[{idx}].port", entry["port"])
+    problems += cidr_problems(f"{name}[{idx}].sources", entry.get("sources") or [])
+    if not re.match(r"^[A-Za-z0-9 _.,()/:-]*$", str(entry.get("comment", ""))):
+        problems.append(f"'{name}'[{idx}].comment {entry.get('comment')!r} may hold letters, digits, spaces and _ . , ( ) / : - only.")
     return problems
 
 
