@@ -48,6 +48,21 @@ def stop_bench_daemons(units: list[str]) -> None:
     node_exec("spark2", "rm", "-f", BENCH_CONF)
 
 
+def fresh_dir(node: str, root: str, name: str) -> str:
+    """An empty root/name on node, root and all below it owned by the service user."""
+    path = f"{root}/{name}"
+    node_exec(node, "sh", "-c", f"rm -rf {path} && mkdir -p {path} && chown -R {USER}: {root}")
+    return path
+
+
+def daemon_worker_args(sub: str) -> dict:
+    """checkpoint_sync's arguments that mirror to spark2's bench daemons (start_bench_daemons), into sub
+    below their module path: one URL per cable address, the first the target, the others alternates."""
+    urls = [f"rsync://{DAEMON_USER}@{ip}:{BENCH_PORT}/checkpoint/{sub}/" for ip in WORKER_LINKS]
+    return {"workers": [{"name": "spark2", "target": urls[0], "alternate_targets": urls[1:]}],
+            "rsync_password_file": PASSWORD_FILE}
+
+
 def run_checkpoint_sync(args: dict, what: str) -> dict:
     """sparkctl.spark.checkpoint_sync on spark1 as the service user, through ansible; its result."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))

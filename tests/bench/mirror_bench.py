@@ -44,11 +44,10 @@ from labrun import node_exec  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlab import (  # noqa: E402
-    BENCH_PORT,
-    DAEMON_USER,
-    PASSWORD_FILE,
     USER,
     WORKER_LINKS,
+    daemon_worker_args,
+    fresh_dir,
     run_checkpoint_sync,
     start_bench_daemons,
     stop_bench_daemons,
@@ -64,9 +63,7 @@ def size_of_checkpoint() -> int:
 
 
 def fresh_target(name: str) -> str:
-    path = f"{BENCH_ROOT}/{name}"
-    node_exec("spark2", "sh", "-c", f"rm -rf {path} && mkdir -p {path} && chown -R {USER}: {BENCH_ROOT}")
-    return path
+    return fresh_dir("spark2", BENCH_ROOT, name)
 
 
 def as_head_user(script: str) -> float:
@@ -92,20 +89,17 @@ def run_raw(target: str) -> float:
 
 def run_project(target: str, streams: int, transport: str) -> float:
     if transport == "rsyncd":
-        sub = target[len(BENCH_ROOT) + 1:]
-        urls = [f"rsync://{DAEMON_USER}@{ip}:{BENCH_PORT}/checkpoint/{sub}/" for ip in WORKER_LINKS]
-        extra = {"rsync_password_file": PASSWORD_FILE}
+        workers = daemon_worker_args(target[len(BENCH_ROOT) + 1:])
     else:
         urls = [f"{USER}@{ip}:{target}/" for ip in WORKER_LINKS]
-        extra = {}
+        workers = {"workers": [{"name": "spark2", "target": urls[0], "alternate_targets": urls[1:]}]}
     args = {
         "source": {"type": "path", "path": CKPT},
         "dest": CKPT,
-        "workers": [{"name": "spark2", "target": urls[0], "alternate_targets": urls[1:]}],
         "streams": streams,
         "manifest_file": "/tmp/sparkctl-mirror-bench-manifest.json",
         "progress_file": "/tmp/sparkctl-mirror-bench-progress.json",
-        **extra,
+        **workers,
     }
     result = run_checkpoint_sync(args, f"checkpoint_sync ({transport})")
     # The module's own clock for the mirror phase: the same span the others measure,

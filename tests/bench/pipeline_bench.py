@@ -30,11 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlab import (  # noqa: E402
-    BENCH_PORT,
-    DAEMON_USER,
-    PASSWORD_FILE,
-    USER,
-    WORKER_LINKS,
+    daemon_worker_args,
+    fresh_dir,
     node_exec,
     run_checkpoint_sync,
     start_bench_daemons,
@@ -58,20 +55,8 @@ def set_throttle(rate_bytes_per_s: float | None) -> None:
     node_exec("spark1", "python3", "-c", script, body)
 
 
-def fresh_head_dir(name: str) -> str:
-    path = f"{HEAD_ROOT}/{name}"
-    node_exec("spark1", "sh", "-c", f"rm -rf {path} && mkdir -p {path} && chown -R {USER}: {HEAD_ROOT}")
-    return path
-
-
-def fresh_worker_dir(name: str) -> str:
-    path = f"{WORKER_ROOT}/{name}"
-    node_exec("spark2", "sh", "-c", f"rm -rf {path} && mkdir -p {path} && chown -R {USER}: {WORKER_ROOT}")
-    return name
-
-
 def run(name: str, mirror: bool, streams: int) -> dict:
-    dest = fresh_head_dir(name)
+    dest = fresh_dir("spark1", HEAD_ROOT, name)
     args = {
         "source": {"type": "hub", "repo_id": REPO_ID, "revision": "main", "endpoint": HUB},
         "dest": dest,
@@ -79,10 +64,8 @@ def run(name: str, mirror: bool, streams: int) -> dict:
         "workers": [],
     }
     if mirror:
-        sub = fresh_worker_dir(name)
-        urls = [f"rsync://{DAEMON_USER}@{ip}:{BENCH_PORT}/checkpoint/{sub}/" for ip in WORKER_LINKS]
-        args["workers"] = [{"name": "spark2", "target": urls[0], "alternate_targets": urls[1:]}]
-        args["rsync_password_file"] = PASSWORD_FILE
+        fresh_dir("spark2", WORKER_ROOT, name)
+        args.update(daemon_worker_args(name))
     result = run_checkpoint_sync(args, name)
     node_exec("spark1", "rm", "-rf", dest)  # the next round downloads everything again
     return result["timings"]
