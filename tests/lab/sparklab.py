@@ -811,22 +811,32 @@ def ensure_cable(plan: Plan) -> int:
     returns how many it made."""
     if plan.topology == "switch":
         return ensure_switch(plan)
-    made = 0
     if len(plan.nodes) < 2:
         return 0
     a, b = plan.nodes[0], plan.nodes[1]
-    for x, y, ok in cable_state(plan):
-        if ok:
-            continue
-        t = time.monotonic()
+
+    def make(x: Link, y: Link) -> str:
         for node, link in ((a, x), (b, y)):   # leftovers of a broken pair
             node_ip_link(node, link, "del", check=False)
         make_veth(a, x, y.interface, node_end(b, y))
         for node, link in ((a, x), (b, y)):
             node_ip_link(node, link, "set", "up")
+        return f"cable {a.name}:{x.interface} <-> {b.name}:{y.interface} created"
+
+    return remake_broken(cable_state(plan), make)
+
+
+def remake_broken(states: list[tuple], make) -> int:
+    """make(*state) for every state (its last item False) of a cable or switch check that is
+    not intact, saying the sentence make returns with the time it took; how many it remade."""
+    made = 0
+    for *state, ok in states:
+        if ok:
+            continue
+        t = time.monotonic()
+        said = make(*state)
         made += 1
-        say(f"cable {a.name}:{x.interface} <-> {b.name}:{y.interface} created "
-            f"({(time.monotonic() - t) * 1000:.0f} ms)")
+        say(f"{said} ({(time.monotonic() - t) * 1000:.0f} ms)")
     return made
 
 
@@ -891,23 +901,19 @@ def ensure_switch(plan: Plan) -> int:
             run(["ip", "-n", ns, "link", "add", bridge, "mtu", str(SWITCH_MTU), "type", "bridge"])
             say(f"switch {ns}: bridge {bridge} created (mtu {SWITCH_MTU})")
         run(["ip", "-n", ns, "link", "set", bridge, "mtu", str(SWITCH_MTU), "up"])
-    made = 0
-    for node, link, ok in switch_state(plan):
-        if ok:
-            continue
+
+    def make(node: Node, link: Link) -> str:
         half = node.links.index(link)
         port, bridge = switch_port(node, half), switch_bridge(half)
-        t = time.monotonic()
         node_ip_link(node, link, "del", check=False)
         run(["ip", "-n", ns, "link", "del", port], check=False)
         # The switch's end at SWITCH_MTU, a port of its half's bridge before the node's end comes up.
         make_veth(node, link, port, ["mtu", str(SWITCH_MTU), "netns", ns])
         run(["ip", "-n", ns, "link", "set", port, "master", bridge, "up"])
         node_ip_link(node, link, "set", "up")
-        made += 1
-        say(f"switch {ns}: {node.name}:{link.interface} plugged into {bridge} as {port} "
-            f"({(time.monotonic() - t) * 1000:.0f} ms)")
-    return made
+        return f"switch {ns}: {node.name}:{link.interface} plugged into {bridge} as {port}"
+
+    return remake_broken(switch_state(plan), make)
 
 
 def remove_switch(plan: Plan) -> bool:
