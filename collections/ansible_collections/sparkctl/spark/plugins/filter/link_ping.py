@@ -22,7 +22,8 @@ description:
     with the peer's C(spark_link[i].address) (prefix length removed).
   - Hosts in O(skip_hosts) are left out (the role passes the peers with a change pending in check mode).
   - The same file provides C(link_ping_failed_targets) (the targets of failed results) and C(link_ping_problems)
-    (one sentence per failed target with the MTU and the likely fix, from iputils C(ping) output).
+    (one sentence per failed target with the MTU and the likely fix, from iputils C(ping) output), both reading
+    RV(sparkctl.spark.link_ping#module:pings).
 options:
   this_host:
     description: C(inventory_hostname).
@@ -36,20 +37,10 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Ping every peer on every cable half
-  ansible.builtin.command:
-    argv: [ping, -M, do, -s, "{{ spark_link_mtu - 28 }}", -c, "3", -W, "2", -I, "{{ item.interface }}", "{{ item.address }}"]
-  loop: "{{ hostvars | sparkctl.spark.link_ping_targets(groups['spark_head'] + groups['spark_workers'], inventory_hostname) }}"
-  register: jumbo_ping
-  changed_when: false
-  failed_when: false
-
-- name: Fail with what each failed ping means
-  ansible.builtin.assert:
-    that: problems | length == 0
-    fail_msg: "{{ problems }}"
-  vars:
-    problems: "{{ jumbo_ping.results | sparkctl.spark.link_ping_problems(spark_link_mtu) }}"
+# The sparkctl.spark.link_ping module pings them; its example judges the results with link_ping_problems.
+- name: The peers this node must reach, per cable half
+  ansible.builtin.set_fact:
+    link_targets: "{{ hostvars | sparkctl.spark.link_ping_targets(groups['spark_head'] + groups['spark_workers'], inventory_hostname) }}"
 """
 
 RETURN = r"""
