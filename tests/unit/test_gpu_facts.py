@@ -178,14 +178,20 @@ def test_gb10_host_facts():
     assert runner.calls == [(NVCC, "--version"), QUERY, (NVIDIA_SMI, "--version")]
 
 
-def test_old_driver_without_version_flag_falls_back_to_table_banner():
-    runner = FakeRunner(
+def old_driver(query_csv, table_rc, table):
+    """A driver whose nvidia-smi answers the query with query_csv, does not know --version, and
+    answers the plain table with table_rc and the fixture table."""
+    return FakeRunner(
         {
-            QUERY: (0, fixture("h100_550_query.csv"), ""),
+            QUERY: (0, fixture(query_csv), ""),
             (NVIDIA_SMI, "--version"): (2, fixture("version_unsupported.txt"), ""),
-            (NVIDIA_SMI,): (0, fixture("h100_550_table.txt"), ""),
+            (NVIDIA_SMI,): (table_rc, fixture(table), ""),
         }
     )
+
+
+def test_old_driver_without_version_flag_falls_back_to_table_banner():
+    runner = old_driver("h100_550_query.csv", 0, "h100_550_table.txt")
 
     facts = gpu.gather_gpu_facts(runner, NVIDIA_SMI, None)
 
@@ -199,13 +205,7 @@ def test_old_driver_without_version_flag_falls_back_to_table_banner():
 
 
 def test_cuda_driver_version_is_null_when_neither_source_answers():
-    runner = FakeRunner(
-        {
-            QUERY: (0, fixture("gb10_580_query.csv"), ""),
-            (NVIDIA_SMI, "--version"): (2, fixture("version_unsupported.txt"), ""),
-            (NVIDIA_SMI,): (9, fixture("driver_failed.txt"), ""),
-        }
-    )
+    runner = old_driver("gb10_580_query.csv", 9, "driver_failed.txt")
 
     facts = gpu.gather_gpu_facts(runner, NVIDIA_SMI, None)
 
