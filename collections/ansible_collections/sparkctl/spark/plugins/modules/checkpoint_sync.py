@@ -232,6 +232,24 @@ EXAMPLES = r"""
   poll: 0
   register: spark_checkpoint_job
 
+- name: Three Sparks on a switch, the workers relaying each file on to each other
+  sparkctl.spark.checkpoint_sync:
+    source:
+      type: path
+      path: /srv/models/local-model
+    dest: /srv/models/local-model
+    rsync_password_file: /etc/sparkctl/checkpoint-rsyncd.password
+    relay: true
+    # The same secret on every worker, the service user's, 0600.
+    relay_password_file: /etc/sparkctl/checkpoint-rsyncd.password
+    workers:
+      - name: spark2
+        target: rsync://sparkctl-mirror@192.168.100.11:8730/checkpoint/
+        relay_source: spark@192.168.100.11:/srv/models/local-model/
+      - name: spark3
+        target: rsync://sparkctl-mirror@192.168.100.12:8730/checkpoint/
+        relay_source: spark@192.168.100.12:/srv/models/local-model/
+
 - name: Mirror a directory already on the head
   sparkctl.spark.checkpoint_sync:
     source:
