@@ -26,6 +26,15 @@ Needs: the lab up and converged through the checkpoint stage (site.yml).
 Usage: .venv/bin/python tests/bench/mirror_bench.py [--rounds 3] [--streams 2,4]
 (several stream counts: the project's methods run once per count; the ratios use
 the best count, which is what checkpoint_streams should be set to)
+
+--nodes N (N >= 3, a lab on a switch: SPARKLAB_INVENTORY=inventories/lab-switch)
+compares instead, in one run, the head sending to every worker (head-only) with the
+relay (checkpoint_sync relay: true, a worker sends each verified file on to the
+next): the lab checkpoint from spark1 to a fresh directory on every worker, each
+worker's rsync daemons as above (their hosts allow widened to every node's cable
+addresses), every node's cable ports shaped to --rate (tc tbf) so the link, not
+the lab's shared CPU, sets the time, as on real Sparks. It prints each method's
+time, rate and the bytes the head's ports sent.
 """
 
 from __future__ import annotations
@@ -40,10 +49,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from labrun import node_exec  # noqa: E402
+import subprocess  # noqa: E402
+
+from labrun import LAB_INVENTORY, container, lab_plan, node_exec  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlab import (  # noqa: E402
+    BENCH_CONF,
+    BENCH_PORT,
+    DAEMON_CONF,
+    DAEMON_USER,
+    PASSWORD_FILE,
     USER,
     WORKER_LINKS,
     daemon_worker_args,
@@ -107,11 +123,142 @@ def run_project(target: str, streams: int, transport: str) -> float:
     return float(result["timings"]["mirror_s"])
 
 
+RELAY_PASSWORD = "/run/sparkctl-bench-relay.password"
+
+
+def plan_nodes(count: int):
+    plan = lab_plan()
+    if plan.topology != "switch" or len(plan.nodes) < count:
+        sys.exit(f"--nodes {count} needs a lab of {count} nodes on a switch (SPARKLAB_INVENTORY={LAB_INVENTORY} "
+                 f"is {len(plan.nodes)} nodes, {plan.topology}): sparklab up --nodes {count} --topology switch")
+    return plan.nodes[:count]
+
+
+def shape(nodes, rate: str) -> None:
+    """tbf on every cable port of every node: each port sends at most `rate`."""
+    for node in nodes:
+        for link in node.links:
+            node_exec(node.name, "tc", "qdisc", "replace", "dev", link.interface, "root", "tbf", "rate", rate,
+                      "burst", "256kb", "latency", "100ms")
+
+
+def unshape(nodes) -> None:
+    for node in nodes:
+        for link in node.links:
+            node_exec(node.name, "tc", "qdisc", "del", "dev", link.interface, "root", check=False)
+
+
+def sent_bytes(node) -> int:
+    """Bytes the node's cable ports have sent (tc's counters, reset when shape() replaces the qdisc)."""
+    total = 0
+    for link in node.links:
+        out = node_exec(node.name, "tc", "-s", "qdisc", "show", "dev", link.interface).stdout
+        total += int(out.split(" Sent ", 1)[1].split()[0])
+    return total
+
+
+def start_worker_daemons(worker, addresses: list[str]) -> list[str]:
+    """The role's daemon configuration on this worker, module path moved to BENCH_ROOT, hosts allow
+    widened to every node's cable addresses (the relay's feeders are workers), one daemon per address."""
+    node_exec(worker.name, "sh", "-c", f"mkdir -p {BENCH_ROOT} && chown {USER}: {BENCH_ROOT} && "
+              f"sed -e 's#^path = .*#path = {BENCH_ROOT}#' -e 's#^hosts allow = .*#hosts allow = {' '.join(addresses)}#' "
+              f"{DAEMON_CONF} > {BENCH_CONF}")
+    units = []
+    for index, link in enumerate(worker.links):
+        unit = f"sparkctl-bench-rsyncd-{index}"
+        node_exec(worker.name, "systemd-run", f"--unit={unit}", "--collect", "rsync", "--daemon", "--no-detach",
+                  f"--config={BENCH_CONF}", f"--address={link.ip}", f"--port={BENCH_PORT}")
+        units.append(unit)
+    deadline = time.monotonic() + 10
+    listening = f"ss -ltn 'sport = :{BENCH_PORT}' | grep -c LISTEN"
+    while node_exec(worker.name, "sh", "-c", listening, check=False).stdout.strip() != str(len(worker.links)):
+        if time.monotonic() > deadline:
+            sys.exit(f"the bench rsync daemons did not start on {worker.name}")
+        time.sleep(0.2)
+    return units
+
+
+def copy_secret(head, worker) -> None:
+    """The daemon's secret for the relay's feeders, 0600 and the service user's, never through this
+    process's output: streamed from the head's file into the worker's, both inside the lab."""
+    script = (f"docker exec {container(head.name)} cat {PASSWORD_FILE} | docker exec -i {container(worker.name)} "
+              f"sh -c 'umask 077 && cat > {RELAY_PASSWORD} && chown {USER}: {RELAY_PASSWORD}'")
+    subprocess.run(["sh", "-c", script], check=True, capture_output=True)
+
+
+def fanout_round(head, workers, sub: str, relay: bool, streams: int) -> tuple[float, int]:
+    """One copy of the checkpoint to a fresh BENCH_ROOT/sub on every worker: (mirror seconds, bytes the head sent)."""
+    specs = []
+    for worker in workers:
+        node_exec(worker.name, "sh", "-c", f"rm -rf {BENCH_ROOT}/{sub} && mkdir -p {BENCH_ROOT}/{sub} && chown -R {USER}: {BENCH_ROOT}")
+        urls = [f"rsync://{DAEMON_USER}@{link.ip}:{BENCH_PORT}/checkpoint/{sub}/" for link in worker.links]
+        specs.append({"name": worker.name, "target": urls[0], "alternate_targets": urls[1:],
+                      "relay_source": f"{USER}@{worker.links[0].ip}:{BENCH_ROOT}/{sub}/"})
+    args = {
+        "source": {"type": "path", "path": CKPT}, "dest": CKPT, "workers": specs, "streams": streams,
+        "rsync_password_file": PASSWORD_FILE, "relay": relay, "relay_password_file": RELAY_PASSWORD,
+        "manifest_file": "/tmp/sparkctl-mirror-bench-manifest.json",
+        "progress_file": "/tmp/sparkctl-mirror-bench-progress.json",
+    }
+    before = sent_bytes(head)
+    result = run_checkpoint_sync(args, f"checkpoint_sync (relay {relay})")
+    sent = sent_bytes(head) - before
+    for worker in workers:  # every worker's copy is the head's, byte for byte
+        check = node_exec(worker.name, "sh", "-c", f"cd {BENCH_ROOT}/{sub} && sha256sum $(ls | sort)").stdout
+        if check != node_exec(head.name, "sh", "-c", f"cd {CKPT} && sha256sum $(ls | sort)").stdout:
+            sys.exit(f"{worker.name}: the copy in {BENCH_ROOT}/{sub} differs from the head's")
+        node_exec(worker.name, "rm", "-rf", f"{BENCH_ROOT}/{sub}")
+    return float(result["timings"]["mirror_s"]), sent
+
+
+def fanout(count: int, rounds: int, rate: str, streams: int) -> int:
+    nodes = plan_nodes(count)
+    head, workers = nodes[0], nodes[1:]
+    addresses = [link.ip for node in nodes for link in node.links]
+    total = size_of_checkpoint()
+    node_exec(head.name, "sh", "-c", f"cat {CKPT}/* > /dev/null")
+    units = {}
+    seconds: dict[str, list[float]] = {"head-only": [], "relay": []}
+    sent: dict[str, list[int]] = {"head-only": [], "relay": []}
+    try:
+        for worker in workers:
+            units[worker.name] = start_worker_daemons(worker, addresses)
+            copy_secret(head, worker)
+        shape(nodes, rate)
+        for rnd in range(rounds):
+            for name in seconds:
+                took, head_sent = fanout_round(head, workers, f"{name}-{rnd}", name == "relay", streams)
+                seconds[name].append(took)
+                sent[name].append(head_sent)
+    finally:
+        unshape(nodes)
+        for worker in workers:
+            for unit in units.get(worker.name, []):
+                node_exec(worker.name, "systemctl", "stop", unit, check=False)
+            node_exec(worker.name, "rm", "-rf", BENCH_ROOT, BENCH_CONF, RELAY_PASSWORD, check=False)
+
+    print(f"checkpoint mirror {head.name} -> {len(workers)} workers on the lab switch, {total / 1e9:.2f} GB each, "
+          f"every cable port shaped to {rate}, {streams} streams per worker, median of {rounds}")
+    median = {name: statistics.median(times) for name, times in seconds.items()}
+    for name, times in seconds.items():
+        rate_mb = total * len(workers) / median[name] / 1e6
+        print(f"  {name:10} {median[name]:7.1f} s  {rate_mb:7.1f} MB/s delivered   head sent "
+              f"{statistics.median(sent[name]) / total:4.2f} x the checkpoint   runs: {', '.join(f'{t:.1f}' for t in times)} s")
+    print(f"  relay / head-only time {median['relay'] / median['head-only']:5.2f}  "
+          f"(the relay {'faster' if median['relay'] < median['head-only'] else 'NOT faster'}, "
+          f"{(1 - median['relay'] / median['head-only']) * 100:.0f} % less time)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--streams", default="2,4", help="stream counts for the project's methods, comma-separated")
+    parser.add_argument("--nodes", type=int, default=2, help="3 or more: head-only fan-out against the relay (a lab on a switch)")
+    parser.add_argument("--rate", default="200mbit", help="with --nodes: every cable port's tc tbf rate")
     args = parser.parse_args()
+    if args.nodes > 2:
+        return fanout(args.nodes, args.rounds, args.rate, int(args.streams.split(",")[0]))
 
     total = size_of_checkpoint()
     # Warm the head's page cache once, so every method reads from memory.

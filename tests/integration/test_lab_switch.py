@@ -10,7 +10,8 @@ their address at MTU 9000; a full-MTU no-fragment ping reaches every peer on eve
 node's fabric environment names its own RoCE GID index; the head logs in to every worker over
 every half with the mesh key; the firewall trusts the peers' addresses on the shared subnet, not
 the subnet (a stranger on the switch does not reach Ray's GCS, a peer does); Ray has N nodes and N
-GPUs; and every node runs the same versions of the stack."""
+GPUs; every node runs the same versions of the stack; and the workers relay the checkpoint to each
+other (the head sends each shard once) and end with the head's bytes."""
 
 from __future__ import annotations
 
@@ -143,3 +144,33 @@ def test_every_node_runs_the_same_versions(plan, converged):
                          "import importlib.metadata as m; print(m.version('ray'), m.version('sparklab-engine'))", check=False)
         versions[node.name] = proc.stdout.strip() or proc.stderr.strip()
     assert len(set(versions.values())) == 1, versions
+
+
+CHECKPOINT = "/srv/sparkctl/models/lab-standin"
+
+
+def test_the_workers_relay_the_checkpoint_and_every_copy_is_the_heads(plan, converged, run_site):
+    """The checkpoint stage with the shards gone from every worker: the head sends each shard to one
+    worker, which sends it on (checkpoint_relay), and every node ends with the head's bytes."""
+    head, workers = plan.nodes[0], plan.nodes[1:]
+    shards = node_exec(head.name, "sh", "-c", f"cd {CHECKPOINT} && ls *.safetensors").stdout.split()
+    for worker in workers:
+        node_exec(worker.name, "sh", "-c", f"rm -f {CHECKPOINT}/*.safetensors")
+
+    run = run_site(playbook="playbooks/checkpoint.yml")
+    assert run.rc == 0, run.output[-6000:]
+
+    # The transfer's own result, as async_status read it: the newest job file of the service user.
+    newest = f"cat \"$(ls -td /home/{plan.user}/.ansible_async/* | head -1)\""
+    result = json.loads(node_exec(head.name, "sh", "-c", newest).stdout)
+    relayed = result["relayed"]
+    names = {w.name for w in workers}
+    assert set(relayed) == names
+    for name, files in relayed.items():
+        assert files and set(files) <= set(shards), (name, files)
+        assert set(files.values()) <= names - {name}, "fed by another worker"
+    # Each shard reached the first worker of its chain from the head and every other worker by relay.
+    assert sum(len(files) for files in relayed.values()) == len(shards) * (len(workers) - 1)
+    sums = {node.name: node_exec(node.name, "sh", "-c", f"cd {CHECKPOINT} && sha256sum *.safetensors").stdout
+            for node in plan.nodes}
+    assert len(set(sums.values())) == 1, sums

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -878,3 +879,97 @@ def test_the_files_a_transfer_takes_are_huggingface_hubs_allow_patterns_less_the
     ignored = checkpoint_sync.compile_ignore(checkpoint_sync.DEFAULT_IGNORE)
     expected = [name for name in filter_repo_objects(names, allow_patterns=patterns or None) if not ignored(name)]
     assert checkpoint_sync.select_repo_files(names, patterns) == expected
+
+
+# --- relay: a worker holding a verified file feeds the next -----------------------------------
+
+
+@pytest.mark.parametrize("nodes", [2, 3, 4])
+def test_relay_plan_has_the_head_send_each_file_once_and_spreads_the_sending(nodes):
+    names = [f"spark{n}" for n in range(2, nodes + 1)]
+    files = [(f"model-{i:05d}.safetensors", True) for i in range(12)] + [("config.json", False)]
+    plan = checkpoint_sync.relay_plan(names, files)
+
+    assert sorted(plan) == sorted(rel for rel, _ in files)
+    assert plan["config.json"] == dict.fromkeys(names), "a file without a sha256 comes from the head"
+    sent = dict.fromkeys(["head"] + names, 0)
+    for rel, feeders in plan.items():
+        assert sorted(feeders) == names, "every worker gets every file from exactly one feeder"
+        # Following the feeders from each worker ends at the head: a chain, no cycle.
+        for name in names:
+            seen, node = set(), name
+            while node is not None:
+                assert node not in seen, (rel, feeders)
+                seen.add(node)
+                node = feeders[node]
+        if rel == "config.json":
+            continue
+        from_head = [name for name, feeder in feeders.items() if feeder is None]
+        assert len(from_head) == 1, "the head sends a relayable file once"
+        for feeder in feeders.values():
+            sent["head" if feeder is None else feeder] += 1
+    shards = len(files) - 1
+    assert sent["head"] == shards
+    # Every worker but the chain's last sends each file once; the turning order spreads that evenly.
+    per_worker = [sent[name] for name in names]
+    assert sum(per_worker) == shards * (len(names) - 1)
+    assert max(per_worker) - min(per_worker) <= 1, per_worker
+
+
+def test_relay_plan_with_one_worker_is_the_head_alone():
+    assert checkpoint_sync.relay_plan(["spark2"], [("a", True), ("b", True)]) == {"a": {"spark2": None}, "b": {"spark2": None}}
+
+
+def relay_workers(tmp_path, names=("w1", "w2", "w3")):
+    return [{"name": n, "target": f"{tmp_path / n}/", "relay_source": f"fake:{tmp_path / n}/"} for n in names]
+
+
+def test_relay_mirrors_through_the_workers_and_the_head_sends_each_shard_once(hub, ckpt, tmp_path, fake_rsh):
+    result = make_sync(tmp_path, hub, workers=relay_workers(tmp_path), relay=True, rsync_rsh=str(fake_rsh)).run()
+
+    assert result["failures"] == [], result["failures"]
+    for name in ("w1", "w2", "w3"):
+        assert_identical(ckpt, tmp_path / name)
+    manifest = json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text())
+    plan = checkpoint_sync.relay_plan(["w1", "w2", "w3"], [(rel, bool(e.get("sha256"))) for rel, e in manifest["files"].items()])
+    expected = {name: {rel: feeders[name] for rel, feeders in plan.items() if feeders[name]} for name in ("w1", "w2", "w3")}
+    assert result["relayed"] == expected
+    assert sum(len(files) for files in expected.values()) == 2 * len([r for r in plan if any(plan[r].values())]) > 0
+
+
+def test_relay_never_sends_on_a_copy_that_differs_from_the_manifest(hub, ckpt, tmp_path, fake_rsh):
+    make_sync(tmp_path, hub, workers=relay_workers(tmp_path), relay=True, rsync_rsh=str(fake_rsh)).run()
+    manifest = json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text())
+    plan = checkpoint_sync.relay_plan(["w1", "w2", "w3"], [(rel, bool(e.get("sha256"))) for rel, e in manifest["files"].items()])
+    rel = next(r for r, feeders in plan.items() if feeders["w2"] == "w1")
+    # w1's copy goes bad keeping its size and times (rsync's quick check sees nothing); w2 lost its copy.
+    bad = tmp_path / "w1" / rel
+    st = bad.stat()
+    data = bytearray(bad.read_bytes())
+    data[100] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    os.utime(bad, ns=(st.st_atime_ns, st.st_mtime_ns))
+    (tmp_path / "w2" / rel).unlink()
+
+    sync = make_sync(tmp_path, hub, workers=relay_workers(tmp_path), relay=True, rsync_rsh=str(fake_rsh))
+    result = sync.run()
+
+    assert result["failures"] == []
+    assert result["mirrored"]["w2"] == [rel] and result["relayed"]["w2"] == {}, "w2's copy came from the head"
+    assert filecmp.cmp(tmp_path / "head" / rel, tmp_path / "w2" / rel, shallow=False)
+    refused = [text for _t, kind, text in sync.progress.events if kind == "relay-failed"]
+    assert len(refused) == 1 and "differs from the manifest's sha256" in refused[0], refused
+
+
+def test_relay_needs_every_workers_source_and_the_daemon_secret(tmp_path):
+    no_source = [{"name": "w1", "target": "/x/"}, {"name": "w2", "target": "/y/"}]
+    with pytest.raises(checkpoint_sync.SyncError, match="relay_source"):
+        checkpoint_sync.CheckpointSync({"type": "path", "path": "/x"}, str(tmp_path), workers=no_source, relay=True)
+    daemons = [{"name": n, "target": f"rsync://u@10.0.0.{i}:8730/checkpoint/", "relay_source": f"s@10.0.0.{i}:/x/"}
+               for i, n in enumerate(("w1", "w2"))]
+    with pytest.raises(checkpoint_sync.SyncError, match="relay_password_file"):
+        checkpoint_sync.CheckpointSync({"type": "path", "path": "/x"}, str(tmp_path), workers=daemons, relay=True, rsync_password="p")
+    bad = [dict(w, relay_source="no-path") for w in daemons]
+    with pytest.raises(checkpoint_sync.SyncError, match="not \\[user@\\]host"):
+        checkpoint_sync.CheckpointSync({"type": "path", "path": "/x"}, str(tmp_path), workers=bad, relay=True,
+                                       rsync_password="p", relay_password_file="/p")

@@ -23,6 +23,7 @@ import json
 import os
 import posixpath
 import queue
+import shlex
 import shutil
 import stat
 import subprocess
@@ -82,6 +83,8 @@ HUB_DOWNLOAD_DIR = ".cache/huggingface/download"
 HUB_INCOMPLETE_SUFFIX = ".incomplete"
 # How many names a note about files that are not the checkpoint's spells out.
 FOREIGN_SHOWN = 5
+# The exit status of a relay whose feeding worker's copy does not match the manifest.
+RELAY_HASH_MISMATCH = 86
 
 
 class SyncError(Exception):
@@ -465,6 +468,38 @@ def read_password_file(path):
     return password
 
 
+def relay_plan(workers, files):
+    """Who feeds whom, per file: {rel: {worker: feeder}}, the feeder a worker's name or None (the head).
+
+    With one head sending, the head's link carries every byte once per worker. Relayed, a file
+    goes from the head to one worker and on along a chain, each worker sending it to the next
+    once its own copy verifies, so the head sends it once. The chain's order turns by one worker
+    per file, so every worker is first (fed by the head) for about 1/n of the files and last
+    (feeding no one) for as many: the workers' sending is spread evenly. `files`: (rel, relayable)
+    pairs; a file that cannot be verified on a worker before it is sent on (no sha256 in the
+    manifest) and every file of a cluster with one worker come from the head."""
+    workers = list(workers)
+    plan = {}
+    turn = 0
+    for rel, relayable in sorted(files):
+        if not relayable or len(workers) < 2:
+            plan[rel] = dict((name, None) for name in workers)
+            continue
+        start = turn % len(workers)
+        chain = workers[start:] + workers[:start]
+        turn += 1
+        plan[rel] = dict((name, chain[index - 1] if index else None) for index, name in enumerate(chain))
+    return plan
+
+
+def split_relay_source(source):
+    """'[user@]host:/path/' -> (ssh destination, directory); a worker's own copy of dest, as the head reaches it."""
+    host, sep, path = source.partition(":")
+    if not sep or not host or not path.startswith("/"):
+        raise SyncError("relay_source %r is not [user@]host:/absolute/path/" % source)
+    return host, path
+
+
 class RsyncFailure(Exception):
     def __init__(self, returncode, stderr):
         Exception.__init__(self, "rsync exit %d: %s" % (returncode, _tail(stderr) or "(no message)"))
@@ -527,6 +562,27 @@ class Rsync:
         argv += [dest.rstrip("/") + "/", _target_dir(target, "")]
         names = sorted(set(files) | set(delete))
         return parse_itemized(self._run(argv, target, "".join(name + "\0" for name in names)))
+
+    def relay_file(self, source, rel, sha256, target, extra=(), password_file=None):
+        """Have a worker send its copy of one file to another worker: over ssh (rsh) to the feeding
+        worker, which hashes its copy against the manifest's sha256 and, only if it matches, runs
+        rsync to `target` (for a daemon target with the secret from `password_file` on the feeding
+        worker, never on a command line). Returns the itemized names copied."""
+        host, directory = split_relay_source(source)
+        path = posixpath.join(directory, rel)
+        rsync = ["rsync"] + list(RSYNC_BASE) + ["--mkpath"] + list(extra)
+        if is_daemon_target(target):
+            rsync += ["--contimeout=%d" % DAEMON_CONNECT_TIMEOUT_S] + (["--password-file=" + password_file] if password_file else [])
+        else:
+            rsync += ["-e", self.rsh]
+        rsync += [path, _target_dir(target, posixpath.dirname(rel))]
+        quoted = shlex.quote(path)
+        check = ('[ "$(sha256sum < %s)" = %s ] || { echo %s >&2; exit %d; }'
+                 % (quoted, shlex.quote(sha256 + "  -"), shlex.quote("%s: the copy differs from the manifest's sha256" % path),
+                    RELAY_HASH_MISMATCH))
+        command = check + " && exec " + " ".join(shlex.quote(arg) for arg in rsync)
+        argv = shlex.split(self.rsh) + [host, command]
+        return parse_itemized(self._run(argv))[0]
 
     def local_copy(self, source_file, dest, rel):
         """Head copy of a `path` source: real content (-L), into place through rsync's temp file."""
@@ -652,7 +708,8 @@ class WorkerMirror:
     """One worker: a planner that asks rsync (dry run, one connection) which of the files already on
     the head the worker lacks, then `streams` threads copying offered files one rsync each. With
     several targets (one per cable half) the streams are spread over them, stream i on target
-    i mod n; the planner and the final pass use the first."""
+    i mod n; the planner and the final pass use the first. With relaying, a file may come from
+    another worker (its feeder) instead of the head: from the head again when that fails."""
 
     def __init__(self, name, targets, sync):
         self.name = name
@@ -665,6 +722,7 @@ class WorkerMirror:
         self.lacks = None
         self.copied = []
         self.deleted = []
+        self.relayed = {}
         self.failures = []
         self.lock = threading.Lock()
         self.threads = []
@@ -679,8 +737,8 @@ class WorkerMirror:
             thread.start()
             self.threads.append(thread)
 
-    def offer(self, rel, fresh):
-        self.offers.put((rel, fresh))
+    def offer(self, rel, fresh, feeder=None):
+        self.offers.put((rel, fresh, feeder))
 
     def finish(self):
         self.offers.put(None)
@@ -698,38 +756,54 @@ class WorkerMirror:
             item = self.offers.get()
             if item is None:
                 break
-            rel, fresh = item
+            rel, fresh, feeder = item
             if fresh:
                 self.fresh.add(rel)
             if fresh or lacks is None or rel in lacks:
-                self.jobs.put(rel)
+                self.jobs.put((rel, feeder))
+            else:
+                # Already here: the workers this one feeds get it from here (hashed before it goes on).
+                self.sync.forward(self.name, rel, fresh, True)
         for _stream in range(self.sync.streams):
             self.jobs.put(None)
 
     def _copy_loop(self, target):
         while True:
-            rel = self.jobs.get()
-            if rel is None:
+            job = self.jobs.get()
+            if job is None:
                 return
-            self._copy(rel, target)
+            self._copy(job[0], target, job[1])
 
-    def _copy(self, rel, target):
+    def _copy(self, rel, target, feeder=None):
         sync = self.sync
         size = sync.manifest["files"][rel]["size"]
-        sync.progress.event("mirror-start", "%s: copying %s" % (self.name, rel), lambda s: s["workers"][self.name]["in_flight"].append(rel))
+        source = "from %s " % feeder if feeder else ""
+        sync.progress.event("mirror-start", "%s: copying %s%s" % (self.name, source, rel),
+                            lambda s: s["workers"][self.name]["in_flight"].append(rel))
         sync.activity.start("mirror")
         error = None
         copied = []
+        # A file fetched in this run gets sent even when size and mtime second match
+        # (rsync's quick check compares whole seconds): the old copy may be the bad one.
+        extra = ("--ignore-times",) if rel in self.fresh else ()
         try:
-            for _attempt in (1, 2):
+            # The feeder first, when there is one; the second try (or the only source) is the head.
+            for attempt_feeder in (feeder, None):
                 try:
-                    # A file fetched in this run gets sent even when size and mtime second match
-                    # (rsync's quick check compares whole seconds): the old copy may be the bad one.
-                    copied = sync.rsync.copy_file(sync.dest, rel, target, ("--ignore-times",) if rel in self.fresh else ())
+                    if attempt_feeder:
+                        copied = sync.rsync.relay_file(sync.relay_sources[attempt_feeder], rel, sync.manifest["files"][rel]["sha256"],
+                                                       target, extra, sync.relay_password_file)
+                        with self.lock:
+                            self.relayed[rel] = attempt_feeder
+                    else:
+                        copied = sync.rsync.copy_file(sync.dest, rel, target, extra)
                     error = None
                     break
                 except RsyncFailure as exc:
                     error = exc
+                    if attempt_feeder:
+                        sync.progress.event("relay-failed",
+                                            "%s: %s from %s failed (%s); from the head" % (self.name, rel, attempt_feeder, exc))
         finally:
             sync.activity.stop("mirror")
 
@@ -744,10 +818,13 @@ class WorkerMirror:
             with self.lock:
                 self.failures.append("worker %s: %s: %s" % (self.name, rel, error))
             sync.progress.event("mirror-failed", "%s: %s failed: %s" % (self.name, rel, error), done)
+            sync.forward(self.name, rel, rel in self.fresh, False)
             return
         with self.lock:
             self.copied.extend(name for name in copied if name not in self.copied)
-        sync.progress.event("mirror-done", "%s: %s %s" % (self.name, rel, "copied" if copied else "already there"), done)
+        sync.progress.event("mirror-done", "%s: %s %s%s" % (self.name, rel, source if self.relayed.get(rel) else "",
+                                                           "copied" if copied else "already there"), done)
+        sync.forward(self.name, rel, rel in self.fresh, True)
 
     def final_pass(self, delete):
         """delete: the files to remove on the worker (an earlier manifest's, gone from the head)."""
@@ -795,6 +872,8 @@ class CheckpointSync:
         hub_unreachable=None,
         lock_timeout=60,
         verify_full=False,
+        relay=False,
+        relay_password_file=None,
     ):
         if streams < 1 or download_workers < 1:
             raise SyncError("streams and download_workers must be 1 or more")
@@ -814,6 +893,13 @@ class CheckpointSync:
                 raise SyncError("worker %s mixes rsync:// and ssh targets; use one transport per worker" % worker["name"])
             if True in daemon and not rsync_password:
                 raise SyncError("worker %s has rsync:// targets but no rsync_password (the daemon's secret)" % worker["name"])
+            if relay and len(workers) > 1:
+                if not worker.get("relay_source"):
+                    raise SyncError("relay needs every worker's relay_source (its copy of dest as the head reaches it "
+                                    "over ssh); worker %s has none" % worker["name"])
+                split_relay_source(worker["relay_source"])
+                if True in daemon and not relay_password_file:
+                    raise SyncError("relay to rsync:// targets needs relay_password_file (the daemon's secret on the workers)")
         self.source = source
         self.dest = os.path.abspath(dest)
         self.workers = list(workers) if mirror else []
@@ -838,6 +924,14 @@ class CheckpointSync:
         # manifest's (and its own leftovers) that this module may delete.
         self.previous_files = set()
         self.rsync = Rsync(rsync_rsh, rsync_binary, password=rsync_password)
+        # Relaying: which worker's copy each worker's files may come from (relay_plan).
+        self.relay = bool(relay) and len(self.workers) > 1
+        self.relay_password_file = relay_password_file
+        self.relay_sources = dict((w["name"], w.get("relay_source")) for w in self.workers)
+        self.relay_feeds = {}
+        self.relay_pending = dict((w["name"], set()) for w in self.workers)
+        self.relay_ready = threading.Condition()
+        self.head_offered = set()
         self.hub = hub
         self.activity = Activity()
         self.manifest = None
@@ -1051,8 +1145,23 @@ class CheckpointSync:
         self._offer(rel, fresh=True)
 
     def _offer(self, rel, fresh):
+        """A file verified on the head goes to every worker it feeds: all of them, or, relayed, the
+        first of the file's chain."""
+        with self.relay_ready:
+            self.head_offered.add(rel)
         for mirror in self.mirrors:
-            mirror.offer(rel, fresh)
+            if self.relay_feeds.get(rel, {}).get(mirror.name) is None:
+                mirror.offer(rel, fresh)
+
+    def forward(self, name, rel, fresh, held):
+        """Worker `name` is done with `rel`: the workers it feeds get it from it when it holds the file
+        (`held`), else from the head."""
+        for mirror in self.mirrors:
+            if self.relay_feeds.get(rel, {}).get(mirror.name) == name:
+                mirror.offer(rel, fresh, name if held else None)
+                with self.relay_ready:
+                    self.relay_pending[mirror.name].discard(rel)
+                    self.relay_ready.notify_all()
 
     # -- run -----------------------------------------------------------------------------------
 
@@ -1148,6 +1257,13 @@ class CheckpointSync:
     def _start_mirrors(self, plan_existing):
         """One mirror per worker, each starting with the files the head already holds."""
         self.mirrors = [WorkerMirror(w["name"], [w["target"]] + list(w.get("alternate_targets") or []), self) for w in self.workers]
+        if self.relay:
+            files = self.manifest["files"]
+            self.relay_feeds = relay_plan([m.name for m in self.mirrors], [(rel, bool(files[rel]["sha256"])) for rel in files])
+            for rel, feeders in self.relay_feeds.items():
+                for name, feeder in feeders.items():
+                    if feeder is not None:
+                        self.relay_pending[name].add(rel)
         for mirror in self.mirrors:
             mirror.start(plan_existing=plan_existing)
 
@@ -1177,7 +1293,15 @@ class CheckpointSync:
         """Wait for the mirrors, then, only when the head is complete, run every sound worker's
         final pass (with its deletions) at once. Returns whether the head failed."""
         self.progress.event("mirror", "waiting for the mirror", _phase("mirror"))
+        # A relayed file reaches a worker after its feeder is done with it; one the head never
+        # verified (its download failed) reaches no one, so no worker waits for it.
+        with self.relay_ready:
+            for pending in self.relay_pending.values():
+                pending.difference_update(set(pending) - self.head_offered)
         for mirror in self.mirrors:
+            with self.relay_ready:
+                while self.relay_pending[mirror.name]:
+                    self.relay_ready.wait()
             mirror.finish()
         head_failed = bool(self.failures)
         if not head_failed:
@@ -1200,6 +1324,7 @@ class CheckpointSync:
             deleted=dict((m.name, sorted(m.deleted)) for m in self.mirrors),
             removed_on_head=sorted(removed_on_head),
             foreign=foreign,
+            relayed=dict((m.name, dict(sorted(m.relayed.items()))) for m in self.mirrors),
             timings={
                 "manifest_s": round(manifest_s, 3),
                 "download_s": round(self.activity.span("download"), 3),
@@ -1246,7 +1371,7 @@ class CheckpointSync:
         result["failures"] = list(self.failures)
         return result
 
-    def _result(self, downloaded, mirrored, deleted, removed_on_head, timings, foreign=()):
+    def _result(self, downloaded, mirrored, deleted, removed_on_head, timings, foreign=(), relayed=None):
         changed = bool(downloaded or removed_on_head or any(mirrored.values()) or any(deleted.values()))
         return {
             "changed": changed,
@@ -1259,6 +1384,7 @@ class CheckpointSync:
             "deleted": deleted,
             "removed_on_head": removed_on_head,
             "foreign": list(foreign),
+            "relayed": relayed or dict((w["name"], {}) for w in self.workers),
             "timings": timings,
             "offline": self._offline(),
             "notes": list(self.notes),

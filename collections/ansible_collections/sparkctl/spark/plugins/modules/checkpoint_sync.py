@@ -40,6 +40,12 @@ description:
     overlaps the download. Each worker gets up to O(streams) concurrent C(rsync -a --whole-file
     --partial-dir=.rsync-partial) processes, one file each (never C(--inplace) on the live path); a dry run at the
     start tells which of the files already on the head the worker lacks. A failed copy is tried once more."
+  - "Relay (O(relay), two workers or more): with the head alone sending, its link carries every byte once per
+    worker. Relayed, each file goes from the head to one worker and on from worker to worker along a chain whose
+    order turns by one worker per file, so the head sends each byte about once and every worker sends about as much
+    as it receives. Before a worker sends a file on, it hashes its copy against the manifest's sha256 (over ssh from
+    the head, O(workers[].relay_source)); a copy that does not match, or a relay that fails, is sent from the head
+    instead. Files without a sha256 in the manifest (a hub's small git-stored files) come from the head."
   - "Final pass per worker, once every file is done and only if the head is complete: one itemized
     C(rsync -a --whole-file --files-from=-) naming the manifest's files, plus, with O(delete_extraneous), the
     files an earlier manifest owned that are gone from the head (C(--delete-missing-args) deletes exactly those);
@@ -121,6 +127,11 @@ options:
         type: list
         elements: str
         default: []
+      relay_source:
+        description:
+          - That worker's own copy of O(dest) as the head reaches it over ssh (O(rsync_rsh)),
+            C(spark@192.168.100.11:/srv/models/x/). Required for every worker with O(relay).
+        type: str
   rsync_rsh:
     description:
       - rsync's C(-e) argument for ssh targets. The node's C(~/.ssh/config) sets cipher, key and pinned host keys.
@@ -130,6 +141,17 @@ options:
     description:
       - File on the head holding the rsync daemon's secret, for C(rsync://) targets. Read by the module and handed
         to rsync in its environment, so the secret is neither in the module's arguments nor on a command line.
+    type: path
+  relay:
+    description:
+      - Let a worker that holds a verified file send it on to the next worker, so the head's link carries each
+        byte about once (see the description). Needs two workers or more; with one it changes nothing.
+    type: bool
+    default: false
+  relay_password_file:
+    description:
+      - File on every worker holding the rsync daemon's secret (mode 0600, the service user's), for relaying to
+        C(rsync://) targets. rsync reads it there (C(--password-file)); the secret is never on a command line.
     type: path
   streams:
     description: Parallel rsync processes per worker (two measured best on the two-core nodes).
@@ -210,6 +232,24 @@ EXAMPLES = r"""
   poll: 0
   register: spark_checkpoint_job
 
+- name: Three Sparks on a switch, the workers relaying each file on to each other
+  sparkctl.spark.checkpoint_sync:
+    source:
+      type: path
+      path: /srv/models/local-model
+    dest: /srv/models/local-model
+    rsync_password_file: /etc/sparkctl/checkpoint-rsyncd.password
+    relay: true
+    # The same secret on every worker, the service user's, 0600.
+    relay_password_file: /etc/sparkctl/checkpoint-rsyncd.password
+    workers:
+      - name: spark2
+        target: rsync://sparkctl-mirror@192.168.100.11:8730/checkpoint/
+        relay_source: spark@192.168.100.11:/srv/models/local-model/
+      - name: spark3
+        target: rsync://sparkctl-mirror@192.168.100.12:8730/checkpoint/
+        relay_source: spark@192.168.100.12:/srv/models/local-model/
+
 - name: Mirror a directory already on the head
   sparkctl.spark.checkpoint_sync:
     source:
@@ -254,6 +294,11 @@ mirrored:
   type: dict
   returned: always
   sample: {spark2: [model-00002-of-00029.safetensors]}
+relayed:
+  description: Per worker, the files it received from another worker (O(relay)), each with that worker's name.
+  type: dict
+  returned: always
+  sample: {spark2: {}, spark3: {model-00002-of-00029.safetensors: spark2}}
 deleted:
   description: Per worker, the paths the final pass deleted (or would delete).
   type: dict
@@ -337,6 +382,7 @@ def main():
                     name=dict(type="str", required=True),
                     target=dict(type="str", required=True),
                     alternate_targets=dict(type="list", elements="str", default=[]),
+                    relay_source=dict(type="str"),
                 ),
             ),
             rsync_rsh=dict(type="str", default=DEFAULT_RSH),
@@ -352,6 +398,9 @@ def main():
             hub_unreachable=dict(type="str"),
             lock_timeout=dict(type="int", default=60),
             verify_full=dict(type="bool", default=False),
+            relay=dict(type="bool", default=False),
+            # A path on the workers, not the secret itself.
+            relay_password_file=dict(type="path", no_log=False),
         ),
         supports_check_mode=True,
     )
@@ -376,6 +425,8 @@ def main():
             hub_unreachable=params["hub_unreachable"],
             lock_timeout=params["lock_timeout"],
             verify_full=params["verify_full"],
+            relay=params["relay"],
+            relay_password_file=params["relay_password_file"],
         )
         result = sync.run()
     except (SyncError, OSError) as exc:
