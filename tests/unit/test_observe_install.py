@@ -93,3 +93,27 @@ def test_a_hold_left_by_a_run_that_stopped_early_is_released_by_the_next():
     assert "observe_node.texts | map(attribute='path')" in release["when"]
     read = TASKS[0]["sparkctl.spark.node_state"]
     assert "observe_hold_paths.values()" in read["texts"]
+
+
+def _evaluate(expr: str, **values):
+    """expr evaluated by Ansible's own templating with the role's vars and the given values."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+    variables = {key: trust_as_template(value) if isinstance(value, str) else value for key, value in VARS.items()}
+    variables.update(DEFAULTS)
+    variables = {key: trust_as_template(value) if isinstance(value, str) else value for key, value in variables.items()}
+    variables.update(values)
+    return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expr))
+
+
+def test_each_daemon_has_its_own_hold_in_its_units_drop_in_directory():
+    """Evaluated as Ansible does: one drop-in per unit, in that unit's own .d directory."""
+    paths = _evaluate("{{ observe_hold_paths }}", observe_is_prometheus_host=True, observe_grafana=True)
+    assert paths == {service: f"/etc/systemd/system/{service}.d/sparkctl-hold.conf"
+                     for service in ("prometheus-node-exporter.service", "prometheus.service", "grafana-server.service")}
+    installing = _evaluate("{{ observe_services_installing }}", observe_is_prometheus_host=True, observe_grafana=False,
+                           observe_node={"packages_missing": ["prometheus", "prometheus-node-exporter"]})
+    assert installing == ["prometheus-node-exporter.service", "prometheus.service"]
+    worker = _evaluate("{{ observe_services_installing }}", observe_is_prometheus_host=False, observe_grafana=True,
+                       observe_node={"packages_missing": ["prometheus-node-exporter"]})
+    assert worker == ["prometheus-node-exporter.service"]

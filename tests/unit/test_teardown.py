@@ -307,7 +307,7 @@ def test_teardown_lists_follow_the_roles():
     hold = _yaml("observe/vars/main.yml")["observe_hold_paths"]
     for var in ("observe_prometheus_service", "observe_node_exporter_service", "observe_grafana_service"):
         assert f"/etc/systemd/system/{observe[var]}.d" in paths, var
-    assert "'/etc/systemd/system/\\\\1.d/sparkctl-hold.conf'" in hold
+    assert "'/etc/systemd/system/'" in hold and "'.d/sparkctl-hold.conf'" in hold
     # The kernel caches' root is fixed in module_utils/jit_cache.py (engine.env names it).
     from ansible_collections.sparkctl.spark.plugins.module_utils import jit_cache
     assert any(jit_cache.BASE_DIR.startswith(p + "/") for p in paths), jit_cache.BASE_DIR
