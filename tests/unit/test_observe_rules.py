@@ -45,8 +45,8 @@ def render_rules(**overrides) -> str:
 def test_the_rules_name_every_alert_the_stage_documents():
     rules = yaml.safe_load(render_rules())["groups"][0]["rules"]
     assert [rule["alert"] for rule in rules] == [
-        "SparkMemAvailableNearOOMLine", "SparkEngineDown", "SparkGenerationWedged", "SparkCableHalfDown",
-        "SparkCableHalfErrors", "SparkCheckpointDiskNearlyFull", "SparkEngineRestarted"]
+        "SparkMemAvailableNearOOMLine", "SparkEngineDown", "SparkEngineUnhealthy", "SparkGenerationWedged", "SparkCableHalfDown",
+        "SparkCableHalfErrors", "SparkCheckpointDiskNearlyFull", "SparkEngineRestarted", "SparkRayNodeLost"]
     assert "12884901888" in rules[0]["expr"]  # 8 GiB line + 4 GiB margin
 
 

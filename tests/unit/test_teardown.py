@@ -281,17 +281,33 @@ def test_teardown_lists_follow_the_roles():
                        + _yaml("engine_image/defaults/main.yml")["engine_image_docker_packages"]
                        + _yaml("engine_image/defaults/main.yml")["engine_image_python_packages"]
                        # The fabric test installs its method's tool (module_utils/fabric_test.PACKAGES).
-                       + list(fabric_test.PACKAGES.values()))
+                       + list(fabric_test.PACKAGES.values())
+                       + [_yaml("observe/defaults/main.yml")[var] for var in ("observe_node_exporter_package", "observe_prometheus_package",
+                                                                             "observe_grafana_package")])
     assert set(wanted_packages) <= set(names["teardown_packages"])
     files = names["teardown_files"]
     for role, var in (("direct_link", "direct_link_netplan_path"), ("oom_guard", "oom_guard_config_file"),
-                      ("engine_image", "engine_image_daemon_json")):
+                      ("engine_image", "engine_image_daemon_json"), ("observe", "observe_prometheus_defaults_file"),
+                      ("observe", "observe_node_exporter_defaults_file"), ("observe", "observe_prometheus_config_file")):
         assert _yaml(f"{role}/defaults/main.yml")[var] in files, var
     paths = names["teardown_fixed_paths"]
     for role, var in (("api_proxy", "api_proxy_state_dir"), ("fabric_env", "fabric_env_dir"), ("checkpoint", "checkpoint_tools_venv"),
                       ("engine_image", "engine_image_context_root")):
         value = _yaml(f"{role}/defaults/main.yml")[var]
         assert any(value == p or value.startswith(p + "/") for p in paths), var
+    observe = _yaml("observe/defaults/main.yml")
+    for var in ("observe_password_file", "observe_node_exporter_web_config", "observe_prometheus_web_config",
+                "observe_prometheus_rules_file", "observe_engine_key_file", "observe_node_exporter_textfile_dir",
+                "observe_grafana_password_file", "observe_grafana_dropin", "observe_grafana_datasource_file",
+                "observe_grafana_dashboards_provider_file", "observe_grafana_dashboards_dir"):
+        assert any(observe[var].startswith(p + "/") for p in paths), var
+    assert observe["observe_grafana_keyring"] in paths
+    assert f"/etc/apt/sources.list.d/{observe['observe_grafana_repo_name']}.sources" in paths
+    # The hold the observe role puts on each daemon while its package installs (roles/observe/vars).
+    hold = _yaml("observe/vars/main.yml")["observe_hold_paths"]
+    for var in ("observe_prometheus_service", "observe_node_exporter_service", "observe_grafana_service"):
+        assert f"/etc/systemd/system/{observe[var]}.d" in paths, var
+    assert "'/etc/systemd/system/'" in hold and "'.d/sparkctl-hold.conf'" in hold
     # The kernel caches' root is fixed in module_utils/jit_cache.py (engine.env names it).
     from ansible_collections.sparkctl.spark.plugins.module_utils import jit_cache
     assert any(jit_cache.BASE_DIR.startswith(p + "/") for p in paths), jit_cache.BASE_DIR
@@ -311,7 +327,7 @@ def test_teardown_lists_follow_the_roles():
 
 
 def test_every_stage_that_changes_a_node_records_it_first():
-    for stage in ("provision", "checkpoint", "runtime", "serve"):
+    for stage in ("provision", "checkpoint", "runtime", "serve", "observe"):
         plays = yaml.safe_load((REPO / "playbooks" / f"{stage}.yml").read_text(encoding="utf-8"))
         assert any(play.get("vars", {}).get("sparkctl_record_baseline") is True for play in plays), stage
     for stage in ("preflight", "verify", "status", "stop", "teardown"):

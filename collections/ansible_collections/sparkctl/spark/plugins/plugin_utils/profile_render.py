@@ -154,7 +154,12 @@ def ray_argv(profile, cluster, node):
     ray = f"{cluster['venv_path']}/bin/ray" if runtime == "venv" else "ray"
     head_ip = bare_address(cluster["head"]["link_ip"])
     port = profile["topology"].get("ray_port", 6379)
-    common = ["--block", "--disable-usage-stats", "--num-gpus=1", "--min-worker-port=10002", "--max-worker-port=19999"]
+    # The metrics agent's port is fixed so Prometheus (the observe stage) knows where to scrape;
+    # like Ray's other ports it listens on every address and the firewall keeps it off the
+    # management network but for the Prometheus host.
+    metrics_port = profile["topology"].get("ray_metrics_port", 8080)
+    common = ["--block", "--disable-usage-stats", "--num-gpus=1", "--min-worker-port=10002", "--max-worker-port=19999",
+              f"--metrics-export-port={metrics_port}"]
     if node is None:
         return [ray, "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}",
                 # Whoever reaches the dashboard/Jobs API runs code: loopback only.

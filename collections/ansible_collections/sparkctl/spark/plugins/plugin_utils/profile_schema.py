@@ -74,8 +74,10 @@ _CLASS_PATH_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 PROVIDES_KEYS = ("tool_call_parsers", "reasoning_parsers", "classes", "env")
 
 # The ports a topology listens on (with their defaults), which api.engine_port must not take.
-TOPOLOGY_PORTS = {"ray_port": 6379, "dist_init_port": 25000, "rank0_port": 30000}
-TOPOLOGY_DEFAULT_PORTS = {"ray_tp": ("ray_port",), "ray_tp_ep": ("ray_port",),
+# ray_metrics_port: each node's Ray metrics agent (`ray start --metrics-export-port`), which the
+# observe stage scrapes.
+TOPOLOGY_PORTS = {"ray_port": 6379, "ray_metrics_port": 8080, "dist_init_port": 25000, "rank0_port": 30000}
+TOPOLOGY_DEFAULT_PORTS = {"ray_tp": ("ray_port", "ray_metrics_port"), "ray_tp_ep": ("ray_port", "ray_metrics_port"),
                           "sglang_ranks": ("dist_init_port", "rank0_port")}
 
 
@@ -503,12 +505,12 @@ def _check_topology(c, engine):
     if topo is None:
         return
     c.unknown("topology", topo, ("kind", "tensor_parallel", "expert_parallel", "nodes", "dist_init_port",
-                                 "rank0_port", "ray_port"))
+                                 "rank0_port", "ray_port", "ray_metrics_port"))
     kind = c.string("topology.kind", choices=TOPOLOGIES)
     tp = c.integer("topology.tensor_parallel", minimum=1)
     ep = c.integer("topology.expert_parallel", required=False, minimum=1)
     nodes = c.integer("topology.nodes", minimum=1)
-    for port in ("dist_init_port", "rank0_port", "ray_port"):
+    for port in ("dist_init_port", "rank0_port", "ray_port", "ray_metrics_port"):
         value = c.integer(f"topology.{port}", required=False, minimum=1)
         if value is not None and value > 65535:
             c.add(f"topology.{port}", f"expected a TCP port (1-65535), got {value}.")
