@@ -272,3 +272,33 @@ def test_the_kept_estimate_is_what_verify_reads():
               "problems": [], "left_bytes": 1}
     kept = fit.kept_estimate(result)
     assert set(kept) == set(fit.KEPT_KEYS) and "problems" not in kept and kept["kv_tokens"] == 7
+
+
+# --- a hybrid gated-delta layout (Qwen3-Next's; Qwen3.8-Flash-Next's stand-in) ----------------
+
+QWEN_NEXT = DATA / "qwen3-next-layout"
+
+
+def test_qwen3_next_layout_keeps_kv_in_every_fourth_layer_only():
+    config = json.loads((QWEN_NEXT / "config.json").read_text())
+    kinds = fit.layer_kinds(config)
+    # full_attention_interval 4: layers 3, 7, ..., 47 attend; the other 36 are gated-delta layers.
+    assert [i for i, kind in enumerate(kinds) if kind == fit.FULL] == list(range(3, 48, 4))
+    kv = fit.kv_per_token(config, tensor_parallel=2)
+    # 12 layers x (K + V) x 1 of 2 KV heads per rank x 256 x 2 B (bf16).
+    assert (kv["bytes"], kv["full_layers"], kv["linear_layers"], kv["layout"]) == (12 * 2 * 1 * 256 * 2, 12, 36, "gqa")
+    assert fit.kv_per_token(config, tensor_parallel=2, kv_cache_dtype="fp8")["bytes"] == 6144
+    # Per sequence and rank, per gated-delta layer: 16 value heads x 128 x 128 float32 recurrent state,
+    # plus (2 x 8 key heads x 128 + 16 value heads x 128) x 3 conv steps x 2 B.
+    per_layer = 16 * 128 * 128 * 4 + (2 * 8 * 128 + 16 * 128) * 3 * 2
+    assert fit.linear_state_per_sequence(config, tensor_parallel=2) == 36 * per_layer
+
+
+def test_qwen3_next_layout_against_seed_002s_kv_figure():
+    """Seed 002: ~956,800 tokens in a 9 GB bf16 pool per node. The Qwen3-Next layout buys fewer: the estimate
+    for the Qwen3.8 profile is conservative by more than verify's 10 % until the model's own config is read
+    (fixtures/fit/README.md)."""
+    config = json.loads((QWEN_NEXT / "config.json").read_text())
+    tokens = 9_000_000_000 // fit.kv_per_token(config, tensor_parallel=2)["bytes"]
+    assert tokens == 732_421
+    assert not fit.within(tokens, 956_800, fit.STARTUP_TOLERANCE) and tokens < 956_800
