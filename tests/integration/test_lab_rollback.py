@@ -91,15 +91,9 @@ def test_a_broken_change_rolls_back_by_itself_and_rollback_returns_to_an_older_r
     assert second != first
     assert [r["deployment_id"] for r in history(sparkctl)] == [second, first]
 
-    since = node_exec("spark1", "date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
     proc = sparkctl("broken change, rolled back by itself", "up", "--tags", "serve,verify", "-e", json.dumps(BROKEN))
     said = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 1, said[-4000:]
-    # Both runs change engine.env: each restarts Ray, and the engine (PartOf Ray's head unit) with it,
-    # once; engine_service, finding it started after the write, does not boot it a second time.
-    starts = node_exec("spark1", "journalctl", "-u", "sparkctl-engine.service", "--since", since, "--no-pager",
-                       "-o", "cat").stdout.count("(lab stand-in, NOT vLLM): serving")
-    assert starts == 2, f"{starts} engine starts for two engine.env changes"
     assert f"ROLLING BACK to deployment {second[7:15]}" in said and "ROLLED BACK: the cluster serves deployment" in said
     # The nodes serve B again, the broken configuration is gone from the engine's environment, and
     # the failed verify's report stays, naming the fault.
