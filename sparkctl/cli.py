@@ -133,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--mem-available-gib", type=float, metavar="GIB",
                      help="a node's MemAvailable before the engine (default: the profile's memory.node_budget_bytes)")
     fit.add_argument("--offline", action="store_true", help="do not ask the hub: weights from checkpoint.size_bytes")
+    fit.add_argument("--kv-cache-dtype", metavar="DTYPE",
+                     help="judge this KV cache dtype (auto, bfloat16, fp8, ...) instead of the profile's "
+                          "engine.args.kv_cache_dtype")
+    fit.add_argument("--kv-pool-gib", type=float, metavar="GIB",
+                     help="judge this KV pool instead of the profile's memory.kv_pool_bytes")
     fit.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the estimates as JSON")
     return parser
 
@@ -466,7 +471,8 @@ def run_fit(args: argparse.Namespace, root: Path) -> int:
     results, errors = fit_results(root, args.profile, paths=args.profile_path, context=args.context,
                                   checkpoint_dir=args.checkpoint_dir, offline=args.offline,
                                   node_available_bytes=available, endpoint=os.environ.get("HF_ENDPOINT") or None,
-                                  token=os.environ.get("HF_TOKEN") or None)
+                                  token=os.environ.get("HF_TOKEN") or None, kv_cache_dtype=args.kv_cache_dtype,
+                                  kv_pool_bytes=int(args.kv_pool_gib * 1024**3) if args.kv_pool_gib else None)
     for line in errors:
         print(f"sparkctl: {line}", file=sys.stderr)
     if getattr(args, "json", False):

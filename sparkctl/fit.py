@@ -39,8 +39,10 @@ def _collection_importable(root: Path) -> None:
 
 def fit_results(root: Path, names: list[str] | None, *, paths: list[str], context: int | None,
                 checkpoint_dir: str | None, offline: bool, node_available_bytes: int | None,
-                endpoint: str | None, token: str | None) -> tuple[list[dict], list[str]]:
-    """(one estimate per profile, errors). No profile named: every shipped one."""
+                endpoint: str | None, token: str | None, kv_cache_dtype: str | None = None,
+                kv_pool_bytes: int | None = None) -> tuple[list[dict], list[str]]:
+    """(one estimate per profile, errors). No profile named: every shipped one. kv_cache_dtype and
+    kv_pool_bytes stand in for the profile's engine.args.kv_cache_dtype and memory.kv_pool_bytes."""
     _collection_importable(root)
     from ansible_collections.sparkctl.spark.plugins.module_utils import fit
     from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile_load
@@ -53,6 +55,7 @@ def fit_results(root: Path, names: list[str] | None, *, paths: list[str], contex
         except profile_load.ProfileError as exc:
             errors.append(str(exc))
             continue
+        profile = with_overrides(profile, kv_cache_dtype, kv_pool_bytes)
         inputs = fit.profile_inputs(profile)
         config = tensors = None
         source_note = None
@@ -80,6 +83,22 @@ def fit_results(root: Path, names: list[str] | None, *, paths: list[str], contex
         result["message"] = None if result["fits"] else fit.refusal(result)
         results.append(result)
     return results, errors
+
+
+def with_overrides(profile: dict, kv_cache_dtype: str | None, kv_pool_bytes: int | None) -> dict:
+    """The profile as the estimate sees it with `--kv-cache-dtype` / `--kv-pool-gib` (the profile's
+    own file is not touched)."""
+    engine = dict(profile.get("engine") or {})
+    args = dict(engine.get("args") or {})
+    memory = dict(profile.get("memory") or {})
+    if kv_cache_dtype:
+        args["kv_cache_dtype"] = kv_cache_dtype
+    if kv_pool_bytes:
+        memory["kv_pool_bytes"] = kv_pool_bytes
+        # vLLM's pool flag, which profile_inputs reads when memory names no pool.
+        if "kv_cache_memory_bytes" in args:
+            args["kv_cache_memory_bytes"] = kv_pool_bytes
+    return dict(profile, engine=dict(engine, args=args), memory=memory)
 
 
 def _gib(n) -> str:

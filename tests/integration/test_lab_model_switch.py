@@ -1,7 +1,7 @@
 """Switching the served model on the two-node lab: lab-standin -> lab-standin-b -> back,
 each one site.yml run, as a user changes spark_model_profile and re-runs.
 
-lab-standin-b (tests/lab/profiles) differs in its runtime version (sparklab-engine 0.2.2 in
+lab-standin-b (tests/lab/profiles) differs in its runtime version (sparklab-engine 0.3.1 in
 a venv of its own) and its checkpoint (the hub stand-in's second repo, a directory of its
 own). Each run stops the running engine on every node before anything of the new one is
 written (roles/engine_service/tasks/replace.yml), finds the node's memory back within the
@@ -30,9 +30,9 @@ KEY_FILE = "/etc/sparkctl/api-key.env"
 STAMP = ".sparkctl-verified.json"
 PROFILES = {
     "lab-standin": {"venv": "/opt/sparkctl/venvs/lab-standin", "checkpoint": "/srv/sparkctl/models/lab-standin",
-                    "version": "0.2.1"},
+                    "version": "0.3.0"},
     "lab-standin-b": {"venv": "/opt/sparkctl/venvs/lab-standin-b", "checkpoint": "/srv/sparkctl/models/lab-standin-b",
-                      "version": "0.2.2"},
+                      "version": "0.3.1"},
 }
 
 

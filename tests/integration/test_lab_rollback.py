@@ -3,7 +3,8 @@
 The records are made by engine-argument changes (spark_profile_overrides): each is a new
 deployment (another engine configuration and profile digest) that costs an engine restart, not
 a venv install or a download. From the served lab-standin (record A):
-  1. a good change (max_num_seqs 3) is verified and recorded (B);
+  1. a good change (one more line in engine.env, nothing else) is verified and recorded (B), with
+     one boot of the engine;
   2. a broken change (the stand-in's KV cache shrunk below the profile's kv_cache_tokens minimum:
      the engine serves, verify fails) makes `sparkctl up` roll back to B by itself, say so and
      exit 1;
@@ -30,7 +31,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.rollback]
 
 HOSTS = ("spark1", "spark2")
 RECORD = "/etc/sparkctl/deployment.json"
-GOOD = {"spark_profile_overrides": {"engine": {"args": {"max_num_seqs": 3}}}}
+# Only engine.env changes: Ray restarts (its raylets read the file) and the engine unit, PartOf
+# Ray's head unit, with it; engine_service must not boot it a second time.
+GOOD = {"spark_profile_overrides": {"engine": {"env": {"SPARKLAB_ENGINE_TTFT_S": "0.1"}}}}
 # 1 MiB of KV per token: the stand-in's 1 GiB pool holds 1024 tokens, under the profile's
 # kv_cache_tokens minimum (4096, on_mismatch: fail); max_model_len 1024 still fits, so the
 # engine starts and answers, and only verify sees the fault.
@@ -85,8 +88,12 @@ def test_a_broken_change_rolls_back_by_itself_and_rollback_returns_to_an_older_r
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     first = served_id()
 
+    since = node_exec("spark1", "date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
     proc = sparkctl("good change (B)", "up", "--tags", "serve,verify", "-e", json.dumps(GOOD))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    journal = node_exec("spark1", "journalctl", "-u", "sparkctl-engine.service", "--since", since, "--no-pager",
+                        "-o", "cat").stdout
+    assert journal.count("(lab stand-in, NOT vLLM): serving") == 1, journal[-3000:]
     second = served_id()
     assert second != first
     assert [r["deployment_id"] for r in history(sparkctl)] == [second, first]

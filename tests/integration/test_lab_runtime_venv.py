@@ -106,7 +106,7 @@ def test_hand_edited_plugin_file_on_a_worker_is_repaired(converged, run_site, si
 def test_engine_reinstalled_by_pip_is_patched_again_and_the_backup_kept(converged, run_site, site_packages):
     orig = _read("spark2", f"{site_packages}/{REGISTRY}.orig")
     node_exec("spark2", f"{VENV}/bin/python", "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps",
-              "--no-index", "--find-links", f"{STAGING}/find-links/0", "sparklab-engine==0.2.1")
+              "--no-index", "--find-links", f"{STAGING}/find-links/0", "sparklab-engine==0.3.0")
     assert _read("spark2", f"{site_packages}/{REGISTRY}") == orig
     _repaired_on_spark2_only(run_site)
     assert ARCH in _archs("spark2")

@@ -53,8 +53,15 @@ def test_verify_passes_on_the_healthy_lab_and_changes_nothing(served, run_site, 
     assert set(checks) == {"health", "auth", "smoke", "chat", "generation", "reasoning", "tools"}
     assert all(c["ok"] for c in checks.values()), checks
     startup = {f["name"]: f for f in report["startup"]}
-    assert startup["kv_cache_tokens"]["value"] == 65536 and startup["kv_cache_tokens"]["ok"]
-    assert startup["max_concurrency"]["value"] == pytest.approx(1.6)
+    # The stand-in sizes its KV cache from the checkpoint's config as vLLM does: 1 GiB // (16-token page x
+    # 512 B x 40 layers) = 3,276 blocks.
+    assert startup["kv_cache_tokens"]["value"] == 52416 and startup["kv_cache_tokens"]["ok"]
+    assert startup["max_concurrency"]["value"] == pytest.approx(1.28)
+    # The fit estimate the checkpoint stage kept, against the engine's own figures: each rank's weights and
+    # the KV tokens agree within 10 % (two computations of the same checkpoint, not one copied from the other).
+    fit_rows = {(row["item"], row["where"]): row for row in report["fit"]["rows"]}
+    assert set(fit_rows) == {("weights_per_rank", "head"), ("weights_per_rank", "192.168.100.11"), ("kv_tokens", "head")}
+    assert all(row["status"] == "ok" for row in fit_rows.values()), fit_rows
     # One "Model loading took" line per rank: the head's and the worker's (Ray-forwarded).
     assert len(startup["model_loading_gib"]["matched_values"]) == 2
     assert {row["host"] for row in report["memory"]["rows"]} == set(HOSTS)

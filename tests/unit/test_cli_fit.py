@@ -53,3 +53,17 @@ def test_unknown_profile_and_unreadable_directory_are_usage_errors(capsys, tmp_p
     assert "no-such-profile" in capsys.readouterr().err
     assert cli.main(["fit", "--profile", "solar-open2-nvfp4-vllm-venv", "--checkpoint-dir", str(tmp_path)]) == 2
     assert "config.json" in capsys.readouterr().err
+
+
+def test_kv_dtype_and_pool_overrides(lab_ckpt, capsys):
+    """--kv-cache-dtype fp8 halves a bf16 model's KV bytes per token; --kv-pool-gib replaces the profile's pool."""
+    base = ["fit", "--profile", "lab-standin", "--profile-path", LAB_PROFILES, "--checkpoint-dir", str(lab_ckpt),
+            "--mem-available-gib", "16", "--json"]
+    cli.main(base)
+    plain = json.loads(capsys.readouterr().out)[0]
+    cli.main(base + ["--kv-cache-dtype", "fp8", "--kv-pool-gib", "0.5"])
+    changed = json.loads(capsys.readouterr().out)[0]
+    assert changed["kv_bytes_per_token"] * 2 == plain["kv_bytes_per_token"]
+    assert changed["kv_pool_bytes"] == 512 * 1024**2 and plain["kv_pool_bytes"] == 1024**3
+    # Half the pool at half the bytes per token: the same tokens.
+    assert changed["kv_tokens"] == plain["kv_tokens"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import module_runner
 import pytest
 import yaml
+from make_checkpoint import header_only_checkpoint  # tests/lab/hub, on sys.path through conftest.py
 from ansible.module_utils import basic
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_startup as es
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as P
@@ -49,8 +50,9 @@ STANDIN_LINES = [
     "(RayWorkerWrapper pid=123, ip=192.168.100.11) INFO 11-29 10:00:03 [sparklab_engine] Using 'SPARKLAB_STANDIN' NvFp4 MoE backend",
     "INFO 11-29 10:00:03 [sparklab_engine] Model loading took 0.50 GiB and 2.00 seconds",
     "(RayWorkerWrapper pid=123, ip=192.168.100.11) INFO 11-29 10:00:03 [sparklab_engine] Model loading took 0.50 GiB and 2.00 seconds",
-    "INFO 11-29 10:00:03 [sparklab_engine] GPU KV cache size: 16,384 tokens",
-    "INFO 11-29 10:00:03 [sparklab_engine] Maximum concurrency for 4,096 tokens per request: 4.00x",
+    "INFO 11-29 10:00:03 [sparklab_engine] Available KV cache memory: 1.00 GiB",
+    "INFO 11-29 10:00:03 [sparklab_engine] GPU KV cache size: 52,416 tokens",
+    "INFO 11-29 10:00:03 [sparklab_engine] Maximum concurrency for 40,960 tokens per request: 1.28x",
     "INFO 11-29 10:00:03 [sparklab_engine] Application startup complete.",
 ]
 
@@ -147,7 +149,7 @@ def test_standin_lines_meet_the_lab_profile():
     items = by_name(result)
 
     assert [item["ok"] for item in result["startup"]] == [True, True, True, True]
-    assert items["kv_cache_tokens"]["message"] == "kv_cache_tokens: 16384 tokens >= min 4096"
+    assert items["kv_cache_tokens"]["message"] == "kv_cache_tokens: 52416 tokens >= min 4096"
     assert items["model_loading_gib"]["matched_values"] == [0.5, 0.5]
 
 
@@ -161,27 +163,18 @@ def test_a_rank_off_by_more_than_the_tolerance_is_reported_per_rank():
 
 
 def test_the_standin_engine_itself_prints_what_the_lab_profile_expects(tmp_path, loopback_only):
-    """The real stand-in (in-process, mp backend, TP=2) with a 1 GiB checkpoint of sparse
-    shards: 0.50 GiB per rank, 268435456 KV bytes / 16384 per token = 16384 tokens."""
+    """The real stand-in (in-process, mp backend, TP=2) with the lab hub's checkpoint cut after its
+    shards' headers (what the stand-in reads): 0.50 GiB per rank; 40 layers x 2 x 2 KV heads per rank x
+    64 x 2 B = 20,480 B per token, so 256 MiB buys 268,435,456 // (16 x 512 B x 40) = 819 blocks = 13,104 tokens."""
     if str(ENGINE) not in sys.path:
         sys.path.insert(0, str(ENGINE))
     import io
-    import json
 
     from sparklab_engine import cli
     from sparklab_engine.app import EngineServer
     from sparklab_engine.log import Log
 
-    model = tmp_path / "lab-standin"
-    model.mkdir()
-    weight_map = {}
-    for i in range(1, 5):
-        name = f"model-{i:05d}-of-00004.safetensors"
-        with open(model / name, "wb") as handle:
-            handle.truncate(256 << 20)
-        weight_map[f"layers.{i}.weight"] = name
-    (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    (model / "config.json").write_text(json.dumps({"architectures": ["SparklabStandinForCausalLM"]}))
+    model, _names = header_only_checkpoint(tmp_path / "lab-standin")
     argv = [str(model), "--served-model-name", "lab-standin", "--host", "127.0.0.1", "--port", "0",
             "--distributed-executor-backend", "mp", "--tensor-parallel-size", "2", "--max-model-len", "4096",
             "--kv-cache-memory-bytes", "268435456", "--enforce-eager"]
@@ -205,8 +198,8 @@ def test_the_standin_engine_itself_prints_what_the_lab_profile_expects(tmp_path,
     assert result["failed"] == [] and result["warnings"] == [], [item["message"] for item in result["startup"]]
     assert items["model_loading_gib"]["matched_values"] == [0.5, 0.5]
     assert items["model_loading_gib"]["lines"][1].startswith("(VllmWorker rank=1 pid=")
-    assert items["kv_cache_tokens"]["matched_values"] == [16384.0]
-    assert items["max_concurrency"]["matched_values"] == [4.0]
+    assert items["kv_cache_tokens"]["matched_values"] == [13104.0]
+    assert items["max_concurrency"]["matched_values"] == [3.2]
 
 
 # --- rule semantics ------------------------------------------------------------------------

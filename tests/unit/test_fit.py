@@ -216,3 +216,89 @@ def test_context_longer_than_the_pool_refused():
     result = fit.estimate(kv=fit.kv_per_token(config, 2), weights_bytes=0, kv_pool_bytes=1_000_000_000,
                           context=1048576)
     assert result["kv_tokens"] < 1048576 and "fewer than one sequence" in result["problems"][0]
+
+
+# --- the estimate against the engine's startup facts (verify) ------------------------------
+
+STARTUP_LOGS = Path(__file__).parent / "fixtures" / "engine_startup"
+
+
+def _facts(lines, profile="solar-open2-nvfp4-vllm-venv"):
+    from ansible_collections.sparkctl.spark.plugins.module_utils import engine_startup
+    from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as P
+
+    return engine_startup.evaluate(lines, P.load_profile(profile, [])["startup_log"])["startup"]
+
+
+def test_a_recorded_vllm_boot_agrees_with_an_estimate_of_its_figures_per_rank():
+    """The recorded vLLM boot over Ray (71.48 GiB on each rank, 1,089,536 KV tokens) against an estimate
+    a few per cent off: one row per rank (the worker's named by its address) and one for the KV cache."""
+    startup = _facts((STARTUP_LOGS / "vllm_ray_tp2.log").read_text().splitlines())
+    estimate = {"weights_per_rank_bytes": int(69.9 * GIB), "kv_tokens": 1_100_000}
+    rows = fit.compare_startup(estimate, startup)
+    assert [(r["item"], r["where"], r["status"]) for r in rows] == [
+        ("weights_per_rank", "head", "ok"), ("weights_per_rank", "192.168.100.11", "ok"), ("kv_tokens", "head", "ok")]
+    assert rows[0]["measured"] == 71.48 and rows[2]["measured"] == 1089536.0
+    assert rows[2]["message"] == "kv_tokens on head: estimated 1,100,000 tokens, the engine reports 1,089,536 tokens (+1.0 %)"
+
+
+def test_beyond_ten_per_cent_warns_with_both_numbers():
+    startup = _facts((STARTUP_LOGS / "vllm_ray_tp2.log").read_text().splitlines())
+    # 64 GiB is 10.5 % below the 71.48 GiB each rank loaded.
+    rows = fit.compare_startup({"weights_per_rank_bytes": 64 * GIB, "kv_tokens": None}, startup)
+    assert [r["status"] for r in rows] == ["warn", "warn"]
+    assert rows[1]["message"] == ("weights_per_rank on 192.168.100.11: estimated 64.00 GiB, the engine reports 71.48 GiB "
+                                  "(-10.5 %, beyond 10%: the fit estimate and the engine disagree)")
+
+
+@pytest.mark.parametrize("estimated, status", [(1_100_000, "ok"), (900_000, "ok"), (1_100_001, "warn"), (899_999, "warn")])
+def test_the_ten_per_cent_edge_is_inclusive(estimated, status):
+    startup = [{"name": "kv_cache_tokens", "matched_values": [1_000_000.0], "lines": ["GPU KV cache size: 1,000,000 tokens"]}]
+    (row,) = fit.compare_startup({"kv_tokens": estimated}, startup)
+    assert row["status"] == status
+
+
+def test_nothing_is_compared_without_an_estimate_or_a_fact():
+    startup = [{"name": "kv_cache_tokens", "matched_values": [1000.0], "lines": ["x"]}]
+    assert fit.compare_startup(None, startup) == []
+    assert fit.compare_startup({"kv_tokens": 1000, "weights_per_rank_bytes": GIB}, []) == []
+    # A rule that matched nothing has no value to compare.
+    assert fit.compare_startup({"kv_tokens": 1000}, [{"name": "kv_cache_tokens", "matched_values": []}]) == []
+
+
+def test_the_kept_estimate_is_what_verify_reads():
+    result = {"profile": "p", "weights_per_rank_bytes": 5, "kv_bytes_per_token": 6, "kv_tokens": 7, "kv_pool_bytes": 8,
+              "tensor_parallel": 2, "expert_parallel": 1, "pipeline_parallel": 1, "weights_source": "headers",
+              "problems": [], "left_bytes": 1}
+    kept = fit.kept_estimate(result)
+    assert set(kept) == set(fit.KEPT_KEYS) and "problems" not in kept and kept["kv_tokens"] == 7
+
+
+# --- a hybrid gated-delta layout (Qwen3-Next's; Qwen3.8-Flash-Next's stand-in) ----------------
+
+QWEN_NEXT = DATA / "qwen3-next-layout"
+
+
+def test_qwen3_next_layout_keeps_kv_in_every_fourth_layer_only():
+    config = json.loads((QWEN_NEXT / "config.json").read_text())
+    kinds = fit.layer_kinds(config)
+    # full_attention_interval 4: layers 3, 7, ..., 47 attend; the other 36 are gated-delta layers.
+    assert [i for i, kind in enumerate(kinds) if kind == fit.FULL] == list(range(3, 48, 4))
+    kv = fit.kv_per_token(config, tensor_parallel=2)
+    # 12 layers x (K + V) x 1 of 2 KV heads per rank x 256 x 2 B (bf16).
+    assert (kv["bytes"], kv["full_layers"], kv["linear_layers"], kv["layout"]) == (12 * 2 * 1 * 256 * 2, 12, 36, "gqa")
+    assert fit.kv_per_token(config, tensor_parallel=2, kv_cache_dtype="fp8")["bytes"] == 6144
+    # Per sequence and rank, per gated-delta layer: 16 value heads x 128 x 128 float32 recurrent state,
+    # plus (2 x 8 key heads x 128 + 16 value heads x 128) x 3 conv steps x 2 B.
+    per_layer = 16 * 128 * 128 * 4 + (2 * 8 * 128 + 16 * 128) * 3 * 2
+    assert fit.linear_state_per_sequence(config, tensor_parallel=2) == 36 * per_layer
+
+
+def test_qwen3_next_layout_against_seed_002s_kv_figure():
+    """Seed 002: ~956,800 tokens in a 9 GB bf16 pool per node. The Qwen3-Next layout buys fewer: the estimate
+    for the Qwen3.8 profile is conservative by more than verify's 10 % until the model's own config is read
+    (fixtures/fit/README.md)."""
+    config = json.loads((QWEN_NEXT / "config.json").read_text())
+    tokens = 9_000_000_000 // fit.kv_per_token(config, tensor_parallel=2)["bytes"]
+    assert tokens == 732_421
+    assert not fit.within(tokens, 956_800, fit.STARTUP_TOLERANCE) and tokens < 956_800

@@ -22,21 +22,14 @@ import sparklab_engine  # noqa: E402
 from sparklab_engine import cli, cluster, server  # noqa: E402
 from sparklab_engine.app import EngineServer, hold_memory  # noqa: E402
 from sparklab_engine.log import Log  # noqa: E402
+from make_checkpoint import header_only_checkpoint, standin_checkpoint  # noqa: E402  tests/lab/hub, on sys.path through conftest.py
 
 KEY = "unit-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 def make_checkpoint(root, shards=4, shard_bytes=1 << 20):
-    root.mkdir(parents=True, exist_ok=True)
-    weight_map = {}
-    for i in range(1, shards + 1):
-        name = f"model-{i:05d}-of-{shards:05d}.safetensors"
-        (root / name).write_bytes(b"\0" * shard_bytes)
-        weight_map[f"layers.{i}.weight"] = name
-    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    (root / "config.json").write_text(json.dumps({"architectures": ["SparklabStandinForCausalLM"]}))
-    return root
+    return standin_checkpoint(root, shards=shards, shard_bytes=shard_bytes)
 
 
 class Running:
@@ -159,8 +152,11 @@ def test_startup_prints_the_lines_the_verify_stage_reads(engine):
     loading = [line for line in engine.lines if "Model loading took" in line]
     assert len(loading) == 2 and loading[1].startswith("(VllmWorker rank=1 pid=")
     assert "Model loading took 0.00 GiB and 0.3" in loading[0]
-    assert "GPU KV cache size: 16,384 tokens" in text
-    assert "Maximum concurrency for 4,096 tokens per request: 4.00x" in text
+    # The checkpoint's config: 35 layers, 1 KV head (kept whole on each of the 2 ranks), head_dim 64, bf16:
+    # 2 x 64 x 2 B = 256 B per token and layer; 268,435,456 // (16-token page x 256 B x 35) = 1,872 blocks.
+    assert "Available KV cache memory: 0.25 GiB" in text
+    assert "GPU KV cache size: 29,952 tokens" in text
+    assert "Maximum concurrency for 4,096 tokens per request: 7.31x" in text
     assert "Ignoring flags the stand-in does not implement: --some-vllm-flag 7 --another-switch" in text
     assert engine.lines[-1].endswith("Application startup complete.")
     assert "api_key=set" in text and KEY not in text
@@ -400,7 +396,7 @@ def test_a_directory_without_the_index_is_fatal(tmp_path, loopback_only):
 def test_a_kv_cache_smaller_than_max_model_len_is_fatal(tmp_path, loopback_only):
     model = make_checkpoint(tmp_path / "m")
     code, text = _fatal_run(serve_argv(model, "--kv-cache-memory-bytes", "1M"), dict(BASE_ENV, SPARKLAB_ENGINE_LOAD_S="0"))
-    assert code == 1 and "max seq len (4096) is larger than the maximum number of tokens that can be stored in KV cache (64)" in text
+    assert code == 1 and "max seq len (4096) is larger than the maximum number of tokens that can be stored in KV cache (112)" in text
 
 
 @pytest.mark.parametrize("switch, crashes", [("1", True), ("0", False), ("", False)])
@@ -686,3 +682,70 @@ def test_every_wheel_the_build_writes_says_its_own_version():
         # The RECORD's hash is of the file as packed.
         line = next(entry for entry in record.splitlines() if entry.startswith("sparklab_engine/__init__.py,"))
         assert line.endswith(f",{len(init.encode())}")
+
+
+# ------------------------------------------------------------------------------ sizing
+
+from sparklab_engine import memory  # noqa: E402
+
+
+def _header_only_lab_checkpoint(root):
+    return header_only_checkpoint(root)
+
+
+def test_the_lab_checkpoint_sizes_like_vllm(tmp_path):
+    root, names = _header_only_lab_checkpoint(tmp_path / "lab")
+    config = json.loads((root / "config.json").read_text())
+    # 40 layers x 2 (K, V) x 2 KV heads per rank (4 over TP2) x head_dim 64 x 2 B (bf16) = 20,480 B per token.
+    layout = memory.kv_layout(config, 2)
+    assert layout == {"page_bytes": 16 * 512, "layers": 40, "bytes_per_token": 20480}
+    # 1 GiB // (8 KiB page x 40 layers) = 3,276 whole blocks of 16 tokens.
+    assert memory.kv_tokens(1 << 30, layout) == 52416
+    # Norms whole on each rank, every projection, the embedding and the LM head halved.
+    weights = memory.weights_per_rank(root, names, config, 2)
+    tensors = {}
+    for name in names:
+        tensors.update(memory.read_header(root / name))
+    whole = sum(size for size, shape in tensors.values() if len(shape) == 1)
+    split = sum(size for size, shape in tensors.values() if len(shape) > 1)
+    assert weights == whole + split // 2
+
+
+def test_the_engine_and_sparkctls_fit_estimate_agree_on_the_lab_checkpoint(tmp_path):
+    """Two computations, the stand-in's (memory.py) and sparkctl's (module_utils/fit.py), of the same
+    checkpoint: what verify compares on the lab, within its 10 % (here within 0.1 %)."""
+    from ansible_collections.sparkctl.spark.plugins.module_utils import fit
+
+    root, names = _header_only_lab_checkpoint(tmp_path / "lab")
+    config, tensors, _shards = fit.read_local_checkpoint(str(root))
+    profile = {"name": "lab", "topology": {"kind": "ray_tp", "tensor_parallel": 2},
+               "engine": {"args": {"kv_cache_memory_bytes": 1 << 30, "max_model_len": 40960}},
+               "memory": {"kv_pool_bytes": 1 << 30, "node_budget_bytes": 64 << 30}}
+    estimate = fit.profile_estimate(profile, config, tensors)
+    assert estimate["kv_bytes_per_token"] == memory.kv_layout(config, 2)["bytes_per_token"]
+    engine_tokens = memory.kv_tokens(1 << 30, memory.kv_layout(config, 2))
+    engine_weights = memory.weights_per_rank(root, names, config, 2)
+    assert fit.within(estimate["kv_tokens"], engine_tokens, 0.001)
+    assert fit.within(estimate["weights_per_rank_bytes"], engine_weights, 0.001)
+
+
+@pytest.mark.parametrize("config, tp, dtype, expected", [
+    # Fewer KV heads than ranks: each rank keeps one whole head.
+    ({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 128}, 2, "auto", 2 * 2 * 128 * 2),
+    # An fp8 KV cache halves a bf16 model's figure.
+    ({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 128}, 2, "fp8", 2 * 2 * 4 * 128),
+    # MLA: one latent vector per token and layer, the same on every rank.
+    ({"num_hidden_layers": 3, "num_attention_heads": 16, "kv_lora_rank": 512, "qk_rope_head_dim": 64}, 2, "auto", 3 * 576 * 2),
+    # Linear-attention layers keep no KV per token.
+    ({"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+      "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"]}, 1, "auto", 2 * 2 * 64 * 2),
+])
+def test_kv_bytes_per_token_follow_the_config(config, tp, dtype, expected):
+    assert memory.kv_layout(config, tp, dtype)["bytes_per_token"] == expected
+
+
+def test_a_shard_without_a_safetensors_header_is_fatal(tmp_path, loopback_only):
+    model = make_checkpoint(tmp_path / "m", shards=1, shard_bytes=64 << 10)
+    next(model.glob("*.safetensors")).write_bytes(b"\0" * 1024)
+    code, text = _fatal_run(serve_argv(model), dict(BASE_ENV, SPARKLAB_ENGINE_LOAD_S="0"))
+    assert code == 1 and "is not a safetensors file (header length 0)" in text

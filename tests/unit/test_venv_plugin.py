@@ -256,7 +256,7 @@ def test_the_ray_sparkctl_adds_counts_as_installed_so_pip_does_not_run_again():
     packages = P.venv_packages(profile)
     assert P.RAY_REQUIREMENT in packages
     version = P.RAY_REQUIREMENT.split("==", 1)[1]
-    installed = [{"name": "ray", "version": version}, {"name": "sparklab_engine", "version": "0.2.1"}]
+    installed = [{"name": "ray", "version": version}, {"name": "sparklab_engine", "version": "0.3.0"}]
     assert V.missing_packages(packages, installed) == []
     assert V.missing_packages(packages, installed[1:]) == [P.RAY_REQUIREMENT]
 
@@ -430,7 +430,7 @@ def test_engine_wheel_is_built_reproducibly_and_dist_matches_the_sources(tmp_pat
     (`python3 tests/lab/engine/_build/sparklab_build.py`), not committed."""
     sparklab_build = _sparklab_build()
     built = tmp_path / sparklab_build.build_wheel(str(tmp_path))
-    assert built.name == "sparklab_engine-0.2.1-py3-none-any.whl"
+    assert built.name == "sparklab_engine-0.3.0-py3-none-any.whl"
     assert built.read_bytes() == sparklab_build.wheel_bytes()
     dist = LAB / "engine" / "dist"
     if dist.is_dir():

@@ -160,3 +160,26 @@ def test_each_nodes_kernel_cache_is_reported_warm_or_cold_and_never_fails():
     assert "PASS jit cache spark1: cold: the boot wrote 3 of 3 cached file(s) (it compiled)" in lines
     assert "PASS jit cache spark2: warm: the boot found 3 cached file(s) and wrote none (compile skipped)" in lines
     assert verify_report(PASSING_PROBE)["jit_cache"] == {}
+
+
+def test_the_engines_figures_beyond_ten_per_cent_of_the_fit_estimate_warn_not_fail():
+    startup = {"startup": [
+        {"name": "model_loading_gib", "ok": True, "on_mismatch": "warn", "message": "ok",
+         "matched_values": [0.5, 0.5],
+         "lines": ["INFO Model loading took 0.50 GiB", "(RayWorkerWrapper pid=9, ip=192.168.100.11) INFO Model loading took 0.50 GiB"]},
+        {"name": "kv_cache_tokens", "ok": True, "on_mismatch": "fail", "message": "ok", "matched_values": [65536.0],
+         "lines": ["INFO GPU KV cache size: 65,536 tokens"]},
+    ]}
+    # The estimate: 0.50 GiB per rank (agrees), 52,428 KV tokens (the engine reports 65,536: 20 % more).
+    fit = {"weights_per_rank_bytes": 537202688, "kv_tokens": 52428}
+    report = verify_report(PASSING_PROBE, startup=startup, memory=MEMORY, parity=PARITY, fit=fit)
+    assert report["status"] == "passed_with_warnings" and report["failures"] == []
+    assert [(r["item"], r["where"], r["status"]) for r in report["fit"]["rows"]] == [
+        ("weights_per_rank", "head", "ok"), ("weights_per_rank", "192.168.100.11", "ok"), ("kv_tokens", "head", "warn")]
+    (warning,) = report["warnings"]
+    assert warning.startswith("fit: kv_tokens on head: estimated 52,428 tokens, the engine reports 65,536 tokens (-20.0 %")
+    rows = {row["what"]: row for row in report["rows"]}
+    assert rows["fit kv_tokens head"]["mark"] == "warn" and "52,428" in rows["fit kv_tokens head"]["detail"]
+    assert rows["fit weights_per_rank 192.168.100.11"]["mark"] == "PASS"
+    # Without a kept estimate (a checkpoint stage that could not read the headers) nothing is compared.
+    assert verify_report(PASSING_PROBE, startup=startup)["fit"] == {"rows": []}

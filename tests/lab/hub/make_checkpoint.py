@@ -288,15 +288,30 @@ def make_checkpoint(
     return {"directory": str(root), "files": files, "total_size": plan["total_size"], "written": written, "skipped": skipped}
 
 
-def standin_checkpoint(root: Path) -> Path:
-    """The smallest directory the lab's stand-in engine (SparklabStandinForCausalLM) serves:
-    one 1 KiB shard, its index and a config naming the architecture. Returns root."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 1024)
-    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
-        "layers.1.weight": "model-00001-of-00001.safetensors"}}))
-    (root / "config.json").write_text(json.dumps({"architectures": ["SparklabStandinForCausalLM"]}))
+def standin_checkpoint(root: Path, shards: int = 1, shard_bytes: int = 64 << 10) -> Path:
+    """A small directory the lab's stand-in engine (SparklabStandinForCausalLM) serves: real
+    safetensors shards (the engine sizes its ranks from their headers and config.json), the
+    index and a config naming that architecture. Returns root."""
+    make_checkpoint(root, shards=shards, shard_bytes=shard_bytes, workers=1)
+    config = json.loads((root / "config.json").read_text())
+    (root / "config.json").write_text(_json_text(dict(config, architectures=["SparklabStandinForCausalLM"])))
     return root
+
+
+def header_only_checkpoint(root: Path, shards: int = 8, shard_bytes: int = 128 << 20,
+                           architecture: str = "SparklabStandinForCausalLM") -> tuple[Path, list[str]]:
+    """The checkpoint make_checkpoint() would write, with every shard cut after its header: what
+    sizing from headers reads (the stand-in engine, the fit estimate) without the data. The
+    defaults are the lab hub's checkpoint. Returns (root, shard names)."""
+    root.mkdir(parents=True, exist_ok=True)
+    plan = plan_checkpoint(shards, shard_bytes)
+    names = [shard_name(i + 1, shards) for i in range(shards)]
+    for name, tensors in zip(names, plan["shards"], strict=True):
+        (root / name).write_bytes(_shard_header(tensors))
+    (root / "config.json").write_text(_json_text(dict(_config(plan["arch"]), architectures=[architecture])))
+    (root / INDEX_NAME).write_text(_json_text({"metadata": {"total_size": plan["total_size"]}, "weight_map": dict(
+        sorted((t[0], names[i]) for i, ts in enumerate(plan["shards"]) for t in ts))}))
+    return root, names
 
 
 def main(argv: list[str] | None = None) -> int:

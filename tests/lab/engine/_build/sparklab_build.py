@@ -4,7 +4,7 @@ tests/bootstrap.sh; dist/ is not committed).
 
 Why not setuptools: building with it needs a download of setuptools (pip's isolated build
 environment) on a control node that reaches no index. Why a wheel in dist/: the lab
-profile pins `sparklab-engine==0.2.1` from a find_links directory, like a user's private
+profile pins `sparklab-engine==0.3.0` from a find_links directory, like a user's private
 wheel. The build is reproducible (sorted entries, fixed timestamps and modes), so the
 unit tests can check that a wheel in dist/ matches the sources."""
 
@@ -26,7 +26,7 @@ EPOCH = (1980, 1, 1, 0, 0, 0)
 # (tests/lab/profiles/lab-standin-b.yml) pins it, so a switch between the two lab profiles
 # puts a venv with another runtime version beside the first, at the cost of one more small
 # wheel rather than a second package to maintain.
-EXTRA_VERSIONS = ("0.2.2",)
+EXTRA_VERSIONS = ("0.3.1",)
 
 
 def _project():

@@ -6,4 +6,4 @@ sparkctl's verify stage reads (README.md next to this package). It also has the 
 vLLM's layout the venv runtime touches: a model registry in sparklab_engine/models/registry.py
 that an out-of-tree plugin replaces to register its architecture (tests/lab/plugins/sparklab_plugin)."""
 
-__version__ = "0.2.1"
+__version__ = "0.3.0"

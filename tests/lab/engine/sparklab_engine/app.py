@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from sparklab_engine import __version__, jit
+from sparklab_engine import __version__, jit, memory
 from sparklab_engine.checkpoint import GIB, CheckpointError, read_checkpoint
 from sparklab_engine.cli import DEFAULT_KV_CACHE_BYTES, DEFAULT_MAX_MODEL_LEN
 from sparklab_engine.cluster import PlacementError, RayPlacement
@@ -101,7 +101,7 @@ class EngineServer:
             return self._fatal(f"cannot listen on {s.host}:{s.port}: {exc}")
         try:
             self.start_up()
-        except (StartupError, CheckpointError, PlacementError) as exc:
+        except (StartupError, CheckpointError, PlacementError, memory.SizingError) as exc:
             self.close()
             return self._fatal(str(exc))
         if self.placement is not None:
@@ -132,7 +132,8 @@ class EngineServer:
         s, log = self.settings, self.log
         log.info(f"sparklab_engine {__version__} (lab stand-in, NOT vLLM): serving {s.model_dir} as {s.served_model_name!r}")
         log.info(f"args: tensor_parallel_size={s.tensor_parallel_size} distributed_executor_backend={s.distributed_executor_backend} "
-                 f"max_model_len={s.max_model_len} kv_cache_memory_bytes={s.kv_cache_memory_bytes} max_num_seqs={s.max_num_seqs} "
+                 f"max_model_len={s.max_model_len} kv_cache_memory_bytes={s.kv_cache_memory_bytes} kv_cache_dtype={s.kv_cache_dtype} "
+                 f"max_num_seqs={s.max_num_seqs} "
                  f"gpu_memory_utilization={s.gpu_memory_utilization} enforce_eager={s.enforce_eager} "
                  f"api_key={'set' if s.api_key else 'none'}")
         if s.ignored:
@@ -163,13 +164,19 @@ class EngineServer:
         if s.crash_during_boot:
             # A boot that dies after loading, as one whose kernels or weights fail does: the restart loop's test.
             raise StartupError("crashing during boot on purpose (SPARKLAB_ENGINE_CRASH_DURING_BOOT is set)")
-        per_rank_gib = checkpoint["total_bytes"] / tp / GIB
+        # What each rank loaded, from the shards' headers and config.json, as vLLM places the tensors.
+        per_rank_gib = memory.weights_per_rank(s.model_dir, checkpoint["shard_names"], checkpoint["config"], tp) / GIB
         for prefix in prefixes:
             log.info(f"Using '{MOE_BACKEND}' NvFp4 MoE backend", prefix)
         for prefix in prefixes:
             log.info(f"Model loading took {per_rank_gib:.2f} GiB and {took:.2f} seconds", prefix)
         kv_bytes = s.kv_cache_memory_bytes if s.kv_cache_memory_bytes is not None else DEFAULT_KV_CACHE_BYTES
-        kv_tokens = kv_bytes // s.kv_bytes_per_token
+        if s.kv_bytes_per_token:
+            # SPARKLAB_ENGINE_KV_BYTES_PER_TOKEN: a fixed figure instead of the config's (tests and faults).
+            kv_tokens = kv_bytes // s.kv_bytes_per_token
+        else:
+            kv_tokens = memory.kv_tokens(kv_bytes, memory.kv_layout(checkpoint["config"], tp, s.kv_cache_dtype))
+        log.info(f"Available KV cache memory: {kv_bytes / GIB:.2f} GiB")
         if kv_tokens < self.max_model_len:
             raise StartupError(f"ValueError: The model's max seq len ({self.max_model_len}) is larger than the maximum number of "
                                f"tokens that can be stored in KV cache ({kv_tokens}). Try increasing `gpu_memory_utilization` "

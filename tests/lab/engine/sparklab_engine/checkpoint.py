@@ -1,5 +1,5 @@
-"""What the stand-in reads from the checkpoint directory: the shard index and the shard sizes.
-No tensor is read; "loading" is a delay (startup.py)."""
+"""What the stand-in reads from the checkpoint directory: the shard index, the shard sizes and
+config.json (memory.py reads the shards' headers). No tensor is read; "loading" is a delay."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ class CheckpointError(Exception):
 
 
 def read_checkpoint(model_dir):
-    """{"shards", "total_bytes", "architectures", "max_position_embeddings"} of a sharded
+    """{"shard_names", "config", "shards", "total_bytes", "architectures", "max_position_embeddings"} of a sharded
     safetensors checkpoint; CheckpointError when the index or a shard it names is missing."""
     index_path = os.path.join(model_dir, INDEX_NAME)
     if not os.path.isdir(model_dir):
@@ -46,6 +46,8 @@ def read_checkpoint(model_dir):
     except (OSError, ValueError):
         pass
     return {
+        "shard_names": shards,
+        "config": config,
         "shards": len(shards),
         "total_bytes": total,
         "architectures": config.get("architectures") or [],

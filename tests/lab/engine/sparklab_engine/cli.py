@@ -9,9 +9,6 @@ from dataclasses import dataclass, field
 
 from sparklab_engine.timing import Timing
 
-# Bytes of KV cache one token takes in the stand-in's arithmetic (a fixed, made-up figure:
-# 256 MiB of --kv-cache-memory-bytes -> 16,384 tokens).
-KV_BYTES_PER_TOKEN = 16384
 DEFAULT_KV_CACHE_BYTES = 268435456
 DEFAULT_MAX_MODEL_LEN = 4096
 
@@ -31,6 +28,7 @@ class Settings:
     distributed_executor_backend: str = "mp"
     max_model_len: int | None = None
     kv_cache_memory_bytes: int | None = None
+    kv_cache_dtype: str = "auto"
     max_num_seqs: int = 256
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False
@@ -40,7 +38,8 @@ class Settings:
     ignored: list = field(default_factory=list)
     # SPARKLAB_ENGINE_* knobs.
     load_seconds: float = 2.0
-    kv_bytes_per_token: int = KV_BYTES_PER_TOKEN
+    # None: computed from config.json (memory.py); SPARKLAB_ENGINE_KV_BYTES_PER_TOKEN overrides it.
+    kv_bytes_per_token: int | None = None
     placement_timeout_s: float = 120.0
     ray_watch_s: float = 5.0
     ray_address: str = "auto"
@@ -93,6 +92,8 @@ def _parser():
     parser.add_argument("--distributed-executor-backend", choices=["ray", "mp", "uni", "external_launcher"], default="mp")
     parser.add_argument("--max-model-len", type=int)
     parser.add_argument("--kv-cache-memory-bytes", type=parse_bytes)
+    parser.add_argument("--kv-cache-dtype", default="auto",
+                        choices=["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"])
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--enforce-eager", action="store_true")
@@ -142,6 +143,7 @@ def parse_serve(argv, env=None):
         distributed_executor_backend=args.distributed_executor_backend,
         max_model_len=args.max_model_len,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        kv_cache_dtype=args.kv_cache_dtype,
         max_num_seqs=args.max_num_seqs,
         gpu_memory_utilization=args.gpu_memory_utilization,
         enforce_eager=args.enforce_eager,
@@ -150,7 +152,8 @@ def parse_serve(argv, env=None):
         reasoning_parser=args.reasoning_parser,
         ignored=_split_unknown(unknown),
         load_seconds=_env_float(env, "SPARKLAB_ENGINE_LOAD_S", 2.0),
-        kv_bytes_per_token=int(_env_float(env, "SPARKLAB_ENGINE_KV_BYTES_PER_TOKEN", KV_BYTES_PER_TOKEN, minimum=1)),
+        kv_bytes_per_token=(int(_env_float(env, "SPARKLAB_ENGINE_KV_BYTES_PER_TOKEN", 1, minimum=1))
+                            if env.get("SPARKLAB_ENGINE_KV_BYTES_PER_TOKEN") else None),
         placement_timeout_s=_env_float(env, "SPARKLAB_ENGINE_PLACEMENT_TIMEOUT_S", 120.0),
         ray_watch_s=_env_float(env, "SPARKLAB_ENGINE_RAY_WATCH_S", 5.0),
         ray_address=env.get("RAY_ADDRESS") or "auto",

@@ -5,6 +5,8 @@ memory headroom and the version parity, and the short human summary printed from
 
 from __future__ import annotations
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.fit import compare_startup
+
 DOCUMENTATION = r"""
 name: verify_report
 short_description: The verify stage's machine-readable result from its four kinds of evidence
@@ -55,6 +57,14 @@ options:
         one row per node. Information, never a failure.
     type: dict
     default: {}
+  fit:
+    description:
+      - The fit estimate the checkpoint stage kept beside the checkpoint on the head (C(.sparkctl-fit.json), the
+        C(fit_estimate) of M(sparkctl.spark.verify_facts)); compared with the engine's startup facts
+        C(model_loading_gib) (weights per rank) and C(kv_cache_tokens). Beyond 10 % a row warns with both numbers,
+        never a failure; without an estimate nothing is compared.
+    type: dict
+    default: {}
   context:
     description: Free-form facts recorded as they are (profile, endpoint URL, model, hosts).
     type: dict
@@ -93,12 +103,17 @@ _value:
     parity: {description: The version parity result, type: dict}
     firewall: {description: "C(rows): per node C(host), C(status) (V(ok), V(warn), V(fail)) and C(message)", type: dict}
     fabric: {description: The fabric test's report when it ran, else an empty mapping, type: dict}
+    fit:
+      description: "C(rows): per compared figure C(item), C(where), C(estimated), C(measured), C(status) (V(ok), V(warn))
+        and C(message)"
+      type: dict
     jit_cache:
       description: "Per node C(boot) (V(warm), V(cold), V(empty), V(unknown)), C(files), C(written_since), C(identity)"
       type: dict
     rows:
       description: "The evidence for people: per check, startup fact, node's memory, the parity, each firewall and
-        each cable half measured and each node's kernel cache, C(mark) (V(PASS), V(FAIL), V(warn), V(skip)), C(what) and C(detail)"
+        each cable half measured, each node's kernel cache and each figure of the fit estimate, C(mark) (V(PASS),
+        V(FAIL), V(warn), V(skip)), C(what) and C(detail)"
       type: list
       elements: dict
     context: {description: The given context, type: dict}
@@ -212,6 +227,8 @@ def _rows(report):
         row(_STATUS_MARK.get(item["status"], "?"), "firewall %s" % item["host"], item["message"])
     for host, cache in sorted((report.get("jit_cache") or {}).items()):
         row("PASS", "jit cache %s" % host, _jit_detail(cache))
+    for item in report["fit"]["rows"]:
+        row(_STATUS_MARK.get(item["status"], "?"), "fit %s %s" % (item["item"], item["where"]), item["message"])
     for half in report["fabric"].get("results") or []:
         detail = half.get("problem") or "%.2f Gbit/s (minimum %g, %s)" % (
             half["gbps"], half["minimum_gbps"], report["fabric"].get("tool", "?"))
@@ -247,7 +264,7 @@ def jit_cache_rows(reads):
 
 
 def verify_report(probe, startup=None, memory=None, parity=None, context=None, fail_on_warnings=False,
-                  ignore_errors=False, firewall=None, fabric=None, jit_cache=None):
+                  ignore_errors=False, firewall=None, fabric=None, jit_cache=None, fit=None):
     failures = _probe_lines(probe)
     startup_failures, startup_warnings = _startup_lines(startup)
     memory_failures, memory_warnings = _memory_lines(memory)
@@ -255,7 +272,9 @@ def verify_report(probe, startup=None, memory=None, parity=None, context=None, f
     failures += startup_failures + memory_failures + _parity_lines(parity)
     failures += ["firewall %s: %s" % (r["host"], r["message"]) for r in firewall_rows if r["status"] == "fail"]
     failures += _fabric_lines(fabric)
+    fit_rows = compare_startup(fit, (startup or {}).get("startup"))
     warnings = startup_warnings + memory_warnings
+    warnings += ["fit: %s" % r["message"] for r in fit_rows if r["status"] == "warn"]
     warnings += ["firewall %s: %s" % (r["host"], r["message"]) for r in firewall_rows if r["status"] == "warn"]
     if fail_on_warnings:
         failures += warnings
@@ -277,6 +296,7 @@ def verify_report(probe, startup=None, memory=None, parity=None, context=None, f
         "firewall": {"rows": firewall_rows},
         "fabric": dict(fabric or {}),
         "jit_cache": jit_cache_rows(jit_cache),
+        "fit": {"rows": fit_rows},
         "context": dict(context or {}),
     }
     report["rows"] = _rows(report)

@@ -327,6 +327,68 @@ def within(estimated, measured, tolerance):
     return abs(estimated - measured) <= tolerance * abs(measured)
 
 
+# --- the estimate against the engine's own startup figures ------------------------------
+
+# How far the engine's own figures may stray from the estimate before verify warns.
+STARTUP_TOLERANCE = 0.10
+# What the checkpoint stage keeps of its estimate for verify (roles/checkpoint, fit.yml).
+KEPT_KEYS = ("profile", "weights_per_rank_bytes", "kv_bytes_per_token", "kv_tokens", "kv_pool_bytes",
+             "tensor_parallel", "expert_parallel", "pipeline_parallel", "weights_source")
+_RANK_IP = re.compile(r"\bip=([0-9A-Fa-f.:]+)\)")
+
+
+def kept_estimate(result):
+    """The part of an estimate the checkpoint stage keeps beside the checkpoint for verify."""
+    return {key: result.get(key) for key in KEPT_KEYS}
+
+
+def _fact_values(fact):
+    """(where, value) per matching line of a startup fact: a Ray worker's line names its node's
+    address (`ip=...`), the driver's line is the head's."""
+    values = list(fact.get("matched_values") or [])
+    lines = list(fact.get("lines") or [])
+    out = []
+    for index, value in enumerate(values):
+        line = lines[index] if index < len(lines) else ""
+        match = _RANK_IP.search(line)
+        out.append((match.group(1) if match else "head", value))
+    return out
+
+
+def compare_startup(estimate, startup, tolerance=STARTUP_TOLERANCE):
+    """Rows comparing the kept estimate with the engine's startup facts (engine_startup_facts'
+    `startup` list): the GiB each rank loaded (rule `model_loading_gib`) against the weights per
+    rank, the KV cache size in tokens (rule `kv_cache_tokens`) against the tokens the pool buys.
+    Each row: item, where, estimated, measured, status (`ok` within tolerance, else `warn`) and a
+    message with both numbers. No estimate or no such fact: no row."""
+    if not estimate:
+        return []
+    facts = {fact.get("name"): fact for fact in startup or [] if isinstance(fact, dict)}
+    wanted = (
+        ("weights_per_rank", "model_loading_gib", estimate.get("weights_per_rank_bytes"), GIB, "GiB"),
+        ("kv_tokens", "kv_cache_tokens", estimate.get("kv_tokens"), 1, "tokens"),
+    )
+    rows = []
+    for item, rule, estimated_raw, unit, unit_name in wanted:
+        if estimated_raw is None or rule not in facts:
+            continue
+        estimated = estimated_raw / unit
+        for where, measured in _fact_values(facts[rule]):
+            try:
+                measured = float(measured)
+            except (TypeError, ValueError):
+                continue
+            ok = within(estimated, measured, tolerance)
+            off = (estimated - measured) / measured * 100 if measured else float("inf")
+            number = "{:.2f} %s" % unit_name if unit != 1 else "{:,.0f} %s" % unit_name
+            message = (f"{item} on {where}: estimated {number.format(estimated)}, the engine reports {number.format(measured)} "
+                       f"({off:+.1f} %" + (")" if ok else f", beyond {tolerance:.0%}: the fit estimate and the "
+                                                          "engine disagree)"))
+            rows.append({"item": item, "where": where, "estimated": estimated, "measured": measured,
+                         "status": "ok" if ok else "warn", "message": message})
+    return rows
+
+
 # --- reading a checkpoint's headers and config -------------------------------------------
 
 INDEX_NAME = "model.safetensors.index.json"

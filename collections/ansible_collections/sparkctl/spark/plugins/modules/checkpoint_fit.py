@@ -107,8 +107,15 @@ estimate:
     C(concurrency), C(left_bytes), C(guard_bytes), C(problems), C(warnings), ...); null when nothing was read.
   type: dict
   returned: always
+kept:
+  description:
+    - What the checkpoint stage keeps of RV(estimate) for verify, which compares the engine's startup figures with it
+      (C(profile), C(weights_per_rank_bytes), C(kv_bytes_per_token), C(kv_tokens), C(kv_pool_bytes), the parallel
+      sizes, C(weights_source)); null when nothing was read.
+  type: dict
+  returned: always
+  sample: {profile: lab-standin, weights_per_rank_bytes: 537202688, kv_bytes_per_token: 20480, kv_tokens: 52428}
 """
-
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -151,7 +158,7 @@ def main():
     )
     p = module.params
     token, endpoint = hub_options(p)
-    out = {"changed": False, "read": False, "fits": None, "reason": None, "shards": [], "estimate": None}
+    out = {"changed": False, "read": False, "fits": None, "reason": None, "shards": [], "estimate": None, "kept": None}
     problem = None if p["path"] else endpoint_problem(endpoint, token)
     if problem:
         module.fail_json(msg=problem, **out)
@@ -171,7 +178,7 @@ def main():
     except (fit.FitError, TypeError, ValueError) as exc:
         module.fail_json(msg=f"the fit estimate of profile {p['profile'].get('name', '?')} failed: {exc}", **out)
     result.pop("weights", None)
-    out.update(read=True, fits=result["fits"], shards=shards, estimate=result,
+    out.update(read=True, fits=result["fits"], shards=shards, estimate=result, kept=fit.kept_estimate(result),
                message=fit.refusal(result) if not result["fits"] else summary(result))
     module.exit_json(**out)
 

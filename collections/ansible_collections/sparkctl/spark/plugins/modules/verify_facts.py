@@ -59,6 +59,11 @@ options:
       - The manifest the checkpoint stage keeps on the head (C(<checkpoint dir>/.sparkctl-manifest.json)), whose origin
         RV(checkpoint_manifest) reports, without its file list.
     type: path
+  fit_file:
+    description:
+      - The fit estimate the checkpoint stage keeps on the head (C(<checkpoint dir>/.sparkctl-fit.json)), returned as
+        RV(fit_estimate) for the comparison with the engine's startup facts.
+    type: path
 seealso:
   - module: sparkctl.spark.runtime_versions
   - module: sparkctl.spark.engine_startup_facts
@@ -144,6 +149,13 @@ checkpoint_manifest:
   type: dict
   returned: always
   sample: {source: hub, repo_id: upstage/Solar-Open2-250B-NVFP4, revision: main, commit: 3f1e0c2a9b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f}
+fit_estimate:
+  description:
+    - The fit estimate kept at O(fit_file) (C(weights_per_rank_bytes), C(kv_bytes_per_token), C(kv_tokens), ...); V(null)
+      without O(fit_file) or a readable one.
+  type: dict
+  returned: always
+  sample: {profile: lab-standin, weights_per_rank_bytes: 537202688, kv_bytes_per_token: 20480, kv_tokens: 52428}
 """
 
 import json
@@ -174,6 +186,7 @@ def main():
             startup_log_lines=dict(type="int", default=20000),
             deployment_file=dict(type="path"),
             checkpoint_manifest_file=dict(type="path"),
+            fit_file=dict(type="path"),
             engine_gate_file=dict(type="path"),
         ),
         required_if=RUNTIME_REQUIRED_IF,
@@ -196,7 +209,18 @@ def main():
     result["engine_gate"] = read_state(read_text(params["engine_gate_file"])) if params["engine_gate_file"] else None
     manifest_file = params["checkpoint_manifest_file"]
     result["checkpoint_manifest"] = checkpoint_manifest(manifest_file) if manifest_file else None
+    result["fit_estimate"] = read_json_object(params["fit_file"]) if params["fit_file"] else None
     module.exit_json(changed=False, **result)
+
+
+def read_json_object(path):
+    """A JSON object from a file; None when it is missing, unreadable or not an object."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def checkpoint_manifest(path):
