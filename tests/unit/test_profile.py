@@ -552,6 +552,12 @@ def test_every_unit_names_the_files_it_reads_at_start(name):
         for unit, files in units.items():
             if unit != "sparkctl-sglang-router.service" and not (image and unit == "sparkctl-engine.service"):
                 assert "/etc/sparkctl/fabric.env" in files and "/etc/sparkctl/engine.env" in files, (host, unit)
+    # Every unit of a venv runtime runs the venv's code (Ray's too): pins installed into it after
+    # the unit started make the unit stale. An image's units run the image, which their files name.
+    marker = c["venv_path"] + "/.sparkctl-changed"
+    for host, units in out["inputs"].items():
+        for unit, files in units.items():
+            assert (marker in files) is not image, (host, unit, files)
 
 
 # ----------------------------------------------------------------------------- strings that reach units and nginx

@@ -337,27 +337,37 @@ def test_every_stage_that_changes_a_node_records_it_first():
 
 def test_a_switch_of_the_served_model_leaves_nothing_of_the_other_profile(tmp_path, node, capsys):
     """After a model switch the node holds two profiles' checkpoints and venvs. The record was
-    taken before the first profile's run; the second's paths are added to it the first time a
-    run names them (before that run creates them), and the teardown takes both profiles' venvs
+    taken before the first profile's run; the second's paths are added to it by the steps that
+    create them, right before they do (roles/teardown tasks/learn.yml), not by the stage's start
+    (tasks/baseline.yml, which names them deferred), and the teardown takes both profiles' venvs
     off and keeps (or, purging, empties) both checkpoints the served list names."""
     opt = tmp_path / "opt/sparkctl"
     opt.mkdir(parents=True)  # there before sparkctl: only what sparkctl made inside it goes
     first, second = tmp_path / "srv/sparkctl/models/a", tmp_path / "srv/sparkctl/models/b"
     venv_a, venv_b = opt / "venvs/a", opt / "venvs/b"
     served = tmp_path / "var/lib/sparkctl/checkpoints-served.json"
-    record = _args(tmp_path, backup_dir=str(tmp_path / "b"), paths=[str(opt), str(first), str(venv_a)])
+    # The first record (a stage's start) takes the deferred paths with the others.
+    record = _args(tmp_path, backup_dir=str(tmp_path / "b"), paths=[str(opt)], deferred_paths=[str(first), str(venv_a)])
     rc, result = run_module(node_baseline.main, record, capsys)
     assert rc == 0 and result["changed"]
+    assert result["baseline"]["paths"][str(first)] is False and result["baseline"]["paths"][str(venv_a)] is False
     for checkpoint in (first,):
         checkpoint.mkdir(parents=True)
     venv_a.mkdir(parents=True)
-    # The switch's run names the other profile's paths before it creates them.
-    switched = dict(record, paths=[str(opt), str(second), str(venv_b)])
-    rc, result = run_module(node_baseline.main, switched, capsys)
-    assert rc == 0 and result["changed"] and result["baseline"]["paths"][str(second)] is False
-    assert result["baseline"]["paths"][str(first)] is False  # what it knew stays as it was
+    # The switch's run starts naming the other profile's paths deferred: the record stays as it
+    # was (a run refused before it creates them changes nothing).
+    switched = dict(record, deferred_paths=[str(second), str(venv_b)])
     rc, result = run_module(node_baseline.main, switched, capsys)
     assert (rc, result["changed"]) == (0, False)
+    assert str(second) not in result["baseline"]["paths"]
+    # Then each step right before it creates its directory.
+    for path in (second, venv_b):
+        learn = dict(record, paths=[str(opt), str(path)], deferred_paths=[])
+        rc, result = run_module(node_baseline.main, learn, capsys)
+        assert rc == 0 and result["changed"] and result["baseline"]["paths"][str(path)] is False, path
+        assert result["baseline"]["paths"][str(first)] is False  # what it knew stays as it was
+        rc, result = run_module(node_baseline.main, learn, capsys)
+        assert (rc, result["changed"]) == (0, False)
     second.mkdir(parents=True)
     venv_b.mkdir(parents=True)
     for checkpoint in (first, second):

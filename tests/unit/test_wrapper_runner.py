@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 from sparkctl import cli, runner
 from sparkctl.result import SCHEMA_PATH
+from sparkctl.stages import COMMAND_STAGES
 from sparkctl.stages import Stage
 
 # In the whole unit run, other modules' loopback servers are still running threads
@@ -74,6 +75,22 @@ PLAYBOOKS = {
             - name: Print them
               ansible.builtin.debug:
                 msg: "{{ range(logs_lines | int) | map('string') | map('regex_replace', '^', 'journal line ') | list }}"
+        """,
+    # Like playbooks/fabric_test.yml: writes its report and prints a line per cable half.
+    "fabric_test": """
+        - name: Measure every cable half
+          hosts: all
+          gather_facts: false
+          tasks:
+            - name: Write the report
+              ansible.builtin.copy:
+                dest: "{{ lookup('ansible.builtin.env', 'SPARKCTL_REPORT_DIR') }}/fabric-test.json"
+                content: "{{ {'schema_version': 1, 'ok': true, 'pairs': []} | to_json }}"
+                mode: "0644"
+              delegate_to: localhost
+            - name: Print the halves
+              ansible.builtin.debug:
+                msg: "node1 enp1s0f1np1 -> node1: 98.1 Gbit/s (minimum 90)"
         """,
     "checkpoint": """
         - name: Put the checkpoint on every node
@@ -312,3 +329,17 @@ def test_logs_prints_what_the_play_shows(project, capsys):
     assert "journal line 2" in out and "journal line 3" not in out
     doc = run_json(capsys, "logs", "-i", "inventories/local", "-n", "2")
     assert doc["stages"][0]["output"] == [{"host": "node1", "task": "Print them", "msg": ["journal line 0", "journal line 1"]}]
+
+
+def test_fabric_test_prints_a_document_the_schema_accepts(project, capsys):
+    doc = run_json(capsys, "fabric-test", "-i", "inventories/local")
+    assert doc["command"] == "fabric-test"
+    assert doc["exit_code"] == 0
+    assert doc["stages"][0]["output"][0]["msg"] == "node1 enp1s0f1np1 -> node1: 98.1 Gbit/s (minimum 90)"
+    assert doc["reports"]["fabric-test"]["ok"] is True
+
+
+def test_the_schema_names_every_command_that_prints_a_document():
+    # api-key prints the key alone, never a document (run_api_key).
+    commands = json.loads(SCHEMA_PATH.read_text())["properties"]["command"]["enum"]
+    assert sorted(commands) == sorted({"up", *COMMAND_STAGES} - {"api-key"})

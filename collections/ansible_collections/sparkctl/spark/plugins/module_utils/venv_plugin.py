@@ -31,6 +31,16 @@ MANIFEST_NAME = ".sparkctl-plugin.json"
 BACKUP_SUFFIX = ".orig"
 MANIFEST_VERSION = 1
 FILE_MODE = 0o644
+# Rewritten by the engine_venv role whenever it changes what the venv holds (pins installed, the
+# venv created again, the plugin installed or removed): every unit running the venv's code lists it
+# as an input it read at start (profile_render.unit_inputs), so a unit older than the venv's last
+# change restarts, on the run that changed it or on any later one.
+CHANGE_MARKER = ".sparkctl-changed"
+
+
+def change_marker(venv):
+    """The venv's change marker: <venv>/.sparkctl-changed."""
+    return os.path.join(str(venv), CHANGE_MARKER)
 
 
 class PluginError(Exception):

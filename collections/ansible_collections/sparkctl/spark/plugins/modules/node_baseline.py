@@ -19,9 +19,9 @@ description:
     IPv6 address generation mode of each of O(interfaces), and which of O(linger_users) linger.
   - The parents of O(paths) are recorded apart; a teardown removes one that did not exist only once it is empty.
   - When O(path) exists, what it records stays as it is (the first record is the node before sparkctl). Only a path
-    of O(paths) it does not know yet (another profile's checkpoint or venv, named first by the run that switches the
-    served model, before that run creates it) is added, with its existence now and its parents it does not know;
-    otherwise the module reports no change.
+    of O(paths) it does not know yet (another profile's checkpoint or venv, named by the step of the run that creates
+    it, right before it does) is added, with its existence now and its parents it does not know; otherwise the module
+    reports no change. O(deferred_paths) are not added to an existing record.
   - In check mode it reports the record it would write, and writes nothing.
 author:
   - sparkctl developers (!UNKNOWN)
@@ -36,6 +36,15 @@ options:
     default: /var/lib/sparkctl/baseline
   paths:
     description: Paths whose existence is recorded (files, directories, links); a teardown removes only those recorded absent.
+    type: list
+    elements: path
+    default: []
+  deferred_paths:
+    description:
+      - Paths a later step of the run creates and a run may name anew (the checkpoint directory, the venv). A first
+        record notes them like O(paths); an existing record does not learn them from this call but from the one that
+        step makes right before it creates them (naming them in O(paths)), so a run refused before that step leaves
+        the record as it was.
     type: list
     elements: path
     default: []
@@ -76,10 +85,16 @@ EXAMPLES = r"""
 - name: Record the node before sparkctl's first change
   sparkctl.spark.node_baseline:
     paths: [/etc/sparkctl, /opt/sparkctl]
+    deferred_paths: [/srv/sparkctl/models/my-model]
     files: [/etc/default/earlyoom]
     interfaces: [enp1s0f1np1]
     linger_users: [spark]
     groups: [docker]
+  become: true
+
+- name: Right before creating the checkpoint directory, note whether it was there
+  sparkctl.spark.node_baseline:
+    paths: [/srv/sparkctl/models/my-model]
   become: true
 """
 
@@ -164,6 +179,7 @@ def main():
             path=dict(type="path", default="/var/lib/sparkctl/baseline.json"),
             backup_dir=dict(type="path", default="/var/lib/sparkctl/baseline"),
             paths=dict(type="list", elements="path", default=[]),
+            deferred_paths=dict(type="list", elements="path", default=[]),
             empty_dirs=dict(type="list", elements="path", default=[]),
             files=dict(type="list", elements="path", default=[]),
             interfaces=dict(type="list", elements="str", default=[]),
@@ -195,6 +211,7 @@ def main():
     rc, out, err = module.run_command(["dpkg-query", "-W", "-f", DPKG_FORMAT])
     if rc != 0:
         module.fail_json(msg="dpkg-query failed: %s" % err.strip())
+    p["paths"] = list(dict.fromkeys(list(p["paths"]) + list(p["deferred_paths"])))
     parents = {os.path.dirname(p["path"]), p["backup_dir"]}
     parents |= {os.path.dirname(backup_path(p["backup_dir"], f)) for f in p["files"]}
     # The record's own directories are created here: recorded first, so a teardown removes them.

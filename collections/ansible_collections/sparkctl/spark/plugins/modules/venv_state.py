@@ -122,6 +122,13 @@ python:
   description: What the Python probe script prints (C(system), C(requested), C(venv)).
   returned: always
   type: dict
+change_marker:
+  description:
+    - The file that says when the venv's contents last changed (C(<venv>/.sparkctl-changed)), which the engine_venv
+      role rewrites whenever it changes them and the engine's units list as read at their start.
+  returned: always
+  type: str
+  sample: /opt/sparkctl/venvs/lab-standin/.sparkctl-changed
 apt_missing:
   description: The packages of O(apt_packages), and the profile Python's C(python3.X-venv), that are not installed.
   returned: always
@@ -197,7 +204,7 @@ def main():
     )
     params = module.params
     venv = params["venv"]
-    result = dict(changed=False, **assess_paths(params["paths"]))
+    result = dict(changed=False, change_marker=venv_plugin.change_marker(venv), **assess_paths(params["paths"]))
 
     rc, out, err = module.run_command(venv_plugin.python_probe_argv(params["python"], venv))
     try:

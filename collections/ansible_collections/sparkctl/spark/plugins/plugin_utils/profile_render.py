@@ -14,6 +14,7 @@ from ansible_collections.sparkctl.spark.plugins.module_utils import engine_gate,
 from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import content_digest
 from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
 from ansible_collections.sparkctl.spark.plugins.module_utils.units import UNITS, unit_stem
+from ansible_collections.sparkctl.spark.plugins.module_utils.venv_plugin import change_marker
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_engine import (
     _PLACEHOLDER_RE, _engine_env, _flag, _value, engine_list_flags,
 )
@@ -404,13 +405,27 @@ def render(profile, cluster):
 def unit_inputs(profile, cluster):
     """Per host and unit, the files a unit reads at its start that systemd does not list as its
     own (a docker --env-file, SGLang's --config key file), besides the EnvironmentFile= ones, so
-    a restart can be decided from whether any of them changed after the unit started."""
+    a restart can be decided from whether any of them changed after the unit started.
+
+    A venv's units also list the venv's change marker (venv_plugin.change_marker): pins installed
+    into the venv the units run from are new code the running processes never loaded (Ray's own
+    processes included, which run from the venv too)."""
+    image = profile["runtime"]["kind"] == "image"
     fabric_env = cluster.get("fabric_env_file", "/etc/sparkctl/fabric.env")
     engine_env = cluster.get("engine_env_file", "/etc/sparkctl/engine.env")
     key_file = cluster["api_key_file"]
     head = cluster["head"]["name"]
     workers = [w["name"] for w in cluster["workers"]]
-    image = profile["runtime"]["kind"] == "image"
+    inputs = _unit_inputs(profile, head, workers, image, fabric_env, engine_env, key_file)
+    if not image and cluster.get("venv_path"):
+        marker = change_marker(cluster["venv_path"])
+        for units in inputs.values():
+            for unit, paths in units.items():
+                units[unit] = paths + [marker]
+    return inputs
+
+
+def _unit_inputs(profile, head, workers, image, fabric_env, engine_env, key_file):
     inputs = {host: {} for host in [head] + workers}
     if profile["topology"]["kind"] in ("ray_tp", "ray_tp_ep"):
         # The API server of an image runs inside the head's Ray container: its key is that container's.
