@@ -1,0 +1,53 @@
+"""engine_service's restart decision (roles/engine_service/vars/main.yml), evaluated by Ansible's
+own templating: what already restarted the engine on this run must not restart it again (a
+second restart stops the boot the first began: 'interrupted during startup')."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROLE = Path(__file__).resolve().parents[2] / "roles" / "engine_service"
+VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+CLUSTER = {"head": {"name": "spark1"}, "workers": [{"name": "spark2"}]}
+CHANGED = {"changed": True}
+
+
+def _restart(head=None, worker=None, check_mode=False):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+    hostvars = {"spark1": dict(head or {}), "spark2": dict(worker or {})}
+    variables = {"hostvars": hostvars, "ansible_play_hosts": ["spark1", "spark2"], "spark_cluster": CLUSTER,
+                 "ansible_check_mode": check_mode}
+    for name in ("engine_service_restart", "engine_service_ray_restarted_engine"):
+        if name in VARS:
+            variables[name] = trust_as_template(VARS[name])
+    result = Templar(loader=DataLoader(), variables=variables).template(trust_as_template("{{ engine_service_restart }}"))
+    return str(result).strip() == "True"
+
+
+def test_nothing_happened_nothing_restarts():
+    assert not _restart()
+
+
+@pytest.mark.parametrize("jit", [{"relinked": True}, {"reset": True}])
+def test_a_kernel_cache_change_restarts_the_engine(jit):
+    assert _restart(worker={"jit_cache_node": jit})
+
+
+@pytest.mark.parametrize("jit", [{"relinked": True}, {"reset": True}])
+def test_ray_restarting_the_head_after_a_kernel_cache_change_is_the_engines_restart(jit):
+    """The jit_cache stage runs before ray_cluster: a Ray head restarted on this run restarted the
+    engine (PartOf it) after the cache changed, so the engine boots with the new cache already."""
+    assert not _restart(head={"ray_cluster_head_start": CHANGED}, worker={"jit_cache_node": jit})
+
+
+def test_check_mode_still_reports_the_restart():
+    assert _restart(head={"ray_cluster_head_start": CHANGED}, worker={"jit_cache_node": {"relinked": True}},
+                    check_mode=True)
+
+
+def test_units_written_after_rays_restart_restart_the_engine_again():
+    """The engine's unit files are written after Ray's restart: the running engine has the old ones."""
+    assert _restart(head={"ray_cluster_head_start": CHANGED, "engine_service_units_written": CHANGED})
