@@ -822,8 +822,9 @@ class WorkerMirror:
             return
         with self.lock:
             self.copied.extend(name for name in copied if name not in self.copied)
-        sync.progress.event("mirror-done", "%s: %s %s%s" % (self.name, rel, source if self.relayed.get(rel) else "",
-                                                           "copied" if copied else "already there"), done)
+        via = source if self.relayed.get(rel) else ""
+        outcome = "copied" if copied else "already there"
+        sync.progress.event("mirror-done", "%s: %s %s%s" % (self.name, rel, via, outcome), done)
         sync.forward(self.name, rel, rel in self.fresh, True)
 
     def final_pass(self, delete):
