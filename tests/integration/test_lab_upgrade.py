@@ -1,7 +1,7 @@
 """Upgrading the runtime of a serving lab cluster, as a user bumps a pin and re-runs.
 
 The venv runtime with its default path (one venv per profile): a pin bump (sparklab-engine
-0.2.1 -> 0.2.2, the stand-in's two wheels, through spark_profile_overrides so the lab profile
+0.3.0 -> 0.3.1, the stand-in's two wheels, through spark_profile_overrides so the lab profile
 stays as it is) is installed into the venv the engine runs from, and the engine and its Ray
 cluster must then run the new code. The first run installs the new pin and fails in the serve
 stage before the engine's restart (a bad ray_cluster_wait_timeout, refused when the Ray role
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.upgrade]
 
 HOSTS = ("spark1", "spark2")
 VENV = "/opt/sparkctl/venvs/lab-standin"
-OLD, NEW = "0.2.1", "0.2.2"
+OLD, NEW = "0.3.0", "0.3.1"
 ENGINE_UNIT = "sparkctl-engine.service"
 RAY_UNITS = {"spark1": "sparkctl-ray-head.service", "spark2": "sparkctl-ray-worker.service"}
 
