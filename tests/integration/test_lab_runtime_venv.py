@@ -23,6 +23,9 @@ REGISTRY = "sparklab_engine/models/registry.py"
 ADDED = "sparklab_engine/models/standin.py"
 ARCH = "SparklabStandinForCausalLM"
 PLUGIN_TASK = "engine_venv : Install the plugin into the venv's site-packages"
+# A repaired plugin is new code the running engine never loaded: the venv's change marker moves with
+# it (roles/engine_venv, write.yml), so the next serve stage restarts the units that run from the venv.
+MARKER_TASK = "engine_venv : Mark the venv changed, for the restart of the units that run from it"
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +65,10 @@ def _quiet(run_site, *extra: str):
 def _repaired_on_spark2_only(run_site):
     check = run_site("--check", playbook=PLAYBOOK)
     assert check.rc == 0, check.output
-    assert check.changed_tasks("spark2") == [PLUGIN_TASK] and check.changed("spark1") == 0
+    assert check.changed_tasks("spark2") == [PLUGIN_TASK, MARKER_TASK] and check.changed("spark1") == 0
     repair = run_site(playbook=PLAYBOOK)
     assert repair.rc == 0, repair.output
-    assert repair.changed_tasks("spark2") == [PLUGIN_TASK], repair.changed_tasks("spark2")
+    assert repair.changed_tasks("spark2") == [PLUGIN_TASK, MARKER_TASK], repair.changed_tasks("spark2")
     assert repair.changed("spark1") == 0, repair.changed_tasks("spark1")
     return repair
 
