@@ -226,12 +226,8 @@ def read_json_object(path):
 def checkpoint_manifest(path):
     """Where the checkpoint came from, as the manifest the checkpoint stage kept says (its file list
     is the checkpoint stage's business); None without a readable one."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(manifest, dict):
+    manifest = read_json_object(path)
+    if manifest is None:
         return None
     return dict((key, manifest.get(key)) for key in ("source", "repo_id", "revision", "commit"))
 
