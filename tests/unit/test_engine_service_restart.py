@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from role_templating import evaluate
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "engine_service"
 VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
@@ -15,16 +16,11 @@ CHANGED = {"changed": True}
 
 
 def _restart(head=None, worker=None, check_mode=False):
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar, trust_as_template
     hostvars = {"spark1": dict(head or {}), "spark2": dict(worker or {})}
     variables = {"hostvars": hostvars, "ansible_play_hosts": ["spark1", "spark2"], "spark_cluster": CLUSTER,
                  "ansible_check_mode": check_mode}
-    for name in ("engine_service_restart", "engine_service_ray_restarted_engine"):
-        if name in VARS:
-            variables[name] = trust_as_template(VARS[name])
-    result = Templar(loader=DataLoader(), variables=variables).template(trust_as_template("{{ engine_service_restart }}"))
-    return str(result).strip() == "True"
+    variables.update({name: VARS[name] for name in ("engine_service_restart", "engine_service_ray_restarted_engine")})
+    return str(evaluate("{{ engine_service_restart }}", variables)).strip() == "True"
 
 
 def test_nothing_happened_nothing_restarts():

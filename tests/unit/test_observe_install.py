@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from role_templating import evaluate
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "observe"
 
@@ -97,13 +98,7 @@ def test_a_hold_left_by_a_run_that_stopped_early_is_released_by_the_next():
 
 def _evaluate(expr: str, **values):
     """expr evaluated by Ansible's own templating with the role's vars and the given values."""
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar, trust_as_template
-    variables = {key: trust_as_template(value) if isinstance(value, str) else value for key, value in VARS.items()}
-    variables.update(DEFAULTS)
-    variables = {key: trust_as_template(value) if isinstance(value, str) else value for key, value in variables.items()}
-    variables.update(values)
-    return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expr))
+    return evaluate(expr, {**VARS, **DEFAULTS, **values})
 
 
 def test_each_daemon_has_its_own_hold_in_its_units_drop_in_directory():
