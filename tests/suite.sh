@@ -201,9 +201,10 @@ molecule_converge() {
 TWIN_INVENTORY=$REPO/inventories/lab-twin/hosts.yml
 # The two chains end about together (docs/performance.md has the split measured): the twin's
 # starts its tests earlier (no fresh check, no role scenarios first) but runs the image
-# runtime's scenario and the fault catalogue, the longest test file.
-TWIN_TESTS=(tests/integration/test_lab_faults.py tests/integration/test_lab_checkpoint.py
-            tests/integration/test_lab_runtime_image.py)
+# runtime's scenario and the fault catalogue, the longest test file. The kernel caches' story
+# runs first there, on the served twin the image scenario leaves as the converge did.
+TWIN_TESTS=(tests/integration/test_lab_jit_cache.py tests/integration/test_lab_faults.py
+            tests/integration/test_lab_checkpoint.py tests/integration/test_lab_runtime_image.py)
 # The twin's nodes as they are before anything runs on them: the teardown stage compares them
 # with it at the end (tests/integration/test_lab_teardown.py).
 TWIN_FRESH_SNAPSHOT=$REPO/.lab/twin-fresh-snapshot.json
@@ -262,8 +263,9 @@ twin_stages() {
 TWIN_IGNORES=()
 for test_file in "${TWIN_TESTS[@]}"; do TWIN_IGNORES+=("--ignore=$test_file"); done
 
-stage lab-create molecule_create
+# The twin's chain starts with its own lab's creation, beside the first lab's.
 start_chain twin twin_stages
+stage lab-create molecule_create
 stage fresh-check python -m pytest tests/integration -q -p no:cacheprovider -m fresh --junitxml="$COUNTS_DIR/fresh-check.xml"
 stage molecule molecule_converge
 stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"
