@@ -263,9 +263,8 @@ twin_stages() {
 TWIN_IGNORES=()
 for test_file in "${TWIN_TESTS[@]}"; do TWIN_IGNORES+=("--ignore=$test_file"); done
 
-# The twin's chain starts with its own lab's creation, beside the first lab's.
-start_chain twin twin_stages
 stage lab-create molecule_create
+start_chain twin twin_stages
 stage fresh-check python -m pytest tests/integration -q -p no:cacheprovider -m fresh --junitxml="$COUNTS_DIR/fresh-check.xml"
 stage molecule molecule_converge
 stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"
