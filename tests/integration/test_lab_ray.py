@@ -1,22 +1,22 @@
 """The Ray cluster and the OOM guard on the two-node lab (playbooks/cluster.yml: roles
 ray_cluster and oom_guard, lab profile tests/lab/profiles/lab-standin.yml): Ray from the
 profile's venv as systemd units on the cable, 2 nodes and 2 GPUs in Ray's state (the
-converged re-run is the whole-site one of test_lab_check_mode.py); a SIGKILLed worker raylet, every Ray process killed
-plus engine processes left behind, and both units stopped and started again (what a
-reboot does to them) all end in a healthy cluster after at most one run; earlyoom kills
-a memory hog named like the engine and leaves sshd alone.
+converged re-run is the whole-site one of test_lab_check_mode.py); every Ray process killed
+plus engine processes left behind ends in a healthy cluster after one run (a SIGKILLed worker
+raylet is the fault catalogue's, worker_raylet_killed); earlyoom kills a memory hog named like
+the engine and leaves sshd alone.
 
-The real reboot (restarting the node containers) is test_reboot_brings_the_cluster_back,
-run only with SPARKLAB_REBOOT_TESTS=1: it disturbs everyone else using the lab."""
+The units coming back by themselves after the nodes restart, Ray and the engine, is
+test_lab_serve.py's test_reboot_brings_ray_and_the_engine_back_by_themselves (the node
+containers restarted for real, then a serve run that changes nothing)."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 
 import pytest
-from labrun import container, lab, node_exec
+from labrun import node_exec
 
 pytestmark = pytest.mark.lab
 
@@ -119,28 +119,6 @@ def test_a_stale_cluster_with_leftover_engine_processes_is_recovered(converged, 
     said = " ".join(run.output.split())
     assert "Recovering the Ray cluster" in said and "leftover engine process" in said, said[-4000:]
     assert wait_healthy(timeout=30) == (2, 2.0), ray_status()
-    assert_quiet(run_site)
-
-
-def test_units_stopped_and_started_come_back_by_themselves(converged, run_site):
-    """What a reboot does to the units, without restarting the node containers."""
-    for node in ("spark2", "spark1"):
-        node_exec(node, "systemctl", "stop", UNITS[node])
-    for node in HOSTS:
-        node_exec(node, "systemctl", "start", UNITS[node])
-    assert wait_healthy() == (2, 2.0), ray_status()
-    assert_quiet(run_site)
-
-
-@pytest.mark.reboot
-@pytest.mark.skipif(os.environ.get("SPARKLAB_REBOOT_TESTS") != "1",
-                    reason="restarts the node containers; set SPARKLAB_REBOOT_TESTS=1 (the lab owner runs it)")
-def test_reboot_brings_the_cluster_back(converged, run_site):
-    import subprocess
-
-    subprocess.run(["docker", "restart", *map(container, HOSTS)], check=True, timeout=300)
-    lab("up")  # re-creates the cable (the veth pairs die with the containers)
-    assert wait_healthy(timeout=180) == (2, 2.0), ray_status()
     assert_quiet(run_site)
 
 
