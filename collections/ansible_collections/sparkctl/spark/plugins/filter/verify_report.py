@@ -243,7 +243,7 @@ def _rows(report):
         row("PASS", "serving", "%s (%d node(s), the profile's topology.nodes)" % (
             ", ".join(serving["serving"]), serving.get("nodes") or len(serving["serving"])))
     for host in serving.get("idle") or []:
-        row("idle", "idle %s" % host, "not needed by the profile (topology.nodes %s): provisioned, runtime and "
+        row("idle", "node %s" % host, "not needed by the profile (topology.nodes %s): provisioned, runtime and "
             "checkpoint in place, no engine or Ray unit" % (serving.get("nodes") or "?"))
     for half in report["fabric"].get("results") or []:
         detail = half.get("problem") or "%.2f Gbit/s (minimum %g, %s)" % (
