@@ -574,9 +574,11 @@ def test_sglang_ranks_take_no_pipeline_stages():
     found = problems("qwen38-flash-next-nvfp4-sglang-4x", {"topology": {"tensor_parallel": 2, "pipeline_parallel": 2}})
     assert any("topology.pipeline_parallel: sparkctl renders pipeline stages for vLLM on Ray only" in p
                for p in found), found
-    # pipeline_parallel_size is the topology's to set, not engine.args'.
+    # pipeline_parallel_size is the topology's to set, not engine.args' (SGLang's would break the ranks' layout).
     found = problems("solar-open-100b-bf16-vllm-fork-4x", {"engine": {"args": {"pipeline_parallel_size": 4}}})
     assert any("topology.pipeline_parallel" in p and "pipeline_parallel_size" in p for p in found), found
+    found = problems("qwen38-flash-next-nvfp4-sglang-4x", {"engine": {"args": {"pipeline_parallel_size": 2}}})
+    assert any("pipeline_parallel_size" in p and "one rank per node" in p for p in found), found
 
 
 def test_four_spark_sglang_ranks_each_join_the_head():

@@ -56,6 +56,7 @@ MANAGED_ARGS = {
         "tp_size": "topology.tensor_parallel",
         "tensor_parallel_size": "topology.tensor_parallel",
         "ep_size": "topology.expert_parallel",
+        "pipeline_parallel_size": "topology (one rank per node; sparkctl renders no SGLang pipeline stages)",
         "nnodes": "topology.nodes",
         "node_rank": "the rank unit of each node",
         "dist_init_addr": "the head's link address and topology.dist_init_port",
