@@ -33,8 +33,8 @@ description:
     the indexes, the wheel directories and the plugin, which C(spark_engine_venv_per_lock) puts in the venv's path),
     C(profile_units) (a loaded profile to the names of sparkctl's systemd units, C(spark_units)),
     C(unit_container) (a unit's name to the docker container an image runtime runs it in, named like the unit),
-    C(profile_serving) (the inventory's groups and a loaded profile to the serving set, C(spark_serving): the head and
-    the first C(topology.nodes - 1) workers in inventory order serve, the other workers idle),
+    C(profile_serving) (the inventory's groups and a loaded profile to the serving set C(spark_serving), in which the
+    head and the first C(topology.nodes - 1) workers in inventory order serve and the other workers idle),
     C(profile_cluster) (groups, hostvars and the cluster-wide settings to the cluster C(profile_render) takes; only the
     serving set's workers).
 options:

@@ -67,8 +67,8 @@ options:
     default: {}
   serving:
     description:
-      - The serving set (C(spark_serving): C(nodes), C(serving), C(idle)); kept as C(serving), one row for the
-        serving nodes and one row per idle node (marked V(idle)). Information, never a failure.
+      - The serving set (C(spark_serving), with C(nodes), C(serving) and C(idle)), kept as C(serving), with one row for
+        the serving nodes and one row per idle node (marked V(idle)). Information, never a failure.
     type: dict
     default: {}
   context:
