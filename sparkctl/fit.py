@@ -149,6 +149,7 @@ def show_fit(results: list[dict], console: Console | None = None) -> None:
     console = console or Console()
     for r in results:
         table = Table(title=f"{r['profile']}: TP {r['tensor_parallel']}"
+                            + (f", PP {r['pipeline_parallel']}" if r.get("pipeline_parallel", 1) > 1 else "")
                             + (f", EP {r['expert_parallel']}" if r["expert_parallel"] > 1 else ""),
                       title_justify="left", box=box.SIMPLE_HEAD, show_header=False, pad_edge=False, show_edge=False)
         table.add_column("quantity", no_wrap=True, style="bold")

@@ -72,7 +72,7 @@ def show_preflight(path: Path, console: Console | None = None) -> bool:
 REPORT_FILES = {"preflight": "preflight.json", "verify": "verify.json", "benchmark": "benchmark/benchmark.json",
                 "fabric-test": "fabric-test.json"}
 REPORT_NAMES = tuple(REPORT_FILES)
-VERIFY_MARK_STYLE = {"PASS": "green", "FAIL": "bold red", "warn": "yellow", "skip": "dim"}
+VERIFY_MARK_STYLE = {"PASS": "green", "FAIL": "bold red", "warn": "yellow", "skip": "dim", "idle": "dim"}
 
 
 def report_path(directory: Path, name: str) -> Path:

@@ -9,9 +9,14 @@ Every stage with N nodes: the converged re-run changes nothing; each node's cabl
 their address at MTU 9000; a full-MTU no-fragment ping reaches every peer on every half; each
 node's fabric environment names its own RoCE GID index; the head logs in to every worker over
 every half with the mesh key; the firewall trusts the peers' addresses on the shared subnet, not
-the subnet (a stranger on the switch does not reach Ray's GCS, a peer does); Ray has N nodes and N
+the subnet (a stranger on the switch does not reach Ray's GCS, a peer does); Ray has the serving set's nodes and
 GPUs; every node runs the same versions of the stack; and the workers relay the checkpoint to each
-other (the head sends each shard once) and end with the head's bytes."""
+other (the head sends each shard once) and end with the head's bytes.
+
+Profiles across N nodes: the two-node lab profile serves on spark1 and spark2 and spark3 idles
+(said in the run, a row in verify, no Ray worker there; Ray has two nodes and two GPUs); the
+three-node lab profile (lab-standin-3) serves across all three (Ray three nodes, three GPUs), and
+switching back stops and disables spark3's Ray worker."""
 
 from __future__ import annotations
 
@@ -120,12 +125,13 @@ def test_on_the_switch_the_firewall_trusts_the_peers_not_the_subnet(plan, conver
         subprocess.run(["ip", "-n", ns, "addr", "del", stranger, "dev", "half0"], check=False)
 
 
-def test_ray_has_every_node_and_every_gpu(plan, converged):
+def _ray_nodes_and_gpus(plan, venv: str, want: int) -> tuple[tuple[int, float], str]:
+    """(alive nodes, GPUs) as `ray status` on the head counts them, waiting up to a minute for `want`."""
     gcs = f"{plan.head.links[0].ip}:{GCS_PORT}"
-    want, seen, text = len(plan.nodes), None, ""
+    seen, text = None, ""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        proc = node_exec(plan.head.name, "runuser", "-u", plan.user, "--", f"{VENV}/bin/ray", "status",
+        proc = node_exec(plan.head.name, "runuser", "-u", plan.user, "--", f"{venv}/bin/ray", "status",
                          f"--address={gcs}", check=False)
         text = proc.stdout + proc.stderr
         active = text.split("Active:", 1)[1].split("Pending:", 1)[0] if "Active:" in text else ""
@@ -134,7 +140,32 @@ def test_ray_has_every_node_and_every_gpu(plan, converged):
         if seen == (want, float(want)):
             break
         time.sleep(3)
-    assert seen == (want, float(want)), text
+    return seen, text
+
+
+def _unit_state(node: str, unit: str) -> tuple[str, str]:
+    active = node_exec(node, "systemctl", "is-active", unit, check=False).stdout.strip()
+    enabled = node_exec(node, "systemctl", "is-enabled", unit, check=False).stdout.strip()
+    return active, enabled
+
+
+def _verify_rows(report_dir) -> list[tuple[str, str]]:
+    report = json.loads((report_dir / "verify.json").read_text())
+    return [(row["mark"], row["what"]) for row in report["rows"]]
+
+
+def test_the_two_node_profile_serves_on_the_head_and_the_first_worker_the_rest_idle(plan, converged, report_dir):
+    """lab-standin needs two nodes (topology.nodes): spark1 and spark2 serve, the other workers idle,
+    which the run says, verify reports (a row per idle node) and Ray counts (two nodes, two GPUs)."""
+    serving, idle = plan.nodes[:2], plan.nodes[2:]
+    seen, text = _ray_nodes_and_gpus(plan, VENV, len(serving))
+    assert seen == (len(serving), float(len(serving))), text
+    for node in idle:
+        assert _unit_state(node.name, "sparkctl-ray-worker.service")[0] != "active", node.name
+    assert f"idle: {', '.join(n.name for n in idle)} (provisioned" in " ".join(converged.output.split())
+    rows = _verify_rows(report_dir)
+    assert ("PASS", "serving") in rows
+    assert [what for mark, what in rows if mark == "idle"] == [f"node {n.name}" for n in idle]
 
 
 def test_every_node_runs_the_same_versions(plan, converged):
@@ -174,3 +205,30 @@ def test_the_workers_relay_the_checkpoint_and_every_copy_is_the_heads(plan, conv
     sums = {node.name: node_exec(node.name, "sh", "-c", f"cd {CHECKPOINT} && sha256sum *.safetensors").stdout
             for node in plan.nodes}
     assert len(set(sums.values())) == 1, sums
+
+
+def test_the_three_node_profile_serves_across_every_node_and_back(plan, converged, run_site, report_dir):
+    """lab-standin-3 (the stand-in across three Ray nodes) serves on every node: Ray has three nodes
+    and three GPUs, verify reports no idle node. Back to lab-standin, the third node idles again: its
+    Ray worker is stopped and disabled, and Ray has two nodes."""
+    if len(plan.nodes) != 3:
+        pytest.skip("the three-node profile needs exactly three nodes to leave none idle")
+    third = plan.nodes[2]
+    run = run_site("-e", "spark_model_profile=lab-standin-3")
+    assert run.rc == 0, run.output[-6000:]
+    seen, text = _ray_nodes_and_gpus(plan, "/opt/sparkctl/venvs/lab-standin-3", 3)
+    assert seen == (3, 3.0), text
+    assert _unit_state(third.name, "sparkctl-ray-worker.service") == ("active", "enabled")
+    rows = _verify_rows(report_dir)
+    assert ("PASS", "serving") in rows and not [what for mark, what in rows if mark == "idle"]
+
+    back = run_site()
+    assert back.rc == 0, back.output[-6000:]
+    # Stopped, disabled, and not left in the failed state `ray start --block` ends in when stopped.
+    assert _unit_state(third.name, "sparkctl-ray-worker.service") == ("inactive", "disabled")
+    # The idle node's stop is a change once: the next run finds nothing to do anywhere.
+    quiet = run_site("--tags", "serve")
+    assert quiet.rc == 0 and all(c.get("changed") == 0 for c in quiet.recap.values()), quiet.recap
+    seen, text = _ray_nodes_and_gpus(plan, VENV, 2)
+    assert seen == (2, 2.0), text
+    assert [what for mark, what in _verify_rows(report_dir) if mark == "idle"] == [f"node {third.name}"]

@@ -23,8 +23,10 @@ def lab_ckpt(tmp_path_factory):
 def test_every_shipped_profile_gets_a_table_offline(capsys):
     rc = cli.main(["fit", "--offline"])
     out = capsys.readouterr().out
+    # The four-Spark profiles: two pipeline stages of TP2 (vLLM), TP4 ranks (SGLang).
+    four = {"solar-open-100b-bf16-vllm-fork-4x": "TP 2, PP 2", "qwen38-flash-next-nvfp4-sglang-4x": "TP 4"}
     for name in SHIPPED:
-        assert f"{name}: TP 2" in out
+        assert f"{name}: {four.get(name, 'TP 2')}" in out
     # The BF16 Solar-Open-100B profile is refused as shipped (profiles/README.md): exit 1.
     assert rc == 1 and "profile solar-open-100b-vllm-fork does not fit" in " ".join(out.split())
     assert "not read (--offline)" in out

@@ -34,6 +34,9 @@ CASES = {
     # The Qwen3.8 profile's host NCCL preload and a profile override removing one variable.
     "preload-and-profile": (_roce(10, 3, 3), {"nccl_preload": "/opt/nccl-2.30.7/lib/libnccl.so.2",
                                               "extra": {"NCCL_DEBUG": "WARN", "TP_SOCKET_IFNAME": None, "MAX_JOBS": 2}}),
+    # Four Sparks on a switch (spark_fabric: switch): the fourth node, GID index 4, both halves of its
+    # port on the switch's two subnets; every node names the head's address as MASTER_ADDR.
+    "switch-node4-index4": (_roce(13, 4, 4), {}),
 }
 
 
@@ -80,3 +83,14 @@ def test_no_links_is_refused():
 def test_the_engine_environment_file_text_is_one_line_per_variable_newline_terminated():
     assert env_file_text({"A": "1", "B": "x y"}) == "A=1\nB=x y\n"
     assert env_file_text({}) == "" and env_file_text(None) == ""
+
+
+def test_on_a_switch_every_node_names_both_halves_and_the_head():
+    """Four Sparks on a switch: each node's NCCL/Gloo environment carries both RDMA devices of its own
+    port and its own address, and all agree on the head (NCCL and Gloo rendezvous there)."""
+    envs = [fabric_env(_roce(10 + n, 3 + n, 3 + n), head_address="192.168.100.10/24") for n in range(4)]
+    assert {env["MASTER_ADDR"] for env in envs} == {"192.168.100.10"}
+    assert all(env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1" for env in envs)
+    assert all(env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1" for env in envs)
+    assert [env["SGLANG_HOST_IP"] for env in envs] == [f"192.168.100.{10 + n}" for n in range(4)]
+    assert [env["NCCL_IB_GID_INDEX"] for env in envs] == ["3", "4", "5", "6"]

@@ -26,6 +26,9 @@ SHIPPED = [
     "solar-open2-nvfp4-ngc-ep",
     "qwen38-flash-next-nvfp4-sglang",
     "solar-open-100b-vllm-fork",
+    # Four Sparks on a switch.
+    "solar-open-100b-bf16-vllm-fork-4x",
+    "qwen38-flash-next-nvfp4-sglang-4x",
 ]
 # Solar-Open-100B (BF16) as shipped is refused by the memory budget; its golden renders the FP8 fix.
 SOLAR100_FP8 = {
@@ -43,11 +46,14 @@ def problems(name, overrides=None, paths=(str(LAB_PROFILES),)):
 
 
 def cluster(profile):
+    """The cluster the profile serves on: the head and topology.nodes - 1 workers (spark2, ...)."""
     ckpt = profile["checkpoint"]["dir_name"]
     image = profile["runtime"].get("image") or {}
+    nodes = profile["topology"]["nodes"]
     return {
         "head": {"name": "spark1", "link_ip": "192.168.100.10/24", "interface": "enp1s0f1np1"},
-        "workers": [{"name": "spark2", "link_ip": "192.168.100.11/24", "interface": "enp1s0f1np1"}],
+        "workers": [{"name": f"spark{n}", "link_ip": f"192.168.100.{9 + n}/24", "interface": "enp1s0f1np1"}
+                    for n in range(2, nodes + 1)],
         "service_user": "spark",
         "checkpoint_dir": f"/srv/sparkctl/models/{ckpt}",
         "venv_path": f"/opt/sparkctl/venvs/{profile['name']}",
@@ -59,7 +65,7 @@ def cluster(profile):
 # ----------------------------------------------------------------------------- shipped profiles
 
 
-@pytest.mark.parametrize("name", [n for n in SHIPPED if n != "solar-open-100b-vllm-fork"] + ["lab-standin"])
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n != "solar-open-100b-vllm-fork"] + ["lab-standin", "lab-standin-3"])
 def test_shipped_profiles_are_sound(name):
     assert problems(name) == []
 
@@ -387,6 +393,7 @@ def test_inventory_validation_refuses_bad_profiles(extra, expected):
 GOLDEN_CASES = {name: (name, {}) for name in SHIPPED if name != "solar-open-100b-vllm-fork"}
 GOLDEN_CASES["solar-open-100b-vllm-fork"] = ("solar-open-100b-vllm-fork", SOLAR100_FP8)
 GOLDEN_CASES["lab-standin"] = ("lab-standin", {})
+GOLDEN_CASES["lab-standin-3"] = ("lab-standin-3", {})
 
 
 def _rendered_files(name, overrides):
@@ -478,6 +485,109 @@ def test_profile_cluster_describes_any_number_of_workers():
     assert cluster["venv_path"] == "/opt/v" and "image" not in cluster
     image = {"runtime": {"kind": "image", "image": {"build": {"tag": "x:local"}}}}
     assert profile_cluster(groups, hostvars, "spark", "/srv/m", "/k", image)["image"] == "x:local"
+
+
+# ----------------------------------------------------------------------------- profiles across N nodes
+
+
+def _groups_and_hostvars(workers):
+    groups = {"spark_head": ["spark1"], "spark_workers": list(workers)}
+    hostvars = {h: {"spark_link": [{"interface": "enp1s0f1np1", "address": f"192.168.100.{10 + i}/24"}]}
+                for i, h in enumerate(["spark1"] + list(workers))}
+    return groups, hostvars
+
+
+def test_more_nodes_than_the_profile_needs_serve_on_the_head_and_the_first_workers():
+    two = load("lab-standin")
+    # Inventory order decides, not the names: spark4 is listed before spark2.
+    groups, _ = _groups_and_hostvars(["spark3", "spark4", "spark2"])
+    assert profile_filter.profile_serving(groups, two) == {
+        "nodes": 2, "serving": ["spark1", "spark3"], "idle": ["spark4", "spark2"]}
+    three = load("lab-standin-3")
+    assert profile_filter.profile_serving(groups, three) == {
+        "nodes": 3, "serving": ["spark1", "spark3", "spark4"], "idle": ["spark2"]}
+    # Exactly as many nodes: nobody idles.
+    assert profile_filter.profile_serving({"spark_head": ["spark1"], "spark_workers": ["spark2"]}, two)["idle"] == []
+    # The head listed among the workers too is still the head, once.
+    assert profile_filter.profile_serving({"spark_head": ["a"], "spark_workers": ["a", "b", "c"]}, two) == {
+        "nodes": 2, "serving": ["a", "b"], "idle": ["c"]}
+
+
+def test_fewer_nodes_than_the_profile_needs_is_refused_with_the_variable_and_the_fix():
+    with pytest.raises(AnsibleFilterError, match=r"'spark_model_profile': profile lab-standin-3 runs on 3 nodes "
+                                                 r"\(topology.nodes\) but the inventory has 2 .*add workers, or pick a profile"):
+        profile_filter.profile_serving({"spark_head": ["spark1"], "spark_workers": ["spark2"]}, load("lab-standin-3"))
+
+
+def test_an_idle_node_gets_no_engine_or_ray_unit_and_ray_expects_the_serving_set():
+    from ansible_collections.sparkctl.spark.plugins.filter.ray_cluster import ray_cluster_expected
+
+    profile = load("lab-standin")
+    groups, hostvars = _groups_and_hostvars(["spark2", "spark3"])
+    # Without `serving` the cluster is worked out from the profile by the same function.
+    for serving in (None, profile_filter.profile_serving(groups, profile)["serving"]):
+        cluster = profile_filter.profile_cluster(groups, hostvars, "spark", "/srv/m", "/etc/sparkctl/api-key.env",
+                                                 profile, "/opt/v", serving=serving)
+        assert [w["name"] for w in cluster["workers"]] == ["spark2"]
+        out = P.render(profile, cluster)
+        assert sorted(out["units"]) == ["spark1", "spark2"]
+        assert sorted(out["inputs"]) == ["spark1", "spark2"]
+        expected = ray_cluster_expected(cluster, 1)
+        assert [(n["ip"], n["gpus"]) for n in expected] == [("192.168.100.10", 1.0), ("192.168.100.11", 1.0)]
+    # The three-node profile on the same inventory: every node serves, Ray expects three.
+    three = load("lab-standin-3")
+    cluster = profile_filter.profile_cluster(groups, hostvars, "spark", "/srv/m", "/k", three, "/opt/v")
+    out = P.render(three, cluster)
+    assert sorted(out["units"]) == ["spark1", "spark2", "spark3"]
+    assert "--tensor-parallel-size 3" in out["command_line"]
+    assert [n["name"] for n in ray_cluster_expected(cluster, 1)] == ["spark1", "spark2", "spark3"]
+
+
+def test_pipeline_parallel_renders_vllms_flag_and_splits_the_weights_over_every_rank():
+    profile = load("solar-open-100b-bf16-vllm-fork-4x")
+    argv = P.render(profile, cluster(profile))["argv"]
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert argv[argv.index("--pipeline-parallel-size") + 1] == "2"
+    # Without a stated figure, the checkpoint splits over tensor_parallel x pipeline_parallel ranks.
+    unstated = load("solar-open-100b-bf16-vllm-fork-4x", {"memory": {"weights_per_rank_bytes": None}})
+    assert P.node_memory_bytes(unstated)["weights"] == 205000000000 // 4
+    # One stage renders no pipeline flag (the two-node goldens stay as they were).
+    assert "--pipeline-parallel-size" not in P.render(load("lab-standin"), cluster(load("lab-standin")))["argv"]
+
+
+@pytest.mark.parametrize("topology, expected", [
+    ({"tensor_parallel": 2, "pipeline_parallel": 2, "nodes": 2},
+     "topology.tensor_parallel: 2 x 2 (tensor_parallel x pipeline_parallel) ranks need 4 GPUs; a DGX Spark has one "
+     "GPU, so set nodes: 4."),
+    ({"tensor_parallel": 2, "pipeline_parallel": 2, "nodes": 3},
+     "topology.tensor_parallel: 2 x 2 (tensor_parallel x pipeline_parallel) ranks do not spread evenly over 3 nodes"),
+    ({"tensor_parallel": 2, "pipeline_parallel": None, "nodes": 4},
+     "topology.tensor_parallel: 2 ranks do not spread evenly over 4 nodes"),
+    ({"pipeline_parallel": 0}, "topology.pipeline_parallel: expected an integer >= 1"),
+])
+def test_the_ranks_must_fill_the_nodes_one_per_spark(topology, expected):
+    found = problems("solar-open-100b-bf16-vllm-fork-4x", {"topology": topology})
+    assert any(expected in p for p in found), found
+
+
+def test_sglang_ranks_take_no_pipeline_stages():
+    found = problems("qwen38-flash-next-nvfp4-sglang-4x", {"topology": {"tensor_parallel": 2, "pipeline_parallel": 2}})
+    assert any("topology.pipeline_parallel: sparkctl renders pipeline stages for vLLM on Ray only" in p
+               for p in found), found
+    # pipeline_parallel_size is the topology's to set, not engine.args' (SGLang's would break the ranks' layout).
+    found = problems("solar-open-100b-bf16-vllm-fork-4x", {"engine": {"args": {"pipeline_parallel_size": 4}}})
+    assert any("topology.pipeline_parallel" in p and "pipeline_parallel_size" in p for p in found), found
+    found = problems("qwen38-flash-next-nvfp4-sglang-4x", {"engine": {"args": {"pipeline_parallel_size": 2}}})
+    assert any("pipeline_parallel_size" in p and "one rank per node" in p for p in found), found
+
+
+def test_four_spark_sglang_ranks_each_join_the_head():
+    profile = load("qwen38-flash-next-nvfp4-sglang-4x")
+    out = P.render(profile, cluster(profile))
+    assert sorted(out["units"]) == ["spark1", "spark2", "spark3", "spark4"]
+    for rank in range(4):
+        unit = out["units"][f"spark{rank + 1}"]["sparkctl-sglang-rank.service"]
+        assert f"--tp-size 4 --nnodes 4 --node-rank {rank} --dist-init-addr 192.168.100.10:25000" in unit, unit
 
 
 # ----------------------------------------------------------------------------- the engine behind the API proxy

@@ -183,3 +183,20 @@ def test_the_engines_figures_beyond_ten_per_cent_of_the_fit_estimate_warn_not_fa
     assert rows["fit weights_per_rank 192.168.100.11"]["mark"] == "PASS"
     # Without a kept estimate (a checkpoint stage that could not read the headers) nothing is compared.
     assert verify_report(PASSING_PROBE, startup=startup)["fit"] == {"rows": []}
+
+
+def test_each_idle_node_is_a_row_of_its_own_and_never_a_failure():
+    serving = {"nodes": 2, "serving": ["spark1", "spark2"], "idle": ["spark3", "spark4"]}
+    report = verify_report(PASSING_PROBE, startup=STARTUP, memory=MEMORY, parity=PARITY, serving=serving)
+    assert report["serving"] == serving
+    assert report["status"] == "passed_with_warnings" and report["failures"] == []
+    rows = [(r["mark"], r["what"]) for r in report["rows"]]
+    assert ("PASS", "serving") in rows
+    assert [r for r in rows if r[0] == "idle"] == [("idle", "node spark3"), ("idle", "node spark4")]
+    lines = verify_lines(report)
+    assert "PASS serving: spark1, spark2 (2 node(s), the profile's topology.nodes)" in lines
+    assert any(line.startswith("idle node spark3: not needed by the profile (topology.nodes 2)") for line in lines)
+    # Every node serving: one serving row, no idle row; no serving set given: neither.
+    every = verify_report(PASSING_PROBE, serving={"nodes": 2, "serving": ["spark1", "spark2"], "idle": []})
+    assert [r["what"] for r in every["rows"] if r["mark"] == "idle" or r["what"] == "serving"] == ["serving"]
+    assert not [r for r in verify_report(PASSING_PROBE)["rows"] if r["mark"] == "idle" or r["what"] == "serving"]

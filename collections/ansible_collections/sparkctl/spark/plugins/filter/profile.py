@@ -32,7 +32,11 @@ description:
     C(profile_venv_digest) (a loaded profile to the digest of what its venv is built from, the Python, the pins,
     the indexes, the wheel directories and the plugin, which C(spark_engine_venv_per_lock) puts in the venv's path),
     C(profile_units) (a loaded profile to the names of sparkctl's systemd units, C(spark_units)),
-    C(unit_container) (a unit's name to the docker container an image runtime runs it in, named like the unit).
+    C(unit_container) (a unit's name to the docker container an image runtime runs it in, named like the unit),
+    C(profile_serving) (the inventory's groups and a loaded profile to the serving set C(spark_serving), in which the
+    head and the first C(topology.nodes - 1) workers in inventory order serve and the other workers idle),
+    C(profile_cluster) (groups, hostvars and the cluster-wide settings to the cluster C(profile_render) takes; only the
+    serving set's workers).
 options:
   _input:
     description: The profile name, e.g. C(solar-open2-nvfp4-vllm-venv) (the file name without C(.yml)).
@@ -89,6 +93,10 @@ _value:
       C(firewall_revert), C(rsyncd_socket), C(rsyncd)) plus, for this profile, C(api) (the unit serving the API)
       and C(startup) (the unit whose log holds the engine's startup lines).
     - C(unit_container) returns a string, e.g. C(sparkctl-ray-head) for C(sparkctl-ray-head.service).
+    - C(profile_serving) returns C(nodes) (the profile's C(topology.nodes)), C(serving) (the head, then the first
+      workers in inventory order) and C(idle) (the other workers, in inventory order).
+    - C(profile_cluster) returns C(head) and C(workers) (each C(name), C(link_ip), C(interface); the workers of the
+      serving set only), C(service_user), C(checkpoint_dir), C(api_key_file), C(api_proxy) and C(venv_path) or C(image).
   type: raw
 """
 
@@ -151,15 +159,33 @@ def profile_node_memory_bytes(profile):
     return need["weights"] + need["kv_pool"] + need["overhead"]
 
 
+def profile_serving(groups, profile):
+    """spark_serving: {nodes, serving, idle}. The head and the first topology.nodes - 1 workers
+    in inventory order serve the profile; the other workers are idle (plugin_utils/profile_render.py,
+    serving_split, the one place this is decided)."""
+    head = (groups.get("spark_head") or [None])[0]
+    if head is None:
+        raise AnsibleFilterError("profile_serving: the inventory has no spark_head host")
+    try:
+        return profiles.serving_split(head, list(groups.get("spark_workers") or []), profile or {})
+    except profiles.ProfileError as exc:
+        raise AnsibleFilterError(f"'spark_model_profile': {exc}") from exc
+
+
 def profile_cluster(groups, hostvars, service_user, checkpoint_dir, api_key_file, profile=None, venv_path=None,
-                    api_proxy=True):
+                    api_proxy=True, serving=None):
     """The cluster description profile_render takes: head and workers with their first cable
     half's address, the service user, the checkpoint path, the API key file, the runtime's
     venv path or image reference (from the profile's runtime), and whether the API proxy
-    fronts the engine (spark_api_proxy: the engine then listens on loopback only)."""
+    fronts the engine (spark_api_proxy: the engine then listens on loopback only).
+
+    Workers are the serving set's (`serving`, spark_serving.serving; without it, worked out from
+    the profile's topology.nodes by the same function): an idle node gets no engine or Ray unit."""
     head = (groups.get("spark_head") or [None])[0]
     if head is None:
         raise AnsibleFilterError("profile_cluster: the inventory has no spark_head host")
+    if serving is None:
+        serving = profile_serving(groups, profile)["serving"] if (profile or {}).get("topology") else None
 
     def node(host):
         links = (hostvars.get(host) or {}).get("spark_link") or []
@@ -174,7 +200,8 @@ def profile_cluster(groups, hostvars, service_user, checkpoint_dir, api_key_file
 
     cluster = {
         "head": node(head),
-        "workers": [node(w) for w in groups.get("spark_workers") or [] if w != head],
+        "workers": [node(w) for w in groups.get("spark_workers") or []
+                    if w != head and (serving is None or w in serving)],
         "service_user": service_user,
         "checkpoint_dir": checkpoint_dir,
         "api_key_file": api_key_file,
@@ -207,6 +234,7 @@ class FilterModule:
             "profile_venv_packages": profile_venv_packages,
             "profile_venv_digest": profile_venv_digest,
             "profile_cluster": profile_cluster,
+            "profile_serving": profile_serving,
             "profile_units": profile_units,
             "unit_container": unit_container,
         }

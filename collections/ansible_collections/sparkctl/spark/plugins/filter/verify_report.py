@@ -65,6 +65,12 @@ options:
         never a failure; without an estimate nothing is compared.
     type: dict
     default: {}
+  serving:
+    description:
+      - The serving set (C(spark_serving), with C(nodes), C(serving) and C(idle)), kept as C(serving), with one row for
+        the serving nodes and one row per idle node (marked V(idle)). Information, never a failure.
+    type: dict
+    default: {}
   context:
     description: Free-form facts recorded as they are (profile, endpoint URL, model, hosts).
     type: dict
@@ -112,10 +118,13 @@ _value:
       type: dict
     rows:
       description: "The evidence for people: per check, startup fact, node's memory, the parity, each firewall and
-        each cable half measured, each node's kernel cache and each figure of the fit estimate, C(mark) (V(PASS),
-        V(FAIL), V(warn), V(skip)), C(what) and C(detail)"
+        each cable half measured, each node's kernel cache, each figure of the fit estimate, the serving nodes and
+        each idle node, C(mark) (V(PASS), V(FAIL), V(warn), V(skip), V(idle)), C(what) and C(detail)"
       type: list
       elements: dict
+    serving:
+      description: "The serving set as given: C(nodes), C(serving) (hosts) and C(idle) (hosts); empty when not given"
+      type: dict
     context: {description: The given context, type: dict}
 """
 
@@ -229,6 +238,13 @@ def _rows(report):
         row("PASS", "jit cache %s" % host, _jit_detail(cache))
     for item in report["fit"]["rows"]:
         row(_STATUS_MARK.get(item["status"], "?"), "fit %s %s" % (item["item"], item["where"]), item["message"])
+    serving = report.get("serving") or {}
+    if serving.get("serving"):
+        row("PASS", "serving", "%s (%d node(s), the profile's topology.nodes)" % (
+            ", ".join(serving["serving"]), serving.get("nodes") or len(serving["serving"])))
+    for host in serving.get("idle") or []:
+        row("idle", "node %s" % host, "not needed by the profile (topology.nodes %s): provisioned, runtime and "
+            "checkpoint in place, no engine or Ray unit" % (serving.get("nodes") or "?"))
     for half in report["fabric"].get("results") or []:
         detail = half.get("problem") or "%.2f Gbit/s (minimum %g, %s)" % (
             half["gbps"], half["minimum_gbps"], report["fabric"].get("tool", "?"))
@@ -264,7 +280,7 @@ def jit_cache_rows(reads):
 
 
 def verify_report(probe, startup=None, memory=None, parity=None, context=None, fail_on_warnings=False,
-                  ignore_errors=False, firewall=None, fabric=None, jit_cache=None, fit=None):
+                  ignore_errors=False, firewall=None, fabric=None, jit_cache=None, fit=None, serving=None):
     failures = _probe_lines(probe)
     startup_failures, startup_warnings = _startup_lines(startup)
     memory_failures, memory_warnings = _memory_lines(memory)
@@ -297,6 +313,7 @@ def verify_report(probe, startup=None, memory=None, parity=None, context=None, f
         "fabric": dict(fabric or {}),
         "jit_cache": jit_cache_rows(jit_cache),
         "fit": {"rows": fit_rows},
+        "serving": {key: (serving or {})[key] for key in ("nodes", "serving", "idle") if key in (serving or {})},
         "context": dict(context or {}),
     }
     report["rows"] = _rows(report)

@@ -58,6 +58,25 @@ def _default_command(engine, runtime):
     return [python, "-m", "sglang.launch_server", "--model-path", "{model_dir}"]
 
 
+def serving_split(head, workers, profile):
+    """The serving set: which nodes run the profile's engine and Ray, the head and then the
+    first workers in inventory order, topology.nodes in all; the other workers are idle (they
+    keep the provisioned link, firewall, runtime and checkpoint, no engine or Ray unit). The one
+    place this is decided: the spark role's spark_serving and the renderer's cluster read it.
+
+    {nodes, serving: [head, ...], idle: [...]}; ProfileError when the inventory has fewer nodes
+    than the profile needs (the validation play refuses that earlier, with the same fix)."""
+    topo = profile.get("topology") or {}
+    nodes = topo.get("nodes") or 1
+    workers = [w for w in workers if w != head]
+    if nodes > 1 + len(workers):
+        raise ProfileError(
+            f"profile {profile.get('name', '?')} runs on {nodes} nodes (topology.nodes) but the inventory has "
+            f"{1 + len(workers)} (spark_head + spark_workers): add workers, or pick a profile for "
+            f"{1 + len(workers)} node(s).")
+    return {"nodes": nodes, "serving": [head] + workers[:nodes - 1], "idle": workers[nodes - 1:]}
+
+
 def _fill(words, values):
     return [_PLACEHOLDER_RE.sub(lambda m: str(values[m.group(1)]), w) for w in words]
 
@@ -110,6 +129,9 @@ def engine_argv(profile, cluster, node_rank=0):
     if engine == "vllm":
         argv += ["--served-model-name", api["served_model_name"], "--host", listen["bind"], "--port", str(listen["port"])]
         argv += ["--distributed-executor-backend", "ray", "--tensor-parallel-size", str(topo["tensor_parallel"])]
+        if topo.get("pipeline_parallel", 1) > 1:
+            # Pipeline stages across nodes: vLLM places tensor_parallel x pipeline_parallel Ray workers.
+            argv += ["--pipeline-parallel-size", str(topo["pipeline_parallel"])]
         if topo["kind"] == "ray_tp_ep":
             argv.append("--enable-expert-parallel")
         argv += args_argv(profile["engine"].get("args") or {}, engine)

@@ -39,6 +39,7 @@ MANAGED_ARGS = {
         "port": "api.port (behind the API proxy: api.engine_port)",
         "api_key": "the API key file (never on argv)",
         "tensor_parallel_size": "topology.tensor_parallel",
+        "pipeline_parallel_size": "topology.pipeline_parallel",
         "enable_expert_parallel": "topology.kind: ray_tp_ep",
         "distributed_executor_backend": "topology.kind (ray_tp / ray_tp_ep use Ray)",
         "tool_call_parser": "parsers.tool_call",
@@ -55,6 +56,7 @@ MANAGED_ARGS = {
         "tp_size": "topology.tensor_parallel",
         "tensor_parallel_size": "topology.tensor_parallel",
         "ep_size": "topology.expert_parallel",
+        "pipeline_parallel_size": "topology (one rank per node; sparkctl renders no SGLang pipeline stages)",
         "nnodes": "topology.nodes",
         "node_rank": "the rank unit of each node",
         "dist_init_addr": "the head's link address and topology.dist_init_port",
@@ -504,10 +506,11 @@ def _check_topology(c, engine):
     topo = c.mapping("topology")
     if topo is None:
         return
-    c.unknown("topology", topo, ("kind", "tensor_parallel", "expert_parallel", "nodes", "dist_init_port",
-                                 "rank0_port", "ray_port", "ray_metrics_port"))
+    c.unknown("topology", topo, ("kind", "tensor_parallel", "pipeline_parallel", "expert_parallel", "nodes",
+                                 "dist_init_port", "rank0_port", "ray_port", "ray_metrics_port"))
     kind = c.string("topology.kind", choices=TOPOLOGIES)
     tp = c.integer("topology.tensor_parallel", minimum=1)
+    pp = c.integer("topology.pipeline_parallel", required=False, minimum=1)
     ep = c.integer("topology.expert_parallel", required=False, minimum=1)
     nodes = c.integer("topology.nodes", minimum=1)
     for port in ("dist_init_port", "rank0_port", "ray_port", "ray_metrics_port"):
@@ -523,10 +526,17 @@ def _check_topology(c, engine):
               f"set expert_parallel: {tp} (got {ep}).")
     if kind == "ray_tp" and ep not in (None, 1):
         c.add("topology.expert_parallel", "ray_tp does not shard experts; use kind: ray_tp_ep or remove expert_parallel.")
-    if tp and nodes and tp % nodes:
-        c.add("topology.tensor_parallel", f"{tp} ranks do not spread evenly over {nodes} nodes (one GB10 GPU per node).")
-    if tp and nodes and tp > nodes:
-        c.add("topology.tensor_parallel", f"{tp} ranks need {tp} GPUs; a DGX Spark has one GPU, so set nodes: {tp}.")
+    if kind == "sglang_ranks" and pp not in (None, 1):
+        c.add("topology.pipeline_parallel", "sparkctl renders pipeline stages for vLLM on Ray only: use "
+              "tensor_parallel across the nodes, or kind: ray_tp with engine.kind vllm.")
+    # One rank per node: a DGX Spark has one GB10 GPU, so the world (tensor_parallel x
+    # pipeline_parallel) is the node count, and nodes is how many Sparks the profile serves on.
+    world = tp * (pp or 1) if tp else None
+    what = f"{tp} x {pp} (tensor_parallel x pipeline_parallel)" if pp not in (None, 1) else f"{tp}"
+    if world and nodes and world % nodes:
+        c.add("topology.tensor_parallel", f"{what} ranks do not spread evenly over {nodes} nodes (one GB10 GPU per node).")
+    if world and nodes and world > nodes:
+        c.add("topology.tensor_parallel", f"{what} ranks need {world} GPUs; a DGX Spark has one GPU, so set nodes: {world}.")
 
 
 def _check_memory(c):

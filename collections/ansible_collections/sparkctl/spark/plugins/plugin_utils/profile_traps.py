@@ -45,13 +45,15 @@ def speculative_method(profile):
 
 def node_memory_bytes(profile):
     """Per-node need: weights per rank + KV pool + runtime overhead (weights default to the
-    checkpoint split evenly over the tensor-parallel ranks)."""
+    checkpoint split evenly over the ranks: tensor_parallel x pipeline_parallel, each stage
+    holding its share of the layers, as module_utils/fit.py splits them)."""
     mem = profile.get("memory") or {}
     weights = mem.get("weights_per_rank_bytes")
     if weights is None:
         size = (profile.get("checkpoint") or {}).get("size_bytes") or 0
-        tp = (profile.get("topology") or {}).get("tensor_parallel") or 1
-        weights = -(-size // tp)
+        topo = profile.get("topology") or {}
+        ranks = (topo.get("tensor_parallel") or 1) * (topo.get("pipeline_parallel") or 1)
+        weights = -(-size // ranks)
     return {
         "weights": int(weights),
         "kv_pool": int(mem.get("kv_pool_bytes") or 0),
