@@ -30,9 +30,9 @@ description:
     C(reason) says why not; C(notes) are lines to show, such as a branch checked offline that may have moved.
   - The companion filter C(checkpoint_fit_due) (input the fit estimate kept beside the checkpoint, as the file's text or
     parsed, or empty when there is none; arguments the loaded profile and the checkpoint's commit, empty for a path
-    source) returns C(due) and C(reason). C(due) says whether the estimate must be made again: none kept, unreadable,
+    source) returns C(due) and C(reason). C(due) says whether the estimate must be made again (none kept, unreadable,
     kept by an earlier sparkctl without a record of what it was made for, or made for another profile, parallel size,
-    KV pool, KV dtype, C(max_num_seqs) or commit. C(reason) names what differs (the fit module utility's
+    KV pool, KV dtype, C(max_num_seqs) or commit). C(reason) names what differs (the fit module utility's
     C(estimate_due); docs/fit.md).
 options:
   _input:
@@ -49,7 +49,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: The line (C(checkpoint_progress_line)) or the disk check's result (C(checkpoint_room)).
+  description:
+    - The line (C(checkpoint_progress_line)), the disk check's result (C(checkpoint_room)), the kept manifest's standing
+      (C(checkpoint_manifest_standing)) or whether the fit estimate is due (C(checkpoint_fit_due)).
   type: raw
 """
 

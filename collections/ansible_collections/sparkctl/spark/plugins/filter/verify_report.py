@@ -69,8 +69,8 @@ options:
     description:
       - Whether that estimate stands, as P(sparkctl.spark.checkpoint_fit_due#filter) judges it for the profile and the
         checkpoint's commit (C(due), C(reason)). When it is due (none kept, an earlier sparkctl's, or made for other
-        inputs) nothing is compared and one warning row says why, with the fix (re-run the checkpoint stage). Omitted:
-        not judged.
+        inputs) nothing is compared and one warning row says why, with the fix (re-run the checkpoint stage). Omitted, it
+        is not judged.
     type: dict
     default: {}
   context:
