@@ -22,7 +22,9 @@ directory; the median is reported. Targets: project >= 0.90 x raw and >= 3 x
 seed004. Both lab nodes share this machine's cores, so the CPU (ssh
 encryption, rsync), not the link, sets these numbers: read the ratios.
 
-Needs: the lab up and converged through the checkpoint stage (site.yml).
+Needs: the lab up and converged through the checkpoint stage (site.yml). It leaves
+the head's checkpoint as it found it (head_bookkeeping_kept): the next site.yml run
+reports changed=0.
 Usage: .venv/bin/python tests/bench/mirror_bench.py [--rounds 3] [--streams 2,4]
 (several stream counts: the project's methods run once per count; the ratios use
 the best count, which is what checkpoint_streams should be set to)
