@@ -22,7 +22,9 @@ directory; the median is reported. Targets: project >= 0.90 x raw and >= 3 x
 seed004. Both lab nodes share this machine's cores, so the CPU (ssh
 encryption, rsync), not the link, sets these numbers: read the ratios.
 
-Needs: the lab up and converged through the checkpoint stage (site.yml).
+Needs: the lab up and converged through the checkpoint stage (site.yml). It leaves
+the head's checkpoint as it found it (head_bookkeeping_kept): the next site.yml run
+reports changed=0.
 Usage: .venv/bin/python tests/bench/mirror_bench.py [--rounds 3] [--streams 2,4]
 (several stream counts: the project's methods run once per count; the ratios use
 the best count, which is what checkpoint_streams should be set to)
@@ -44,6 +46,7 @@ import os
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,6 +74,33 @@ from benchlab import (  # noqa: E402
 
 CKPT = "/srv/sparkctl/models/lab-standin"
 BENCH_ROOT = "/srv/sparkctl/mirror-bench"
+
+
+BOOKKEEPING = ".sparkctl-*"
+BOOKKEEPING_TAR = "/run/sparkctl-mirror-bench-bookkeeping.tar"
+
+
+@contextmanager
+def head_bookkeeping_kept(head: str = "spark1"):
+    """Leave the head's checkpoint as the checkpoint stage left it. The project's methods run
+    checkpoint_sync with the served checkpoint as both source and destination (no copy on the
+    head), and the module keeps its bookkeeping there: it rewrites the verification stamp for the
+    bench's own manifest, adds a source stamp and takes the transfer lock. With the stamp no longer
+    the role's, the next site.yml run hashes the checkpoint again and reports a change. So the
+    .sparkctl-* files are saved first (tar keeps owner, mode and times) and put back afterwards,
+    byte for byte, and the ones the bench added are removed; the checkpoint's own files are only read."""
+    before = set(node_exec(head, "sh", "-c", f"cd {CKPT} && ls -1d {BOOKKEEPING} 2>/dev/null || true").stdout.split())
+    node_exec(head, "sh", "-c", f"cd {CKPT} && tar -cpf {BOOKKEEPING_TAR} {' '.join(sorted(before))}" if before
+              else f"rm -f {BOOKKEEPING_TAR}")
+    try:
+        yield
+    finally:
+        after = set(node_exec(head, "sh", "-c", f"cd {CKPT} && ls -1d {BOOKKEEPING} 2>/dev/null || true").stdout.split())
+        added = sorted(after - before)
+        if added:
+            node_exec(head, "sh", "-c", f"cd {CKPT} && rm -f -- {' '.join(added)}")
+        if before:
+            node_exec(head, "sh", "-c", f"cd {CKPT} && tar -xpf {BOOKKEEPING_TAR} && rm -f {BOOKKEEPING_TAR}")
 
 
 def size_of_checkpoint() -> int:
@@ -257,9 +287,13 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=2, help="3 or more: head-only fan-out against the relay (a lab on a switch)")
     parser.add_argument("--rate", default="200mbit", help="with --nodes: every cable port's tc tbf rate")
     args = parser.parse_args()
-    if args.nodes > 2:
-        return fanout(args.nodes, args.rounds, args.rate, int(args.streams.split(",")[0]))
+    with head_bookkeeping_kept():
+        if args.nodes > 2:
+            return fanout(args.nodes, args.rounds, args.rate, int(args.streams.split(",")[0]))
+        return pair(args)
 
+
+def pair(args) -> int:
     total = size_of_checkpoint()
     # Warm the head's page cache once, so every method reads from memory.
     node_exec("spark1", "sh", "-c", f"cat {CKPT}/* > /dev/null")

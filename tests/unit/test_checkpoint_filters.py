@@ -113,3 +113,22 @@ def test_with_the_hub_out_of_reach_the_kept_manifest_stands_and_a_branch_is_name
     pinned = dict(SOURCE, revision=COMMIT)
     assert checkpoint_manifest_standing(dict(KEPT, revision=COMMIT), pinned, {}, "offline") == {
         "current": True, "reason": "", "notes": []}
+
+
+def test_the_fit_estimate_is_made_again_only_when_the_kept_one_does_not_stand():
+    """The role's decision on the head's read of the kept file (node_state's text, '' when it is not there)."""
+    import json
+
+    from ansible_collections.sparkctl.spark.plugins.filter.checkpoint import checkpoint_fit_due
+    from ansible_collections.sparkctl.spark.plugins.module_utils import fit
+
+    profile = {"name": "p", "topology": {"tensor_parallel": 2}, "memory": {"kv_pool_bytes": 1 << 30}}
+    kept = json.dumps(fit.kept_estimate({"kv_tokens": 7}, fit.made_for(profile, COMMIT)))
+    assert checkpoint_fit_due(kept, profile, COMMIT) == {"due": False, "reason": ""}
+    assert checkpoint_fit_due("", profile, COMMIT)["due"] is True
+    bigger = dict(profile, memory={"kv_pool_bytes": 2 << 30})
+    assert "kv_pool_bytes" in checkpoint_fit_due(kept, bigger, COMMIT)["reason"]
+    # A path source: no commit either side (Ansible may render it as '' or None).
+    path_kept = json.dumps(fit.kept_estimate({}, fit.made_for(profile)))
+    assert checkpoint_fit_due(path_kept, profile, "")["due"] is False
+    assert checkpoint_fit_due(path_kept, profile, None)["due"] is False

@@ -274,6 +274,61 @@ def test_the_kept_estimate_is_what_verify_reads():
     assert set(kept) == set(fit.KEPT_KEYS) and "problems" not in kept and kept["kv_tokens"] == 7
 
 
+# --- whether the kept estimate must be made again (the checkpoint stage, verify) ------------
+
+PROFILE = {"name": "p", "topology": {"kind": "ray_tp", "tensor_parallel": 2},
+           "engine": {"args": {"kv_cache_dtype": "auto", "max_num_seqs": 4}}, "memory": {"kv_pool_bytes": GIB}}
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _kept_for(profile, commit=COMMIT):
+    result = {"profile": profile["name"], "weights_per_rank_bytes": 5, "kv_tokens": 7}
+    return json.dumps(fit.kept_estimate(result, fit.made_for(profile, commit)))
+
+
+def test_an_estimate_kept_for_this_profile_and_commit_is_not_made_again():
+    assert fit.estimate_due(_kept_for(PROFILE), PROFILE, COMMIT) == {"due": False, "reason": ""}
+    # The parsed mapping (verify_facts' read) decides the same as the file's text (node_state's).
+    assert fit.estimate_due(json.loads(_kept_for(PROFILE)), PROFILE, COMMIT)["due"] is False
+
+
+@pytest.mark.parametrize("kept, reason", [
+    (None, "no fit estimate is kept"), ("", "no fit estimate is kept"), ({}, "no fit estimate is kept"),
+    ("{not json", "not JSON"), ("[1]", "not a JSON object"),
+    # What an earlier sparkctl kept: the figures without what they were made for.
+    (json.dumps({"profile": "p", "weights_per_rank_bytes": 5, "kv_tokens": 7}), "an earlier sparkctl's"),
+])
+def test_a_missing_unreadable_or_unrecorded_estimate_is_made(kept, reason):
+    due = fit.estimate_due(kept, PROFILE, COMMIT)
+    assert due["due"] is True and reason in due["reason"]
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"memory": {"kv_pool_bytes": 2 * GIB}}, "kv_pool_bytes 1073741824, now 2147483648"),
+    ({"engine": {"args": {"kv_cache_dtype": "fp8", "max_num_seqs": 4}}}, "kv_cache_dtype 'auto', now 'fp8'"),
+    ({"engine": {"args": {"kv_cache_dtype": "auto", "max_num_seqs": 8}}}, "max_num_seqs 4, now 8"),
+    ({"topology": {"kind": "ray_tp", "tensor_parallel": 4}}, "tensor_parallel 2, now 4"),
+    ({"topology": {"kind": "ray_tp_ep", "tensor_parallel": 2, "expert_parallel": 2}}, "expert_parallel 1, now 2"),
+    ({"name": "q"}, "profile 'p', now 'q'"),
+])
+def test_a_profile_change_that_keeps_the_checkpoint_makes_the_estimate_again(change, named):
+    due = fit.estimate_due(_kept_for(PROFILE), dict(PROFILE, **change), COMMIT)
+    assert due["due"] is True and named in due["reason"]
+
+
+def test_another_commit_of_the_checkpoint_makes_the_estimate_again():
+    due = fit.estimate_due(_kept_for(PROFILE), PROFILE, "f" * 40)
+    assert due["due"] is True and "commit" in due["reason"]
+    # A path source has no commit: none recorded, none asked for.
+    assert fit.estimate_due(_kept_for(PROFILE, None), PROFILE, "")["due"] is False
+
+
+def test_inputs_the_kept_figures_do_not_depend_on_change_nothing():
+    changed = dict(PROFILE, memory={"kv_pool_bytes": GIB, "overhead_bytes": 4 * GIB, "node_budget_bytes": 100 * GIB},
+                   engine={"args": {"kv_cache_dtype": "auto", "max_num_seqs": 4, "max_model_len": 4096}})
+    assert fit.estimate_due(_kept_for(PROFILE), changed, COMMIT)["due"] is False
+
+
 # --- a hybrid gated-delta layout (Qwen3-Next's; Qwen3.8-Flash-Next's stand-in) ----------------
 
 QWEN_NEXT = DATA / "qwen3-next-layout"

@@ -85,3 +85,25 @@ def test_module_without_the_hub_reads_nothing_and_says_why(capsys):
     rc, out = module_runner.run_module(checkpoint_fit.main, args, capsys, raw=True)
     result = json.loads(out)
     assert rc == 0 and result["read"] is False and result["fits"] is None and "out of reach" in result["reason"]
+
+
+def test_the_estimate_kept_from_the_heads_files_is_the_one_kept_from_the_hub(hub, ckpt, capsys):
+    """The checkpoint stage makes the estimate from the hub before a first download and from the head's
+    verified files when an earlier run kept none (or one made for other inputs): both keep the same
+    figures and the same record of what they were made for, so switching between them writes nothing."""
+    import json
+
+    import module_runner
+    from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_fit
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    common = {"profile": _profile(4096), "available_bytes": 16 * 1024**3, "commit": commit}
+    rc, out = module_runner.run_module(
+        checkpoint_fit.main, dict(common, repo_id=REPO_ID, token=TOKEN, endpoint=hub.url), capsys, raw=True)
+    from_hub = json.loads(out)["kept"]
+    rc_local, out = module_runner.run_module(checkpoint_fit.main, dict(common, path=str(ckpt)), capsys, raw=True)
+    from_files = json.loads(out)["kept"]
+    assert rc == rc_local == 0 and from_hub == from_files and from_files["kv_tokens"]
+    assert from_files["made_for"]["commit"] == commit
+    assert fit.estimate_due(json.dumps(from_files), _profile(4096), commit) == {"due": False, "reason": ""}
+    assert fit.estimate_due(json.dumps(from_files), _profile(4096, kv_pool=128 << 20), commit)["due"] is True

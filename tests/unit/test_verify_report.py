@@ -200,3 +200,26 @@ def test_each_idle_node_is_a_row_of_its_own_and_never_a_failure():
     every = verify_report(PASSING_PROBE, serving={"nodes": 2, "serving": ["spark1", "spark2"], "idle": []})
     assert [r["what"] for r in every["rows"] if r["mark"] == "idle" or r["what"] == "serving"] == ["serving"]
     assert not [r for r in verify_report(PASSING_PROBE)["rows"] if r["mark"] == "idle" or r["what"] == "serving"]
+
+
+def test_no_kept_fit_estimate_or_a_stale_one_warns_with_the_fix_never_silence():
+    """What verify.json says when the checkpoint stage kept no estimate (a checkpoint an earlier sparkctl
+    fetched) or one made for other inputs (a profile change that kept the checkpoint): one warning row with
+    the reason and the fix, and nothing compared with a stale estimate."""
+    startup = {"startup": [{"name": "kv_cache_tokens", "ok": True, "on_mismatch": "fail", "message": "ok",
+                            "matched_values": [65536.0], "lines": ["INFO GPU KV cache size: 65,536 tokens"]}]}
+    none_kept = {"due": True, "reason": "no fit estimate is kept beside the checkpoint"}
+    report = verify_report(PASSING_PROBE, startup=startup, fit=None, fit_due=none_kept)
+    assert report["status"] == "passed_with_warnings" and report["failures"] == []
+    (warning,) = report["warnings"]
+    assert warning.startswith("fit: no fit estimate is kept beside the checkpoint: the engine's figures are not compared")
+    assert "re-run the checkpoint stage (site.yml --tags checkpoint" in warning
+    rows = {row["what"]: row for row in report["rows"]}
+    assert rows["fit estimate head"]["mark"] == "warn" and "re-run the checkpoint stage" in rows["fit estimate head"]["detail"]
+    stale = {"due": True, "reason": "the kept fit estimate was made for other inputs: kv_pool_bytes 1, now 2"}
+    report = verify_report(PASSING_PROBE, startup=startup, fit={"kv_tokens": 65536}, fit_due=stale)
+    assert [(r["item"], r["status"]) for r in report["fit"]["rows"]] == [("estimate", "warn")]
+    assert "kv_pool_bytes 1, now 2" in report["warnings"][0]
+    # A current estimate is compared as before.
+    report = verify_report(PASSING_PROBE, startup=startup, fit={"kv_tokens": 65536}, fit_due={"due": False, "reason": ""})
+    assert [(r["item"], r["status"]) for r in report["fit"]["rows"]] == [("kv_tokens", "ok")] and not report["warnings"]

@@ -8,6 +8,7 @@ earlier run kept is the checkpoint this run asks for (the stage's no-op path).""
 from __future__ import annotations
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_sync import kept_manifest_standing
+from ansible_collections.sparkctl.spark.plugins.module_utils.fit import estimate_due
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.preflight_checks import check_disk
 
 DOCUMENTATION = r"""
@@ -27,6 +28,12 @@ description:
     a transfer would build now, of the same repo and revision and, with the hub in reach, of the commit the hub names
     with the same files after C(allow_patterns); with the hub out of reach the same repo and revision suffice.
     C(reason) says why not; C(notes) are lines to show, such as a branch checked offline that may have moved.
+  - The companion filter C(checkpoint_fit_due) (input the fit estimate kept beside the checkpoint, as the file's text or
+    parsed, or empty when there is none; arguments the loaded profile and the checkpoint's commit, empty for a path
+    source) returns C(due) and C(reason). C(due) says whether the estimate must be made again (none kept, unreadable,
+    kept by an earlier sparkctl without a record of what it was made for, or made for another profile, parallel size,
+    KV pool, KV dtype, C(max_num_seqs) or commit). C(reason) names what differs (the fit module utility's
+    C(estimate_due); docs/fit.md).
 options:
   _input:
     description: The parsed progress file.
@@ -42,7 +49,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: The line (C(checkpoint_progress_line)) or the disk check's result (C(checkpoint_room)).
+  description:
+    - The line (C(checkpoint_progress_line)), the disk check's result (C(checkpoint_room)), the kept manifest's standing
+      (C(checkpoint_manifest_standing)) or whether the fit estimate is due (C(checkpoint_fit_due)).
   type: raw
 """
 
@@ -93,7 +102,13 @@ def checkpoint_manifest_standing(manifest, source, hub_answer=None, hub_unreacha
                                   hub_files=hub_answer.get("files"), hub_unreachable=hub_unreachable or None)
 
 
+def checkpoint_fit_due(kept, profile, commit=None):
+    """estimate_due (module_utils/fit.py) for the role and verify: whether the kept fit estimate must
+    be made again, and why."""
+    return estimate_due(kept, profile if isinstance(profile, dict) else {}, commit or None)
+
+
 class FilterModule:
     def filters(self):
         return {"checkpoint_progress_line": checkpoint_progress_line, "checkpoint_room": checkpoint_room,
-                "checkpoint_manifest_standing": checkpoint_manifest_standing}
+                "checkpoint_manifest_standing": checkpoint_manifest_standing, "checkpoint_fit_due": checkpoint_fit_due}

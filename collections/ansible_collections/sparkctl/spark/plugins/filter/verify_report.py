@@ -71,6 +71,14 @@ options:
         the serving nodes and one row per idle node (marked V(idle)). Information, never a failure.
     type: dict
     default: {}
+  fit_due:
+    description:
+      - Whether that estimate stands, as P(sparkctl.spark.checkpoint_fit_due#filter) judges it for the profile and the
+        checkpoint's commit (C(due), C(reason)). When it is due (none kept, an earlier sparkctl's, or made for other
+        inputs) nothing is compared and one warning row says why, with the fix (re-run the checkpoint stage). Omitted, it
+        is not judged.
+    type: dict
+    default: {}
   context:
     description: Free-form facts recorded as they are (profile, endpoint URL, model, hosts).
     type: dict
@@ -111,7 +119,7 @@ _value:
     fabric: {description: The fabric test's report when it ran, else an empty mapping, type: dict}
     fit:
       description: "C(rows): per compared figure C(item), C(where), C(estimated), C(measured), C(status) (V(ok), V(warn))
-        and C(message)"
+        and C(message); one row of C(item) V(estimate) instead when the estimate does not stand (O(fit_due))"
       type: dict
     jit_cache:
       description: "Per node C(boot) (V(warm), V(cold), V(empty), V(unknown)), C(files), C(written_since), C(identity)"
@@ -279,8 +287,21 @@ def jit_cache_rows(reads):
     return out
 
 
+FIT_FIX = ("re-run the checkpoint stage (site.yml --tags checkpoint, with checkpoint_fit_check true): it makes the "
+           "estimate from the head's files")
+
+
+def _fit_rows(fit, fit_due, startup):
+    """The fit estimate against the engine's figures, or the one row saying why there is nothing to compare."""
+    if (fit_due or {}).get("due"):
+        return [{"item": "estimate", "where": "head", "estimated": None, "measured": None, "status": "warn",
+                 "message": "%s: the engine's figures are not compared with it; %s"
+                            % (fit_due.get("reason") or "the kept fit estimate does not stand", FIT_FIX)}]
+    return compare_startup(fit, startup)
+
+
 def verify_report(probe, startup=None, memory=None, parity=None, context=None, fail_on_warnings=False,
-                  ignore_errors=False, firewall=None, fabric=None, jit_cache=None, fit=None, serving=None):
+                  ignore_errors=False, firewall=None, fabric=None, jit_cache=None, fit=None, fit_due=None, serving=None):
     failures = _probe_lines(probe)
     startup_failures, startup_warnings = _startup_lines(startup)
     memory_failures, memory_warnings = _memory_lines(memory)
@@ -288,7 +309,7 @@ def verify_report(probe, startup=None, memory=None, parity=None, context=None, f
     failures += startup_failures + memory_failures + _parity_lines(parity)
     failures += ["firewall %s: %s" % (r["host"], r["message"]) for r in firewall_rows if r["status"] == "fail"]
     failures += _fabric_lines(fabric)
-    fit_rows = compare_startup(fit, (startup or {}).get("startup"))
+    fit_rows = _fit_rows(fit, fit_due, (startup or {}).get("startup"))
     warnings = startup_warnings + memory_warnings
     warnings += ["fit: %s" % r["message"] for r in fit_rows if r["status"] == "warn"]
     warnings += ["firewall %s: %s" % (r["host"], r["message"]) for r in firewall_rows if r["status"] == "warn"]

@@ -337,9 +337,65 @@ KEPT_KEYS = ("profile", "weights_per_rank_bytes", "kv_bytes_per_token", "kv_toke
 _RANK_IP = re.compile(r"\bip=([0-9A-Fa-f.:]+)\)")
 
 
-def kept_estimate(result):
-    """The part of an estimate the checkpoint stage keeps beside the checkpoint for verify."""
-    return {key: result.get(key) for key in KEPT_KEYS}
+# What a kept estimate records it was made for (its `made_for`): the profile's inputs the kept
+# figures depend on and the checkpoint's commit. Bumped when the arithmetic behind the kept figures
+# changes, so an estimate an earlier sparkctl kept is made again.
+MADE_FOR_VERSION = 1
+# The profile's inputs (profile_inputs) the kept figures depend on: the parallel sizes split the
+# weights and the KV heads, the pool and KV dtype set the tokens, max_num_seqs the state per
+# sequence taken from the pool. The node's MemAvailable is not one: the kept part has no memory left.
+MADE_FOR_INPUTS = ("tensor_parallel", "expert_parallel", "pipeline_parallel", "kv_pool_bytes", "kv_cache_dtype",
+                   "max_num_seqs")
+
+
+def made_for(profile, commit=None):
+    """What an estimate of this profile for the checkpoint at `commit` is made for (kept beside it)."""
+    inputs = profile_inputs(profile or {})
+    record = {"version": MADE_FOR_VERSION, "profile": (profile or {}).get("name"), "commit": commit or None}
+    record.update((key, inputs[key]) for key in MADE_FOR_INPUTS)
+    return record
+
+
+def kept_estimate(result, made_for_record=None):
+    """The part of an estimate the checkpoint stage keeps beside the checkpoint for verify, with what
+    it was made for (made_for(); estimate_due compares it with a later run's)."""
+    kept = {key: result.get(key) for key in KEPT_KEYS}
+    if made_for_record is not None:
+        kept["made_for"] = dict(made_for_record)
+    return kept
+
+
+def estimate_due(kept, profile, commit=None):
+    """Whether the estimate kept beside the checkpoint must be made again: {due, reason}.
+
+    kept: the kept file's text (as a role reads it), its parsed mapping, or None / '' when there is
+    none. Due when there is none, it cannot be read, it records nothing of what it was made for (an
+    earlier sparkctl's), or that record differs from made_for(profile, commit): another profile,
+    parallel size, KV pool, KV dtype or sequence count, or another commit of the checkpoint. The
+    reason names what differs, for the role's and verify's messages."""
+    if isinstance(kept, (bytes, bytearray)):
+        kept = kept.decode("utf-8", "replace")
+    if isinstance(kept, str):
+        if not kept.strip():
+            kept = None
+        else:
+            try:
+                kept = json.loads(kept)
+            except ValueError:
+                return {"due": True, "reason": "the kept fit estimate is not JSON"}
+    if not kept:
+        return {"due": True, "reason": "no fit estimate is kept beside the checkpoint"}
+    if not isinstance(kept, dict):
+        return {"due": True, "reason": "the kept fit estimate is not a JSON object"}
+    recorded = kept.get("made_for")
+    if not isinstance(recorded, dict):
+        return {"due": True, "reason": "the kept fit estimate does not record what it was made for (an earlier sparkctl's)"}
+    wanted = made_for(profile, commit)
+    differ = [key for key in wanted if recorded.get(key) != wanted[key]]
+    if not differ:
+        return {"due": False, "reason": ""}
+    return {"due": True, "reason": "the kept fit estimate was made for other inputs: " + ", ".join(
+        f"{key} {recorded.get(key)!r}, now {wanted[key]!r}" for key in differ)}
 
 
 def _fact_values(fact):

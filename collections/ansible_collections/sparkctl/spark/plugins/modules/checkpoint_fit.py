@@ -59,6 +59,13 @@ options:
     description: Seconds per hub request.
     type: int
     default: 30
+  commit:
+    description:
+      - The commit of the checkpoint the estimate is for (the hub's for O(revision), or the kept manifest's), recorded in
+        RV(kept) with the profile's inputs so a later run knows whether the kept estimate still stands. Empty for a path
+        source.
+    type: str
+    default: ''
 notes:
   - A checkpoint whose headers cannot be read (the hub out of reach, no safetensors) gives RV(read=false) and
     RV(fits=null) with RV(reason); the caller decides (the checkpoint stage says so and goes on).
@@ -112,9 +119,13 @@ kept:
     - What the checkpoint stage keeps of RV(estimate) for verify, which compares the engine's startup figures with it
       (C(profile), C(weights_per_rank_bytes), C(kv_bytes_per_token), C(kv_tokens), C(kv_pool_bytes), the parallel
       sizes, C(weights_source)); null when nothing was read.
+    - Its C(made_for) records what the estimate was made for (the profile's name, parallel sizes, KV pool, KV dtype and
+      C(max_num_seqs), and O(commit)); the checkpoint stage and verify make or ask for the estimate again when it
+      differs from the current profile's (filter P(sparkctl.spark.checkpoint_fit_due#filter)).
   type: dict
   returned: always
-  sample: {profile: lab-standin, weights_per_rank_bytes: 537202688, kv_bytes_per_token: 20480, kv_tokens: 52428}
+  sample: {profile: lab-standin, weights_per_rank_bytes: 537202688, kv_bytes_per_token: 20480, kv_tokens: 52428,
+           made_for: {version: 1, profile: lab-standin, commit: 0123abc, tensor_parallel: 2, kv_pool_bytes: 1073741824}}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -152,6 +163,7 @@ def main():
             available_bytes=dict(type="int", default=0),
             context=dict(type="int", default=0),
             timeout=dict(type="int", default=30),
+            commit=dict(type="str", default=""),
         ),
         required_one_of=[("repo_id", "path")],
         supports_check_mode=True,
@@ -178,7 +190,8 @@ def main():
     except (fit.FitError, TypeError, ValueError) as exc:
         module.fail_json(msg=f"the fit estimate of profile {p['profile'].get('name', '?')} failed: {exc}", **out)
     result.pop("weights", None)
-    out.update(read=True, fits=result["fits"], shards=shards, estimate=result, kept=fit.kept_estimate(result),
+    kept = fit.kept_estimate(result, fit.made_for(p["profile"], p["commit"]))
+    out.update(read=True, fits=result["fits"], shards=shards, estimate=result, kept=kept,
                message=fit.refusal(result) if not result["fits"] else summary(result))
     module.exit_json(**out)
 
