@@ -15,6 +15,7 @@ other (the head sends each shard once) and end with the head's bytes."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
@@ -22,16 +23,22 @@ import subprocess
 import time
 
 import pytest
-from labrun import lab_plan, node_exec
+from labrun import lab_plan, node_exec, serving_venv
 
 pytestmark = pytest.mark.switch
 
-VENV = "/opt/sparkctl/venvs/lab-standin"
 GCS_PORT = 6379
 SSH_PORT = 22
 # A stranger on the switch: an address in the first half's subnet that no node has, put on the
 # switch stand-in's own bridge for the one test that needs it.
 STRANGER_HOST = 99
+
+
+@functools.cache
+def _venv() -> str:
+    """The venv the lab serves from (one path on every node), read from the head's engine unit
+    once: no test here changes which venv serves."""
+    return serving_venv(lab_plan().head.name)
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +132,7 @@ def test_ray_has_every_node_and_every_gpu(plan, converged):
     want, seen, text = len(plan.nodes), None, ""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        proc = node_exec(plan.head.name, "runuser", "-u", plan.user, "--", f"{VENV}/bin/ray", "status",
+        proc = node_exec(plan.head.name, "runuser", "-u", plan.user, "--", f"{_venv()}/bin/ray", "status",
                          f"--address={gcs}", check=False)
         text = proc.stdout + proc.stderr
         active = text.split("Active:", 1)[1].split("Pending:", 1)[0] if "Active:" in text else ""
@@ -140,7 +147,7 @@ def test_ray_has_every_node_and_every_gpu(plan, converged):
 def test_every_node_runs_the_same_versions(plan, converged):
     versions = {}
     for node in plan.nodes:
-        proc = node_exec(node.name, "runuser", "-u", plan.user, "--", f"{VENV}/bin/python", "-c",
+        proc = node_exec(node.name, "runuser", "-u", plan.user, "--", f"{_venv()}/bin/python", "-c",
                          "import importlib.metadata as m; print(m.version('ray'), m.version('sparklab-engine'))", check=False)
         versions[node.name] = proc.stdout.strip() or proc.stderr.strip()
     assert len(set(versions.values())) == 1, versions
