@@ -1,5 +1,5 @@
 """Upgrading the runtime of a serving lab cluster, as a user bumps a pin or an image tag and
-re-runs, through `sparkctl` as a user types it; each upgrade verified, then rolled back.
+re-runs, through `sparkctl` as a user types it.
 
 The venv runtime, one venv per runtime lock (the default): a pin bump (sparklab-engine 0.3.0 ->
 0.3.1, the stand-in's two wheels, through spark_profile_overrides so the lab profile stays as it
@@ -9,10 +9,10 @@ Ray from the new venv, the API down only for that restart (one window, its lengt
 table); verify records it; `sparkctl rollback` serves the old venv again with nothing installed,
 and the new one stays (engine_venv_keep).
 
-The image runtime (the lab-image profile, a copy of its context): served, then its tag bumped
-with a changed patch file (a new image beside the old one), upgraded and verified, then rolled
-back to the old tag with nothing built; a last rollback returns the lab to the venv record it
-started from.
+The image runtime (the lab-image profile, copies of its context), as far as the lab runs it (its
+nodes have no GPU device driver for `docker run --gpus`, so an image's units cannot start there):
+a tag bump with a changed patch file is built by the runtime stage beside the old image on every
+node, and the old tag again builds, pulls and ships nothing.
 
 Its own marker (`upgrade`): installs, builds and engine restarts that change the lab; each step's
 time goes in the session's report table. The history is the module's own directory
@@ -41,6 +41,8 @@ RAY_UNITS = {"spark1": "sparkctl-ray-head.service", "spark2": "sparkctl-ray-work
 VENVS = "/opt/sparkctl/venvs"
 IMAGE_CONTEXT = REPO / "tests" / "lab" / "profiles" / "contexts" / "lab-image"
 OLD_TAG, NEW_TAG = "sparklab/engine:local", "sparklab/engine:bumped"
+BUILD_TASK = "engine_image : Build the image when the tag is missing or was built from another context"
+SHIP_TASK = "engine_image : Stream the image to each worker that holds another ID"
 
 
 def _pin(version: str) -> str:
@@ -230,38 +232,35 @@ def all_images(host: str) -> list[str]:
     return sorted(node_exec(host, "docker", "images", "--no-trunc", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}").stdout.splitlines())
 
 
-def running_images(host: str) -> set[str]:
-    """The image IDs of the containers running on host (the engine's and Ray's)."""
-    ids = node_exec(host, "docker", "ps", "-q").stdout.split()
-    assert ids, host
-    return set(node_exec(host, "docker", "inspect", "--format", "{{.Image}}", *ids).stdout.split())
 
-
-def test_an_image_tag_bump_is_upgraded_verified_and_rolled_back(start_record, image_base, sparkctl, image_contexts):
+def test_an_image_tag_bump_is_built_beside_the_old_image_and_the_old_tag_needs_no_build(image_base, run_site,
+                                                                                       image_contexts, result_table):
+    """The image runtime as far as the lab runs it: its nodes have no GPU device driver for
+    `docker run --gpus`, so the image's units cannot start there and the serve and verify stages
+    of lab-image are not run. The runtime stage of a tag bump builds the new image beside the old
+    one (head and worker), and going back to the old tag, as a rollback's runtime check finds it,
+    builds, pulls and ships nothing."""
     old_context, new_context = image_contexts
-    sparkctl("serve lab-image (records I1)", "up", "-e", _image_vars(old_context, OLD_TAG))
-    first = served_id()
+    table = result_table("runtime upgrade (tests/integration/test_lab_upgrade.py)", ["step", "rc", "seconds", "API down"])
+
+    def runtime(step: str, context, tag):
+        t0 = time.monotonic()
+        run = run_site("-e", _image_vars(context, tag), playbook="playbooks/runtime.yml")
+        table.append({"step": step, "rc": run.rc, "seconds": f"{time.monotonic() - t0:.0f}", "API down": "-"})
+        assert run.rc == 0, run.output[-6000:]
+        return run
+
+    runtime(f"image {OLD_TAG}: runtime", old_context, OLD_TAG)
     old_id = {host: image_id(host, OLD_TAG) for host in HOSTS}
     assert all(old_id.values()) and len(set(old_id.values())) == 1, old_id
-    assert all(running_images(host) == {old_id[host]} for host in HOSTS)
 
-    output, down = sparkctl(f"tag {NEW_TAG}, patch bumped (I2)", "up", "--tags", "runtime,serve,verify",
-                            "-e", _image_vars(new_context, NEW_TAG))
-    assert len(down) == 1, down
+    runtime(f"image {NEW_TAG}, patch bumped: runtime (beside)", new_context, NEW_TAG)
     new_id = {host: image_id(host, NEW_TAG) for host in HOSTS}
     assert all(new_id.values()) and len(set(new_id.values())) == 1 and new_id != old_id, new_id
-    for host in HOSTS:
-        assert running_images(host) == {new_id[host]}, host
-        assert image_id(host, OLD_TAG) == old_id[host], host   # beside, not instead
-    assert served_id() not in (first, start_record)
+    assert {host: image_id(host, OLD_TAG) for host in HOSTS} == old_id   # beside, not instead
 
     images = {host: all_images(host) for host in HOSTS}
-    output, down = sparkctl("rollback to I1 (the old tag)", "rollback")
+    back = runtime(f"image {OLD_TAG} again: runtime (nothing built)", old_context, OLD_TAG)
     assert {host: all_images(host) for host in HOSTS} == images   # nothing built, pulled or shipped
-    assert len(down) == 1, down
-    assert served_id() == first
-    assert all(running_images(host) == {old_id[host]} for host in HOSTS)
-
-    # The lab as the module found it: the venv record it started from.
-    sparkctl("rollback to A (venv runtime)", "rollback", start_record[7:19])
-    assert served_id() == start_record and served_version() == OLD
+    for host in HOSTS:
+        assert not [t for t in back.changed_tasks(host) if t in (BUILD_TASK, SHIP_TASK)], back.changed_tasks(host)
