@@ -148,6 +148,42 @@ def node_exec(node: str, *cmd: str, check: bool = True) -> subprocess.CompletedP
     return lab("exec", node, "--", *cmd, check=check)
 
 
+# The units a node runs the venv runtime from, first found first: the head's engine, a worker's Ray.
+# Their command lines name <venv>/bin/python or <venv>/bin/ray (plugin_utils/profile_render.py).
+VENV_UNITS = ("sparkctl-engine.service", "sparkctl-ray-worker.service", "sparkctl-ray-head.service")
+VENV_IN_UNIT = re.compile(r"(/[^\s'\"=;]+)/bin/(?:python3?|ray)(?=[\s'\";]|$)", re.M)
+SERVING_VENV = "{serving_venv}"
+
+
+def venv_of_unit(text: str) -> str:
+    """The venv a unit file's ExecStart= runs from ('' when it names none, or more than one; the
+    ExecStartPre= checks run the node's own python3)."""
+    found = {m.group(1) for line in text.splitlines() if line.startswith("ExecStart=")
+             for m in VENV_IN_UNIT.finditer(line)}
+    return found.pop() if len(found) == 1 else ""
+
+
+def serving_venv(node: str = "spark1") -> str:
+    """The venv the node serves from, read from its engine unit (the head) or Ray unit (a worker)
+    as sparkctl wrote it: its path depends on the run's settings (one venv per lock puts the lock's
+    digest in it), so no test keeps a copy of it."""
+    for unit in VENV_UNITS:
+        proc = node_exec(node, "cat", f"/etc/systemd/system/{unit}", check=False)
+        venv = venv_of_unit(proc.stdout) if proc.returncode == 0 else ""
+        if venv:
+            return venv
+    raise AssertionError(f"{node}: no sparkctl unit names a venv ({', '.join(VENV_UNITS)})")
+
+
+def node_args(node: str, args) -> list[str]:
+    """A catalogue step's command line for node, its {serving_venv} placeholder filled (tests/catalogue/README.md)."""
+    argv = [str(arg) for arg in args]
+    if any(SERVING_VENV in arg for arg in argv):
+        venv = serving_venv(node)
+        argv = [arg.replace(SERVING_VENV, venv) for arg in argv]
+    return argv
+
+
 
 def read_report(report_dir: Path) -> dict:
     return json.loads((report_dir / "preflight.json").read_text())

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import yaml
-from labrun import REPO, batch_problems, batch_tags, fault_batches, fault_nodes, lab, node_exec, unexplained_changes
+from labrun import REPO, batch_problems, batch_tags, fault_batches, fault_nodes, lab, node_args, node_exec, unexplained_changes
 
 pytestmark = pytest.mark.lab
 
@@ -73,7 +73,7 @@ def _steps(steps):
         if "lab" in step:
             lab(*[str(arg) for arg in step["lab"]])
         else:
-            node_exec(step["node"], *[str(arg) for arg in step["run"]])
+            node_exec(step["node"], *node_args(step["node"], step["run"]))
 
 
 def _probe(probe) -> str | None:
@@ -87,13 +87,12 @@ def _probe(probe) -> str | None:
 
 
 def _probe_once(probe) -> str | None:
-    argv = [str(arg) for arg in probe["run"]]
     if "same_on" in probe:
-        outputs = {node: node_exec(node, *argv, check=False) for node in probe["same_on"]}
+        outputs = {node: node_exec(node, *node_args(node, probe["run"]), check=False) for node in probe["same_on"]}
         texts = {node: (proc.returncode, proc.stdout.split()[0] if proc.stdout.split() else "")
                  for node, proc in outputs.items()}
         return None if len(set(texts.values())) == 1 and all(rc == 0 for rc, _ in texts.values()) else str(texts)
-    proc = node_exec(probe["node"], *argv, check=False)
+    proc = node_exec(probe["node"], *node_args(probe["node"], probe["run"]), check=False)
     if proc.returncode != 0:
         return f"rc={proc.returncode} {proc.stdout.strip()[-300:]} {proc.stderr.strip()[-300:]}"
     if probe.get("stdout_contains") and probe["stdout_contains"] not in proc.stdout:

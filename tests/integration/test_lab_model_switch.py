@@ -21,7 +21,7 @@ import json
 import time
 
 import pytest
-from labrun import JIT_CACHE_ROOT, jit_boots, jit_identity, jit_kernel, node_exec
+from labrun import JIT_CACHE_ROOT, jit_boots, jit_identity, jit_kernel, node_exec, serving_venv
 
 pytestmark = [pytest.mark.lab, pytest.mark.model_switch]
 
@@ -29,11 +29,11 @@ HOSTS = ("spark1", "spark2")
 KEY_FILE = "/etc/sparkctl/api-key.env"
 STAMP = ".sparkctl-verified.json"
 PROFILES = {
-    "lab-standin": {"venv": "/opt/sparkctl/venvs/lab-standin", "checkpoint": "/srv/sparkctl/models/lab-standin",
-                    "version": "0.3.0"},
-    "lab-standin-b": {"venv": "/opt/sparkctl/venvs/lab-standin-b", "checkpoint": "/srv/sparkctl/models/lab-standin-b",
-                      "version": "0.3.1"},
+    "lab-standin": {"checkpoint": "/srv/sparkctl/models/lab-standin", "version": "0.3.0"},
+    "lab-standin-b": {"checkpoint": "/srv/sparkctl/models/lab-standin-b", "version": "0.3.1"},
 }
+# Each profile's venv as its units named it while it served (its path follows the run's settings).
+VENVS: dict[str, str] = {}
 
 
 def _served_model() -> str:
@@ -64,8 +64,11 @@ def _switch(run_site, result_table, profile: str, *extra: str):
     assert "changed: [spark1] => (item=sparkctl-engine.service)" in run.output, run.output[-6000:]
     assert _served_model() == profile
     want = PROFILES[profile]
+    VENVS[profile] = serving_venv("spark1")
+    assert VENVS[profile].startswith(f"/opt/sparkctl/venvs/{profile}"), VENVS
     for host in HOSTS:
-        assert _engine_version(host, want["venv"]) == want["version"]
+        assert serving_venv(host) == VENVS[profile], host
+        assert _engine_version(host, VENVS[profile]) == want["version"]
         # What every node verified (the head also keeps the hub's manifest).
         assert json.loads(node_exec(host, "cat", f"{want['checkpoint']}/{STAMP}").stdout), host
     assert json.loads(node_exec("spark1", "cat", f"{want['checkpoint']}/.sparkctl-manifest.json").stdout)
@@ -79,11 +82,12 @@ def _switch(run_site, result_table, profile: str, *extra: str):
 
 
 def test_switch_to_the_second_profile_and_back(site_converged, run_site, result_table):
+    VENVS["lab-standin"] = serving_venv("spark1")
     _switch(run_site, result_table, "lab-standin-b")
     # Beside, not instead: the first profile's venv and checkpoint stay on every node.
     for host in HOSTS:
-        for want in PROFILES.values():
-            node_exec(host, "test", "-x", f"{want['venv']}/bin/python")
+        for name, want in PROFILES.items():
+            node_exec(host, "test", "-x", f"{VENVS[name]}/bin/python")
             node_exec(host, "test", "-s", f"{want['checkpoint']}/{STAMP}")
     # Back, keeping one checkpoint: once verify passed, every node records lab-standin as served
     # and removes what sparkctl put in lab-standin-b's directory (the venv stays).
@@ -92,4 +96,4 @@ def test_switch_to_the_second_profile_and_back(site_converged, run_site, result_
         served = json.loads(node_exec(host, "cat", "/var/lib/sparkctl/checkpoints-served.json").stdout)["served"]
         assert served == [PROFILES["lab-standin"]["checkpoint"]], (host, served)
         node_exec(host, "test", "!", "-e", PROFILES["lab-standin-b"]["checkpoint"])
-        node_exec(host, "test", "-x", f"{PROFILES['lab-standin-b']['venv']}/bin/python")
+        node_exec(host, "test", "-x", f"{VENVS['lab-standin-b']}/bin/python")

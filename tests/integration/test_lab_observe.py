@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from labrun import management_address, node_exec
+from labrun import management_address, node_exec, serving_venv
 
 # Not marked `lab`: the integration stage of tests/suite.sh leaves it out (its cost, measured, is in
 # docs/observability.md); run it by hand with -m observe on a converged lab.
@@ -173,7 +173,7 @@ def test_memory_near_the_oom_line_fires_and_resolves(observed, run_site):
     tuned = run_site("--tags", "observe", *OBSERVE, "-e", f"observe_alert_memory_margin_bytes={margin}")
     assert tuned.rc == 0, tuned.output[-6000:]
     assert not firing("SparkMemAvailableNearOOMLine")
-    pid = node_exec(WORKER, "sh", "-c", "/opt/sparkctl/venvs/lab-standin/bin/python -m sparklab_engine hold 3G "
+    pid = node_exec(WORKER, "sh", "-c", f"{serving_venv(WORKER)}/bin/python -m sparklab_engine hold 3G "
                     ">/dev/null 2>&1 & echo $!").stdout.strip()
     try:
         alerts = wait_for("SparkMemAvailableNearOOMLine firing", lambda: firing("SparkMemAvailableNearOOMLine"))

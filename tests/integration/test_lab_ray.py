@@ -12,25 +12,32 @@ containers restarted for real, then a serve run that changes nothing)."""
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 
 import pytest
-from labrun import node_exec
+from labrun import node_exec, serving_venv
 
 pytestmark = pytest.mark.lab
 
 PLAYBOOK = "playbooks/cluster.yml"
 HOSTS = ("spark1", "spark2")
-VENV = "/opt/sparkctl/venvs/lab-standin"
 GCS = "192.168.100.10:6379"
 UNITS = {"spark1": "sparkctl-ray-head.service", "spark2": "sparkctl-ray-worker.service"}
 GIB = 1024**3
 
 
+@functools.cache
+def _venv() -> str:
+    """The venv the lab serves from (one path on every node), read from the head's engine unit
+    once: no test here changes which venv serves."""
+    return serving_venv("spark1")
+
+
 def ray_status() -> str:
     """`ray status` on the head, as the service user (what an operator would type)."""
-    proc = node_exec("spark1", "runuser", "-u", "spark", "--", f"{VENV}/bin/ray", "status", f"--address={GCS}", check=False)
+    proc = node_exec("spark1", "runuser", "-u", "spark", "--", f"{_venv()}/bin/ray", "status", f"--address={GCS}", check=False)
     return proc.stdout + proc.stderr
 
 
@@ -99,7 +106,7 @@ def test_two_nodes_and_two_gpus_over_the_link(converged, run_site):
         cmdline = node_exec(node, "cat", f"/proc/{raylet[0]}/cmdline").stdout.split("\0")
         assert f"--node_ip_address={ip}" in cmdline
         env = node_exec(node, "cat", f"/proc/{raylet[0]}/environ").stdout.split("\0")
-        assert f"PATH={VENV}/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in env
+        assert f"PATH={_venv()}/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in env
         assert "MAX_JOBS=4" in env and "NCCL_SOCKET_IFNAME=enp1s0f1np1" in env
         assert node_exec(node, "systemctl", "is-enabled", UNITS[node]).stdout.strip() == "enabled"
     listen = node_exec("spark1", "ss", "-Hltn", "sport", "= :8265").stdout

@@ -8,16 +8,16 @@ repaired by one run that changes only that node; uninstalling restores the backu
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
-from labrun import lab_profile_pins, node_exec, pep503_pin
+from labrun import lab_profile_pins, node_exec, pep503_pin, serving_venv
 
 pytestmark = pytest.mark.lab
 
 PLAYBOOK = "playbooks/runtime.yml"
 HOSTS = ("spark1", "spark2")
-VENV = "/opt/sparkctl/venvs/lab-standin"
 STAGING = "/opt/sparkctl/venv-sources/lab-standin"
 REGISTRY = "sparklab_engine/models/registry.py"
 ADDED = "sparklab_engine/models/standin.py"
@@ -26,6 +26,13 @@ PLUGIN_TASK = "engine_venv : Install the plugin into the venv's site-packages"
 # A repaired plugin is new code the running engine never loaded: the venv's change marker moves with
 # it (roles/engine_venv, write.yml), so the next serve stage restarts the units that run from the venv.
 MARKER_TASK = "engine_venv : Mark the venv changed, for the restart of the units that run from it"
+
+
+@functools.cache
+def _venv() -> str:
+    """The venv the lab serves from (one path on every node), read from the head's engine unit
+    once: no test here changes which venv serves."""
+    return serving_venv("spark1")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +44,7 @@ def converged(site_converged):
 @pytest.fixture(scope="module")
 def site_packages(converged):
     out = node_exec("spark1", "python3", "-c",
-                    f"import glob; print(glob.glob('{VENV}/lib/python3*/site-packages')[0])").stdout
+                    f"import glob; print(glob.glob('{_venv()}/lib/python3*/site-packages')[0])").stdout
     return out.strip()
 
 
@@ -52,7 +59,7 @@ def _exists(node: str, path: str) -> bool:
 def _archs(node: str) -> list[str]:
     code = "import json; from sparklab_engine.models.registry import get_supported_archs as g; print(json.dumps(g()))"
     # As the service user: the venv must be readable by the account that runs the engine.
-    return json.loads(node_exec(node, "runuser", "-u", "spark", "--", f"{VENV}/bin/python", "-c", code).stdout)
+    return json.loads(node_exec(node, "runuser", "-u", "spark", "--", f"{_venv()}/bin/python", "-c", code).stdout)
 
 
 def _quiet(run_site, *extra: str):
@@ -77,14 +84,14 @@ def test_every_node_has_the_venv_the_engine_and_the_plugin(converged, site_packa
     pins = lab_profile_pins()
     assert set(pins) >= {"ray", "sparklab-engine"}, pins
     for node in HOSTS:
-        assert node_exec(node, "stat", "-c", "%U:%G %a", VENV).stdout.split() == ["root:root", "755"]
-        freeze = node_exec(node, f"{VENV}/bin/python", "-m", "pip", "freeze").stdout.splitlines()
+        assert node_exec(node, "stat", "-c", "%U:%G %a", _venv()).stdout.split() == ["root:root", "755"]
+        freeze = node_exec(node, f"{_venv()}/bin/python", "-m", "pip", "freeze").stdout.splitlines()
         installed = dict(pep503_pin(line) for line in freeze if "==" in line)
         assert {name: installed.get(name) for name in pins} == pins, freeze
         assert ARCH in _archs(node)
         assert "SparklabStandinForCausalLM" in _read(node, f"{site_packages}/{REGISTRY}")
         assert ARCH not in _read(node, f"{site_packages}/{REGISTRY}.orig")
-        manifest = json.loads(_read(node, f"{VENV}/.sparkctl-plugin.json"))
+        manifest = json.loads(_read(node, f"{_venv()}/.sparkctl-plugin.json"))
         assert manifest["files"][REGISTRY]["backup"] == f"{REGISTRY}.orig"
         assert manifest["files"][ADDED]["backup"] is None
 
@@ -108,7 +115,7 @@ def test_hand_edited_plugin_file_on_a_worker_is_repaired(converged, run_site, si
 
 def test_engine_reinstalled_by_pip_is_patched_again_and_the_backup_kept(converged, run_site, site_packages):
     orig = _read("spark2", f"{site_packages}/{REGISTRY}.orig")
-    node_exec("spark2", f"{VENV}/bin/python", "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps",
+    node_exec("spark2", f"{_venv()}/bin/python", "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps",
               "--no-index", "--find-links", f"{STAGING}/find-links/0", "sparklab-engine==0.3.0")
     assert _read("spark2", f"{site_packages}/{REGISTRY}") == orig
     _repaired_on_spark2_only(run_site)
@@ -123,7 +130,7 @@ def test_uninstall_restores_the_backups_then_a_run_reinstalls(converged, run_sit
     for node in HOSTS:
         assert PLUGIN_TASK in off.changed_tasks(node)
         assert _read(node, f"{site_packages}/{REGISTRY}") == origs[node]
-        for gone in (f"{site_packages}/{REGISTRY}.orig", f"{site_packages}/{ADDED}", f"{VENV}/.sparkctl-plugin.json",
+        for gone in (f"{site_packages}/{REGISTRY}.orig", f"{site_packages}/{ADDED}", f"{_venv()}/.sparkctl-plugin.json",
                      f"{STAGING}/plugin"):
             assert not _exists(node, gone), gone
         assert ARCH not in _archs(node)

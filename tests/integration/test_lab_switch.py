@@ -20,6 +20,7 @@ switching back stops and disables spark3's Ray worker."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
@@ -27,16 +28,22 @@ import subprocess
 import time
 
 import pytest
-from labrun import lab_plan, node_exec
+from labrun import lab_plan, node_exec, serving_venv
 
 pytestmark = pytest.mark.switch
 
-VENV = "/opt/sparkctl/venvs/lab-standin"
 GCS_PORT = 6379
 SSH_PORT = 22
 # A stranger on the switch: an address in the first half's subnet that no node has, put on the
 # switch stand-in's own bridge for the one test that needs it.
 STRANGER_HOST = 99
+
+
+@functools.cache
+def _venv() -> str:
+    """The venv the lab's two-node profile serves from (one path on every node), read from the head's
+    engine unit at the first test, which runs that profile; the three-node test reads its own."""
+    return serving_venv(lab_plan().head.name)
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +165,7 @@ def test_the_two_node_profile_serves_on_the_head_and_the_first_worker_the_rest_i
     """lab-standin needs two nodes (topology.nodes): spark1 and spark2 serve, the other workers idle,
     which the run says, verify reports (a row per idle node) and Ray counts (two nodes, two GPUs)."""
     serving, idle = plan.nodes[:2], plan.nodes[2:]
-    seen, text = _ray_nodes_and_gpus(plan, VENV, len(serving))
+    seen, text = _ray_nodes_and_gpus(plan, _venv(), len(serving))
     assert seen == (len(serving), float(len(serving))), text
     for node in idle:
         assert _unit_state(node.name, "sparkctl-ray-worker.service")[0] != "active", node.name
@@ -171,7 +178,7 @@ def test_the_two_node_profile_serves_on_the_head_and_the_first_worker_the_rest_i
 def test_every_node_runs_the_same_versions(plan, converged):
     versions = {}
     for node in plan.nodes:
-        proc = node_exec(node.name, "runuser", "-u", plan.user, "--", f"{VENV}/bin/python", "-c",
+        proc = node_exec(node.name, "runuser", "-u", plan.user, "--", f"{_venv()}/bin/python", "-c",
                          "import importlib.metadata as m; print(m.version('ray'), m.version('sparklab-engine'))", check=False)
         versions[node.name] = proc.stdout.strip() or proc.stderr.strip()
     assert len(set(versions.values())) == 1, versions
@@ -216,7 +223,7 @@ def test_the_three_node_profile_serves_across_every_node_and_back(plan, converge
     third = plan.nodes[2]
     run = run_site("-e", "spark_model_profile=lab-standin-3")
     assert run.rc == 0, run.output[-6000:]
-    seen, text = _ray_nodes_and_gpus(plan, "/opt/sparkctl/venvs/lab-standin-3", 3)
+    seen, text = _ray_nodes_and_gpus(plan, serving_venv(plan.head.name), 3)
     assert seen == (3, 3.0), text
     assert _unit_state(third.name, "sparkctl-ray-worker.service") == ("active", "enabled")
     rows = _verify_rows(report_dir)
@@ -229,6 +236,6 @@ def test_the_three_node_profile_serves_across_every_node_and_back(plan, converge
     # The idle node's stop is a change once: the next run finds nothing to do anywhere.
     quiet = run_site("--tags", "serve")
     assert quiet.rc == 0 and all(c.get("changed") == 0 for c in quiet.recap.values()), quiet.recap
-    seen, text = _ray_nodes_and_gpus(plan, VENV, 2)
+    seen, text = _ray_nodes_and_gpus(plan, _venv(), 2)
     assert seen == (2, 2.0), text
     assert [what for mark, what in _verify_rows(report_dir) if mark == "idle"] == [f"node {third.name}"]

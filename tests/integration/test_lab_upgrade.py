@@ -1,34 +1,48 @@
-"""Upgrading the runtime of a serving lab cluster, as a user bumps a pin and re-runs.
+"""Upgrading the runtime of a serving lab cluster, as a user bumps a pin or an image tag and
+re-runs, through `sparkctl` as a user types it.
 
-The venv runtime with its default path (one venv per profile): a pin bump (sparklab-engine
-0.3.0 -> 0.3.1, the stand-in's two wheels, through spark_profile_overrides so the lab profile
-stays as it is) is installed into the venv the engine runs from, and the engine and its Ray
-cluster must then run the new code. The first run installs the new pin and fails in the serve
-stage before the engine's restart (a bad ray_cluster_wait_timeout, refused when the Ray role
-starts, after the kernel caches moved to the new runtime's directory), as a run that fails there on
-a loaded machine does; the next serve run must restart the engine and Ray on the new code: the
-engine's units list the venv's change marker as read at their start (roles/engine_venv,
-write.yml), so the restart is decided from the node, whatever an earlier run did. Then the
-profile's own pin again, in one run: the old version serves.
+The venv runtime, one venv per runtime lock (the default): a pin bump (sparklab-engine 0.3.0 ->
+0.3.1, the stand-in's two wheels, through spark_profile_overrides so the lab profile stays as it
+is) is built by the runtime stage in a new venv beside the serving one while the engine keeps
+serving (the API, polled throughout, never down); the serve stage then restarts the engine and
+Ray from the new venv, the API down only for that restart (one window, its length in the report
+table); verify records it; `sparkctl rollback` serves the old venv again with nothing installed,
+and the new one stays (engine_venv_keep).
 
-Its own marker (`upgrade`): venv installs and engine restarts that change the lab; each step's
-time goes in the session's report table."""
+The image runtime (the lab-image profile, copies of its context), as far as the lab runs it (its
+nodes have no GPU device driver for `docker run --gpus`, so an image's units cannot start there):
+a tag bump with a changed patch file is built by the runtime stage beside the old image on every
+node, and the old tag again builds, pulls and ships nothing.
+
+Its own marker (`upgrade`): installs, builds and engine restarts that change the lab; each step's
+time goes in the session's report table. The history is the module's own directory
+($SPARKCTL_DEPLOYMENT_DIR), so the steps' records are the only ones."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
-from labrun import node_exec
+from labrun import LAB_INVENTORY_DIR, REPO, api_call, management_address, node_exec, serving_venv
 
 pytestmark = [pytest.mark.lab, pytest.mark.upgrade]
 
 HOSTS = ("spark1", "spark2")
-VENV = "/opt/sparkctl/venvs/lab-standin"
 OLD, NEW = "0.3.0", "0.3.1"
 ENGINE_UNIT = "sparkctl-engine.service"
 RAY_UNITS = {"spark1": "sparkctl-ray-head.service", "spark2": "sparkctl-ray-worker.service"}
+VENVS = "/opt/sparkctl/venvs"
+IMAGE_CONTEXT = REPO / "tests" / "lab" / "profiles" / "contexts" / "lab-image"
+OLD_TAG, NEW_TAG = "sparklab/engine:local", "sparklab/engine:bumped"
+BUILD_TASK = "engine_image : Build the image when the tag is missing or was built from another context"
+SHIP_TASK = "engine_image : Stream the image to each worker that holds another ID"
 
 
 def _pin(version: str) -> str:
@@ -42,8 +56,8 @@ def served_version() -> str:
     return node_exec("spark1", "python3", "-c", code).stdout.strip()
 
 
-def installed_version(host: str) -> str:
-    return node_exec(host, f"{VENV}/bin/python", "-c",
+def installed_version(host: str, venv: str) -> str:
+    return node_exec(host, f"{venv}/bin/python", "-c",
                      "import importlib.metadata as m; print(m.version('sparklab-engine'))").stdout.strip()
 
 
@@ -51,39 +65,202 @@ def started(host: str, unit: str) -> str:
     return node_exec(host, "systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", unit).stdout.strip()
 
 
-@pytest.fixture(scope="module")
-def step(run_site, result_table):
-    """run_site with the step's time in the report table; asserts the run's exit code (0 unless told)."""
-    table = result_table("runtime upgrade (tests/integration/test_lab_upgrade.py)", ["step", "rc", "seconds"])
+def marks(host: str, venvs: list[str]) -> list[str]:
+    """Each venv's change marker's mtime (roles/engine_venv rewrites it whenever it changes the venv's contents)."""
+    return node_exec(host, "stat", "-c", "%Y", *[f"{v}/.sparkctl-changed" for v in venvs]).stdout.split()
 
-    def _run(name: str, *extra: str, rc: int = 0):
+
+def lock_venvs(host: str) -> list[str]:
+    """The lab profile's per-lock venvs on host (roles/spark: <profile>-<12 hex digits>)."""
+    names = node_exec(host, "ls", VENVS).stdout.split()
+    return sorted(f"{VENVS}/{n}" for n in names if re.fullmatch(r"lab-standin-[0-9a-f]{12}", n))
+
+
+def node_records() -> list[dict]:
+    return [json.loads(node_exec(host, "cat", "/etc/sparkctl/deployment.json").stdout) for host in HOSTS]
+
+
+def served_id() -> str:
+    ids = {record["deployment_id"] for record in node_records()}
+    assert len(ids) == 1, ids
+    return ids.pop()
+
+
+class HealthWatch:
+    """/health through the API proxy, from the control node, every 0.25 s while a step runs: the
+    windows the API was down in (seconds each). Down is an answer other than 200 (the proxy's 502
+    while the engine restarts) or a refused or reset connection; a request that timed out on this
+    loaded machine says neither, and neither starts nor ends a window (counted in `slow`)."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, bool]] = []
+        self.slow = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self):
+        host = management_address("spark1")
+        while not self._stop.is_set():
+            try:
+                ok = api_call(host, 8000, "GET", "/health", timeout=5)[0] == 200
+            except TimeoutError:
+                self.slow += 1
+                ok = None
+            except OSError:
+                ok = False
+            if ok is not None:
+                self.samples.append((time.monotonic(), ok))
+            self._stop.wait(0.25)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def down_windows(self) -> list[float]:
+        windows, start = [], None
+        for t, ok in self.samples:
+            if not ok and start is None:
+                start = t
+            elif ok and start is not None:
+                windows.append(t - start)
+                start = None
+        if start is not None:
+            windows.append(self.samples[-1][0] - start)
+        return windows
+
+
+@pytest.fixture(scope="module")
+def sparkctl(report_dir, tmp_path_factory, result_table):
+    """`python -m sparkctl` of this checkout against the lab, the history in a directory of the
+    module's own; each call's time (and the API's down windows) goes in the report table."""
+    history = tmp_path_factory.mktemp("deployments")
+    table = result_table("runtime upgrade (tests/integration/test_lab_upgrade.py)", ["step", "rc", "seconds", "API down"])
+
+    def _run(step: str, *argv: str, rc: int = 0) -> tuple[str, list[float]]:
+        env = dict(os.environ, SPARKCTL_REPORT_DIR=str(report_dir), SPARKCTL_DEPLOYMENT_DIR=str(history),
+                   COLUMNS="200", NO_COLOR="1")
         t0 = time.monotonic()
-        run = run_site(*extra)
-        table.append({"step": name, "rc": run.rc, "seconds": f"{time.monotonic() - t0:.0f}"})
-        assert run.rc == rc, run.output[-6000:]
-        return run
+        with HealthWatch() as watch:
+            proc = subprocess.run([sys.executable, "-m", "sparkctl", *argv, "-i", str(LAB_INVENTORY_DIR)], cwd=REPO,
+                                  env=env, capture_output=True, text=True, timeout=1800)
+        down = watch.down_windows()
+        table.append({"step": step, "rc": proc.returncode, "seconds": f"{time.monotonic() - t0:.0f}",
+                      "API down": (", ".join(f"{w:.1f} s" for w in down) or "never")
+                      + (f" ({watch.slow} probes timed out)" if watch.slow else "")})
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == rc, output[-6000:]
+        return output, down
 
     return _run
 
 
-def test_a_pin_bumped_in_place_restarts_the_engine_on_the_new_code(site_converged, step):
+@pytest.fixture(scope="module")
+def start_record(site_converged, sparkctl):
+    """The served lab-standin recorded in the module's history (record A); its id."""
+    sparkctl("verify (records A)", "verify")
+    return served_id()
+
+
+def test_a_pin_bump_is_built_beside_the_serving_venv_then_switched_to_and_rolled_back(start_record, sparkctl):
+    old = serving_venv("spark1")
+    assert re.fullmatch(rf"{VENVS}/lab-standin-[0-9a-f]{{12}}", old), old
     assert served_version() == OLD
-    ray_before = {host: started(host, RAY_UNITS[host]) for host in HOSTS}
     engine_before = started("spark1", ENGINE_UNIT)
-    failed = step(f"pin {NEW}: runtime + serve, failing before the restart", "-e", _pin(NEW), "-e",
-                  "ray_cluster_wait_timeout=soon", "--tags", "runtime,serve", rc=2)
-    assert "ray_cluster_wait_timeout" in failed.output, failed.output[-3000:]
-    assert all(installed_version(host) == NEW for host in HOSTS)
+    ray_before = {host: started(host, RAY_UNITS[host]) for host in HOSTS}
+
+    # The runtime stage builds the new lock's venv beside the serving one; nothing serving moves.
+    output, down = sparkctl(f"pin {NEW}: runtime (beside the serving venv)", "up", "--tags", "runtime", "-e", _pin(NEW))
+    assert down == [], down
+    built = {host: [v for v in lock_venvs(host) if v != old] for host in HOSTS}
+    assert built["spark1"] == built["spark2"] and len(built["spark1"]) == 1, built
+    new = built["spark1"][0]
+    for host in HOSTS:
+        assert installed_version(host, new) == NEW and installed_version(host, old) == OLD, host
+        assert serving_venv(host) == old, host
     assert started("spark1", ENGINE_UNIT) == engine_before and served_version() == OLD
 
-    step(f"pin {NEW}: serve again", "-e", _pin(NEW), "--tags", "serve")
+    # The serve stage switches: the engine and Ray restart from the new venv, the API down once.
+    output, down = sparkctl(f"pin {NEW}: serve + verify (switch)", "up", "--tags", "serve,verify", "-e", _pin(NEW))
+    assert len(down) == 1, down
     assert served_version() == NEW
     for host in HOSTS:
-        # Ray's processes run the venv's code too: the cluster restarted under it.
+        assert serving_venv(host) == new, host
         assert started(host, RAY_UNITS[host]) != ray_before[host], host
+    upgraded = served_id()
+    assert upgraded != start_record
 
-    ray_before = {host: started(host, RAY_UNITS[host]) for host in HOSTS}
-    step(f"the profile's pin {OLD} again: runtime + serve", "--tags", "runtime,serve")
-    assert all(installed_version(host) == OLD for host in HOSTS)
-    assert served_version() == OLD
-    assert all(started(host, RAY_UNITS[host]) != ray_before[host] for host in HOSTS)
+    # Back to the old lock: nothing installed, the old venv serves, the new one stays for another switch.
+    before = {host: marks(host, [old, new]) for host in HOSTS}
+    output, down = sparkctl("rollback to A (the old venv)", "rollback")
+    assert {host: marks(host, [old, new]) for host in HOSTS} == before
+    assert len(down) == 1, down
+    assert served_version() == OLD and served_id() == start_record
+    for host in HOSTS:
+        assert serving_venv(host) == old, host
+        assert lock_venvs(host) == sorted([old, new]), host
+        served = json.loads(node_exec(host, "cat", "/var/lib/sparkctl/venvs-served.json").stdout)["served"]
+        assert served[:2] == [old, new], (host, served)
+
+
+@pytest.fixture(scope="module")
+def image_contexts(tmp_path_factory):
+    """Two copies of the lab-image context: as shipped, and with its patch file bumped (another image)."""
+    base = tmp_path_factory.mktemp("lab-image")
+    old, new = base / "old", base / "new"
+    shutil.copytree(IMAGE_CONTEXT, old)
+    shutil.copytree(IMAGE_CONTEXT, new)
+    patch = new / "sparklab_patch.py"
+    patch.write_text(patch.read_text().replace("PATCH_LEVEL = 1", "PATCH_LEVEL = 2"))
+    return old, new
+
+
+def _image_vars(context, tag) -> str:
+    return json.dumps({"spark_model_profile": "lab-image",
+                       "spark_profile_overrides": {"runtime": {"image": {"build": {"context": str(context), "tag": tag}}}}})
+
+
+def image_id(host: str, tag: str) -> str:
+    proc = node_exec(host, "docker", "image", "inspect", "--format", "{{.Id}}", tag, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def all_images(host: str) -> list[str]:
+    return sorted(node_exec(host, "docker", "images", "--no-trunc", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}").stdout.splitlines())
+
+
+
+def test_an_image_tag_bump_is_built_beside_the_old_image_and_the_old_tag_needs_no_build(image_base, run_site,
+                                                                                       image_contexts, result_table):
+    """The image runtime as far as the lab runs it: its nodes have no GPU device driver for
+    `docker run --gpus`, so the image's units cannot start there and the serve and verify stages
+    of lab-image are not run. The runtime stage of a tag bump builds the new image beside the old
+    one (head and worker), and going back to the old tag, as a rollback's runtime check finds it,
+    builds, pulls and ships nothing."""
+    old_context, new_context = image_contexts
+    table = result_table("runtime upgrade (tests/integration/test_lab_upgrade.py)", ["step", "rc", "seconds", "API down"])
+
+    def runtime(step: str, context, tag):
+        t0 = time.monotonic()
+        run = run_site("-e", _image_vars(context, tag), playbook="playbooks/runtime.yml")
+        table.append({"step": step, "rc": run.rc, "seconds": f"{time.monotonic() - t0:.0f}", "API down": "-"})
+        assert run.rc == 0, run.output[-6000:]
+        return run
+
+    runtime(f"image {OLD_TAG}: runtime", old_context, OLD_TAG)
+    old_id = {host: image_id(host, OLD_TAG) for host in HOSTS}
+    assert all(old_id.values()) and len(set(old_id.values())) == 1, old_id
+
+    runtime(f"image {NEW_TAG}, patch bumped: runtime (beside)", new_context, NEW_TAG)
+    new_id = {host: image_id(host, NEW_TAG) for host in HOSTS}
+    assert all(new_id.values()) and len(set(new_id.values())) == 1 and new_id != old_id, new_id
+    assert {host: image_id(host, OLD_TAG) for host in HOSTS} == old_id   # beside, not instead
+
+    images = {host: all_images(host) for host in HOSTS}
+    back = runtime(f"image {OLD_TAG} again: runtime (nothing built)", old_context, OLD_TAG)
+    assert {host: all_images(host) for host in HOSTS} == images   # nothing built, pulled or shipped
+    for host in HOSTS:
+        assert not [t for t in back.changed_tasks(host) if t in (BUILD_TASK, SHIP_TASK)], back.changed_tasks(host)

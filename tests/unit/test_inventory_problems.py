@@ -253,6 +253,14 @@ def test_good_checkpoint_sources_pass():
         assert inventory_problems(groups, hostvars) == []
 
 
+@pytest.mark.parametrize("keep, refused", [(-1, True), ("two", True), (True, True), (0, False), (2, False), ("3", False)])
+def test_engine_venv_keep_must_be_a_count(keep, refused):
+    groups, hostvars = _cluster_with(engine_venv_keep=keep)
+    said = [p for p in inventory_problems(groups, hostvars) if "'engine_venv_keep'" in p]
+    assert bool(said) == refused, said
+    assert not said or "or 0 to keep them all" in said[0]
+
+
 def test_relative_checkpoint_dir_is_refused():
     groups, hostvars = _cluster_with(spark_checkpoint_dir="models/x")
     assert any("'spark_checkpoint_dir' 'models/x' must be an absolute" in p for p in inventory_problems(groups, hostvars))

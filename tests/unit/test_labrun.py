@@ -13,8 +13,10 @@ from labrun import (  # noqa: E402
     batch_tags,
     changed_tasks,
     fault_batches,
+    node_args,
     parse_recap,
     unexplained_changes,
+    venv_of_unit,
 )
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "catalogue" / "faults.yml"
@@ -131,3 +133,37 @@ def test_a_fault_without_owner_explains_any_change_on_its_nodes_only_when_drifte
     assert unexplained_changes({"spark1": ["x : y"], "spark2": ["x : y"]},
                                [fault("a", "spark1", drifted_only=True)]) == {"spark2": ["x : y"]}
     assert unexplained_changes({"spark1": ["x : y"], "spark2": ["x : y"]}, [fault("a", "spark1")]) == {}
+
+
+# --- The serving venv, read from the units sparkctl writes ---------------------------------------
+
+def _lab_units(venv_path):
+    from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as P
+    from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_render import render
+
+    lab_profiles = Path(__file__).resolve().parents[1] / "lab" / "profiles"
+    profile = P.load_profile("lab-standin", [str(lab_profiles)], {})
+    cluster = {"head": {"name": "spark1", "link_ip": "192.168.100.10/24", "interface": "enp1s0f1np1"},
+               "workers": [{"name": "spark2", "link_ip": "192.168.100.11/24", "interface": "enp1s0f1np1"}],
+               "service_user": "spark", "checkpoint_dir": "/srv/sparkctl/models/lab-standin",
+               "venv_path": venv_path, "api_key_file": "/etc/sparkctl/api-key.env"}
+    return render(profile, cluster)["units"]
+
+
+@pytest.mark.parametrize("venv", ["/opt/sparkctl/venvs/lab-standin", "/opt/sparkctl/venvs/lab-standin-0123456789ab"])
+def test_every_unit_of_the_lab_profile_names_its_venv(venv):
+    units = _lab_units(venv)
+    found = {(host, name): venv_of_unit(text) for host, files in units.items() for name, text in files.items()}
+    assert found == {("spark1", "sparkctl-engine.service"): venv, ("spark1", "sparkctl-ray-head.service"): venv,
+                     ("spark2", "sparkctl-ray-worker.service"): venv}
+
+
+def test_a_unit_naming_no_venv_or_two_names_none():
+    assert venv_of_unit("ExecStart=/usr/bin/nginx -c /etc/x.conf\n") == ""
+    assert venv_of_unit("ExecStart=/a/bin/python -m x\nExecStart=/b/bin/ray start\n") == ""
+    # The memory gate's ExecStartPre= runs the node's python3: not a venv.
+    assert venv_of_unit("ExecStartPre=/usr/bin/python3 -c 1\nExecStart=/v/bin/python -m x\n") == "/v"
+
+
+def test_a_catalogue_step_without_the_placeholder_reads_no_node():
+    assert node_args("nowhere", ["test", "-e", 7]) == ["test", "-e", "7"]

@@ -20,9 +20,9 @@ NOT_IN_THE_WHOLE_SITE = {"engine_image", "fabric_test", "teardown"}
 # and a new role cannot join it unnoticed.
 NO_SCENARIO_YET = {"benchmark"}
 # A stage that ends with another role's step after its own work, not a prerequisite of it: the
-# verify stage, once verified, keeps the checkpoints checkpoint_keep asks for
-# (roles/checkpoint/tasks/keep.yml, only that file).
-AFTER_ITS_ROLE = {"verify": {"checkpoint"}}
+# verify stage, once verified, keeps the checkpoints checkpoint_keep and the venvs engine_venv_keep
+# ask for (roles/checkpoint/tasks/keep.yml and roles/engine_venv/tasks/keep.yml, only those files).
+AFTER_ITS_ROLE = {"verify": {"checkpoint", "engine_venv"}}
 # Scenarios the suite does not run: the observe stage's leaves Prometheus and node exporter on the
 # lab (packages the teardown does not take off yet, ports the next converge without spark_observe
 # closes), which the twin's teardown comparison and the converged-lab checks would trip on.
@@ -102,8 +102,8 @@ def test_the_suite_runs_every_role_scenario_once():
     assert sorted(listed) == sorted(_scenarios() - NOT_IN_THE_SUITE)
 
 
-def test_the_step_after_verify_is_only_the_checkpoint_keep():
+def test_the_steps_after_verify_are_only_the_checkpoint_and_venv_keeps():
     tasks = yaml.safe_load((REPO / "playbooks" / "verify.yml").read_text())[-1]["tasks"]
     imports = [t["ansible.builtin.import_role"] for t in tasks if "ansible.builtin.import_role" in t]
-    assert imports[-1] == {"name": "checkpoint", "tasks_from": "keep.yml"}
-    assert [i["name"] for i in imports] == ["spark", "verify", "checkpoint"]
+    assert imports[-2:] == [{"name": "checkpoint", "tasks_from": "keep.yml"}, {"name": "engine_venv", "tasks_from": "keep.yml"}]
+    assert [i["name"] for i in imports] == ["spark", "verify", "checkpoint", "engine_venv"]

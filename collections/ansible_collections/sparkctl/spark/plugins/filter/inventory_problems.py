@@ -404,6 +404,10 @@ def inventory_problems(groups, hostvars):
         )
 
     problems.extend(_checkpoint_problems(any_vars))
+    venv_keep = any_vars.get("engine_venv_keep")
+    if venv_keep is not None and not _is_count(venv_keep):
+        problems.append(f"'engine_venv_keep' {venv_keep!r} must be a whole number: how many of the profile's per-lock "
+                        "venvs every node keeps, the served one included (e.g. 2), or 0 to keep them all.")
     # The head sends spark_hf_token to spark_hf_endpoint: never in clear text off the node. Unset in
     # the inventory, the token is the role default's: HF_TOKEN on this (the control) node.
     hf_token = any_vars["spark_hf_token"] if "spark_hf_token" in any_vars else os.environ.get("HF_TOKEN", "")

@@ -1,0 +1,88 @@
+# Copyright (c) sparkctl developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The engine venvs sparkctl keeps on a node, one per runtime lock of a profile, side by side
+(spark_engine_venv_per_lock: <venvs>/<profile>-<12 hex digits of the venv digest>), and which of
+them a keep policy lets go.
+
+A venv is a candidate only when its directory's name is the profile's name, a dash and twelve
+lowercase hex digits (the per-lock name roles/spark gives it) and the node's record
+(roles/teardown, /var/lib/sparkctl/baseline.json) says the path was not there before sparkctl:
+sparkctl created it. The venv a run serves is never one, nor is any other path (a venv per
+profile, someone's own venv). The order of use is a small record per node (SERVED_FILE): the
+venv paths served, most recent first, written by the verify stage once the endpoint verified,
+so the venvs of the most recent recorded deployments are the ones kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+SERVED_FILE = "/var/lib/sparkctl/venvs-served.json"
+BASELINE_FILE = "/var/lib/sparkctl/baseline.json"
+LOCK_DIGITS = 12
+
+
+def lock_venv_pattern(profile_name):
+    """The per-lock venv names of a profile: '<name>-' and LOCK_DIGITS lowercase hex digits."""
+    return re.compile(r"\A%s-[0-9a-f]{%d}\Z" % (re.escape(profile_name), LOCK_DIGITS))
+
+
+def created_by_sparkctl(baseline, path):
+    """Whether the node's record (the parsed baseline) says path was absent before sparkctl's
+    first change, or before the step that created it learned it: only then did sparkctl make it."""
+    paths = (baseline or {}).get("paths") if isinstance(baseline, dict) else None
+    return isinstance(paths, dict) and paths.get(path.rstrip("/")) is False
+
+
+def candidates(names, root, profile_name, current, baseline):
+    """The venvs under root (names: the entries of root that are directories, not links) a keep
+    policy may remove: the profile's per-lock venvs sparkctl created, other than current."""
+    pattern = lock_venv_pattern(profile_name)
+    current = current.rstrip("/")
+    found = []
+    for name in sorted(names):
+        path = os.path.join(root, name)
+        if pattern.match(name) and path != current and created_by_sparkctl(baseline, path):
+            found.append(path)
+    return found
+
+
+def read_json(path):
+    """The parsed JSON document at path; None when absent or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def read_served(path=SERVED_FILE):
+    """The served order (absolute paths, most recent first); [] when absent or unreadable."""
+    doc = read_json(path)
+    served = doc.get("served") if isinstance(doc, dict) else None
+    return [p for p in served if isinstance(p, str)] if isinstance(served, list) else []
+
+
+def served_after(served, current, removed=()):
+    """The served order once current is served: current first, the others after it in their
+    order, the removed ones gone."""
+    current = current.rstrip("/")
+    return [current] + [p for p in served if p != current and p not in removed]
+
+
+def plan(venvs, current, keep, served):
+    """Which venvs a keep policy removes. venvs: the candidates (never current); keep: how many
+    to keep, current included (0 keeps all); served: the served order. The others rank by the
+    served order, those never served (a runtime built by a run whose verify failed) last, by
+    path for a stable order. Returns (ranked, remove): every candidate in rank order, and the
+    ones beyond keep."""
+    current = current.rstrip("/")
+    others = [p for p in venvs if p != current]
+    position = {p: i for i, p in enumerate(served)}
+    ranked = sorted(others, key=lambda p: (position.get(p, len(served)), p))
+    if not keep or keep < 0:
+        return ranked, []
+    return ranked, ranked[max(keep - 1, 0):]
