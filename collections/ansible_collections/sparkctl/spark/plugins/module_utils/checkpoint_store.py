@@ -15,7 +15,6 @@ checkpoint changes (a converged re-run writes nothing)."""
 
 from __future__ import annotations
 
-import json
 import os
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
@@ -24,6 +23,11 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
     load_manifest_file,
     normalize_manifest,
     owned_leftover,
+)
+from ansible_collections.sparkctl.spark.plugins.module_utils.served_record import (  # noqa: F401 (the stores' names)
+    plan,
+    read_served,
+    served_after,
 )
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import listed_files_to_remove
 
@@ -56,40 +60,6 @@ def is_sparkctl_checkpoint(path):
     """Whether sparkctl created the directory and keeps a list of what it put in it."""
     return (os.path.isfile(os.path.join(path, CREATED_MARK))
             and (os.path.isfile(os.path.join(path, MANIFEST_NAME)) or os.path.isfile(os.path.join(path, STAMP_NAME))))
-
-
-def read_served(path=SERVED_FILE):
-    """The served order (absolute paths, most recent first); [] when absent or unreadable."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            doc = json.load(handle)
-    except (OSError, ValueError):
-        return []
-    served = doc.get("served") if isinstance(doc, dict) else None
-    return [p for p in served if isinstance(p, str)] if isinstance(served, list) else []
-
-
-def served_after(served, current, removed=()):
-    """The served order once current is served: current first, the others after it in their
-    order, the removed ones gone."""
-    current = current.rstrip("/")
-    return [current] + [p for p in served if p != current and p not in removed]
-
-
-def plan(checkpoints, current, keep, served):
-    """Which checkpoints a keep policy removes. checkpoints: {path: bytes} of sparkctl's
-    checkpoints under one directory; current: the one this run serves (never removed); keep:
-    how many to keep, current included (0 keeps all); served: the served order. The others
-    rank by the served order, those never recorded last (by path, for a stable order).
-    Returns (ranked, remove): every checkpoint but current in rank order, and the ones beyond
-    keep."""
-    current = current.rstrip("/")
-    others = [p for p in checkpoints if p != current]
-    position = {p: i for i, p in enumerate(served)}
-    ranked = sorted(others, key=lambda p: (position.get(p, len(served)), p))
-    if not keep or keep < 0:
-        return ranked, []
-    return ranked, ranked[max(keep - 1, 0):]
 
 
 def directory_bytes(path, rel_files):

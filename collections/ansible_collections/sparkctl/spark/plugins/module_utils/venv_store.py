@@ -20,6 +20,12 @@ import json
 import os
 import re
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.served_record import (  # noqa: F401 (the stores' names)
+    plan,
+    read_served,
+    served_after,
+)
+
 SERVED_FILE = "/var/lib/sparkctl/venvs-served.json"
 BASELINE_FILE = "/var/lib/sparkctl/baseline.json"
 LOCK_DIGITS = 12
@@ -57,32 +63,3 @@ def read_json(path):
             return json.load(handle)
     except (OSError, ValueError):
         return None
-
-
-def read_served(path=SERVED_FILE):
-    """The served order (absolute paths, most recent first); [] when absent or unreadable."""
-    doc = read_json(path)
-    served = doc.get("served") if isinstance(doc, dict) else None
-    return [p for p in served if isinstance(p, str)] if isinstance(served, list) else []
-
-
-def served_after(served, current, removed=()):
-    """The served order once current is served: current first, the others after it in their
-    order, the removed ones gone."""
-    current = current.rstrip("/")
-    return [current] + [p for p in served if p != current and p not in removed]
-
-
-def plan(venvs, current, keep, served):
-    """Which venvs a keep policy removes. venvs: the candidates (never current); keep: how many
-    to keep, current included (0 keeps all); served: the served order. The others rank by the
-    served order, those never served (a runtime built by a run whose verify failed) last, by
-    path for a stable order. Returns (ranked, remove): every candidate in rank order, and the
-    ones beyond keep."""
-    current = current.rstrip("/")
-    others = [p for p in venvs if p != current]
-    position = {p: i for i, p in enumerate(served)}
-    ranked = sorted(others, key=lambda p: (position.get(p, len(served)), p))
-    if not keep or keep < 0:
-        return ranked, []
-    return ranked, ranked[max(keep - 1, 0):]

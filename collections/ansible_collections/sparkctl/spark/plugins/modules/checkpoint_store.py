@@ -11,15 +11,8 @@ short_description: List the checkpoints sparkctl keeps beside the served one, re
 version_added: 0.1.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - sparkctl.spark.served_record
   - sparkctl.spark.attributes.linux
-attributes:
-  check_mode:
-    details:
-      - Reports what would be recorded and removed, with the diff of the served record; changes nothing.
-  diff_mode:
-    support: full
-    details:
-      - The served record's text before and after.
 description:
   - Each model profile's checkpoint has a directory of its own under one directory (O(root)); switching the served
     model puts the new one beside the old ones, which stay.
@@ -43,19 +36,6 @@ options:
     description: The served checkpoint's directory; never removed.
     type: path
     required: true
-  keep:
-    description: How many checkpoints to keep, O(current) included; V(0) keeps all.
-    type: int
-    default: 0
-  state:
-    description: V(present) lists (and records); V(absent) also removes the checkpoints beyond O(keep).
-    type: str
-    choices: [present, absent]
-    default: present
-  record:
-    description: Record O(current) as the most recently served checkpoint.
-    type: bool
-    default: false
   served_file:
     description: The served record (JSON, root-owned, mode C(0644)).
     type: path
@@ -114,13 +94,12 @@ message:
   type: str
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint_store as store
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_gate import gib
-from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
+from ansible_collections.sparkctl.spark.plugins.module_utils import served_record
 
 
 def _remove(path, rel_files):
@@ -132,21 +111,9 @@ def _remove(path, rel_files):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            root=dict(type="path", required=True),
-            current=dict(type="path", required=True),
-            keep=dict(type="int", default=0),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            record=dict(type="bool", default=False),
-            served_file=dict(type="path", default=store.SERVED_FILE),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=served_record.store_argument_spec(store.SERVED_FILE), supports_check_mode=True)
     p = module.params
-    if p["keep"] < 0:
-        module.fail_json(msg="keep is %d: a number of checkpoints to keep, 0 for all (checkpoint_keep)." % p["keep"])
-    root, current = p["root"].rstrip("/") or "/", p["current"].rstrip("/")
+    root, current = served_record.store_params(module, "checkpoints", "checkpoint_keep")
     found = {}
     if os.path.isdir(root):
         for name in sorted(os.listdir(root)):
@@ -156,11 +123,6 @@ def main():
                 for warning in warnings:
                     module.warn(warning)
                 found[path] = {"remove": remove, "left": left, "bytes": store.directory_bytes(path, remove)}
-    try:
-        with open(p["served_file"], encoding="utf-8") as handle:
-            before = handle.read()
-    except (OSError, ValueError):
-        before = None
     served = store.read_served(p["served_file"])
     ranked, to_remove = store.plan(found, current, p["keep"], served)
     removed, kept = [], []
@@ -177,19 +139,9 @@ def main():
                     except OSError as exc:
                         module.fail_json(msg="Cannot remove the checkpoint %s: %s" % (path, exc.strerror or exc))
     gone = [path for path in removed if not found[path]["left"]]
-    after_served = store.served_after(served, current, gone) if p["record"] else [x for x in served if x not in gone]
-    changed = bool(removed)
-    after = json.dumps({"served": after_served}, indent=2, sort_keys=True) + "\n"
-    if after_served != served:
-        changed = True
-        if not module.check_mode:
-            try:
-                os.makedirs(os.path.dirname(p["served_file"]) or ".", mode=0o755, exist_ok=True)
-                write_file_atomic(p["served_file"], after.encode("utf-8"), 0o644)
-                if os.geteuid() == 0:
-                    os.chown(p["served_file"], 0, 0)
-            except OSError as exc:
-                module.fail_json(msg="Cannot write the served record %s: %s" % (p["served_file"], exc.strerror or exc))
+    after_served = served_record.record_after(served, current, gone, p["record"])
+    recorded, diff = served_record.update_record(module, p["served_file"], served, after_served)
+    changed = bool(removed) or recorded
     remaining = [path for path in ranked if path not in removed]
     freeable = sum(found[path]["bytes"] for path in remaining)
     if remaining:
@@ -203,8 +155,8 @@ def main():
         message = "removed %s; %s" % (", ".join(removed), message)
     result = dict(changed=changed, checkpoints=[{"path": path, "bytes": found[path]["bytes"]} for path in ranked],
                   freeable_bytes=freeable, removed=removed, kept=kept, served=after_served, message=message)
-    if module._diff and after_served != served:
-        result["diff"] = dict(before=before or "", after=after, before_header=p["served_file"], after_header=p["served_file"])
+    if diff:
+        result["diff"] = diff
     module.exit_json(**result)
 
 

@@ -11,15 +11,8 @@ short_description: Record which engine venv is served and remove the profile's p
 version_added: 0.1.0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - sparkctl.spark.served_record
   - sparkctl.spark.attributes.linux
-attributes:
-  check_mode:
-    details:
-      - Reports what would be recorded and removed, with the diff of the served record; changes nothing.
-  diff_mode:
-    support: full
-    details:
-      - The served record's text before and after.
 description:
   - With one venv per runtime lock (C(spark_engine_venv_per_lock)), each new lock of a profile is built beside the
     serving venv, in C(<root>/<profile>-<12 hex digits>); the old ones stay for a rollback.
@@ -46,19 +39,6 @@ options:
     description: The served venv; never removed.
     type: path
     required: true
-  keep:
-    description: How many of the profile's venvs to keep, O(current) included; V(0) keeps all.
-    type: int
-    default: 0
-  state:
-    description: V(present) lists (and records); V(absent) also removes the venvs beyond O(keep).
-    type: str
-    choices: [present, absent]
-    default: present
-  record:
-    description: Record O(current) as the most recently served venv.
-    type: bool
-    default: false
   served_file:
     description: The served record (JSON, root-owned, mode C(0644)).
     type: path
@@ -108,42 +88,26 @@ message:
   type: str
 """
 
-import json
 import os
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkctl.spark.plugins.module_utils import venv_store as store
-from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
+from ansible_collections.sparkctl.spark.plugins.module_utils import served_record
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            root=dict(type="path", required=True),
-            profile=dict(type="str", required=True),
-            current=dict(type="path", required=True),
-            keep=dict(type="int", default=0),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            record=dict(type="bool", default=False),
-            served_file=dict(type="path", default=store.SERVED_FILE),
-            baseline_file=dict(type="path", default=store.BASELINE_FILE),
-        ),
+        argument_spec=served_record.store_argument_spec(store.SERVED_FILE, profile=dict(type="str", required=True),
+                                          baseline_file=dict(type="path", default=store.BASELINE_FILE)),
         supports_check_mode=True,
     )
     p = module.params
-    if p["keep"] < 0:
-        module.fail_json(msg="keep is %d: a number of venvs to keep, 0 for all (engine_venv_keep)." % p["keep"])
-    root, current = p["root"].rstrip("/") or "/", p["current"].rstrip("/")
+    root, current = served_record.store_params(module, "venvs", "engine_venv_keep")
     names = []
     if os.path.isdir(root):
         names = [n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)) and not os.path.islink(os.path.join(root, n))]
     found = store.candidates(names, root, p["profile"], current, store.read_json(p["baseline_file"]))
-    try:
-        with open(p["served_file"], encoding="utf-8") as handle:
-            before = handle.read()
-    except (OSError, ValueError):
-        before = None
     served = store.read_served(p["served_file"])
     ranked, to_remove = store.plan(found, current, p["keep"], served)
     removed = to_remove if p["state"] == "absent" else []
@@ -153,19 +117,9 @@ def main():
                 shutil.rmtree(path)
             except OSError as exc:
                 module.fail_json(msg="Cannot remove the venv %s: %s" % (path, exc.strerror or exc))
-    after_served = store.served_after(served, current, removed) if p["record"] else [x for x in served if x not in removed]
-    changed = bool(removed)
-    after = json.dumps({"served": after_served}, indent=2, sort_keys=True) + "\n"
-    if after_served != served:
-        changed = True
-        if not module.check_mode:
-            try:
-                os.makedirs(os.path.dirname(p["served_file"]) or ".", mode=0o755, exist_ok=True)
-                write_file_atomic(p["served_file"], after.encode("utf-8"), 0o644)
-                if os.geteuid() == 0:
-                    os.chown(p["served_file"], 0, 0)
-            except OSError as exc:
-                module.fail_json(msg="Cannot write the served record %s: %s" % (p["served_file"], exc.strerror or exc))
+    after_served = served_record.record_after(served, current, removed, p["record"])
+    recorded, diff = served_record.update_record(module, p["served_file"], served, after_served)
+    changed = bool(removed) or recorded
     remaining = [path for path in ranked if path not in removed]
     message = "serving %s" % current
     if removed:
@@ -173,8 +127,8 @@ def main():
     if remaining:
         message += "; kept for a rollback: %s" % ", ".join(remaining)
     result = dict(changed=changed, venvs=ranked, removed=removed, served=after_served, message=message)
-    if module._diff and after_served != served:
-        result["diff"] = dict(before=before or "", after=after, before_header=p["served_file"], after_header=p["served_file"])
+    if diff:
+        result["diff"] = diff
     module.exit_json(**result)
 
 
