@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import module_runner
-from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint_store as store
+from ansible_collections.sparkctl.spark.plugins.module_utils import served_record
 from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_store
 
 MIB = 1 << 20
@@ -35,15 +35,15 @@ def run(capsys, tmp_path, current, **args):
 
 def test_plan_keeps_the_current_and_the_most_recently_served():
     found = {"/m/a": 1, "/m/b": 1, "/m/c": 1, "/m/d": 1}
-    ranked, remove = store.plan(found, "/m/a", 2, ["/m/a", "/m/c", "/m/b"])
+    ranked, remove = served_record.plan(found, "/m/a", 2, ["/m/a", "/m/c", "/m/b"])
     assert ranked == ["/m/c", "/m/b", "/m/d"] and remove == ["/m/b", "/m/d"]
-    assert store.plan(found, "/m/a", 0, [])[1] == []
-    assert store.plan(found, "/m/a", 1, [])[1] == ["/m/b", "/m/c", "/m/d"]
+    assert served_record.plan(found, "/m/a", 0, [])[1] == []
+    assert served_record.plan(found, "/m/a", 1, [])[1] == ["/m/b", "/m/c", "/m/d"]
 
 
 def test_served_after_puts_the_current_first_once():
-    assert store.served_after(["/m/b", "/m/a"], "/m/a/") == ["/m/a", "/m/b"]
-    assert store.served_after(["/m/a", "/m/b"], "/m/a", removed=["/m/b"]) == ["/m/a"]
+    assert served_record.served_after(["/m/b", "/m/a"], "/m/a/") == ["/m/a", "/m/b"]
+    assert served_record.served_after(["/m/a", "/m/b"], "/m/a", removed=["/m/b"]) == ["/m/a"]
 
 
 def test_the_disk_check_counts_what_other_checkpoints_could_free(tmp_path, capsys):

@@ -10,6 +10,7 @@ import json
 import module_runner
 import pytest
 from ansible_collections.sparkctl.spark.plugins.module_utils import venv_store as store
+from ansible_collections.sparkctl.spark.plugins.module_utils import served_record
 from ansible_collections.sparkctl.spark.plugins.modules import venv_store
 
 PROFILE = "lab-standin"
@@ -59,17 +60,17 @@ def test_a_venv_sparkctl_did_not_create_or_the_served_one_is_never_a_candidate()
 
 def test_plan_keeps_the_current_and_the_most_recently_served_and_drops_never_served_first():
     venvs = ["/v/b", "/v/c", "/v/d", "/v/e"]
-    ranked, remove = store.plan(venvs, "/v/a", 2, ["/v/a", "/v/c", "/v/b"])
+    ranked, remove = served_record.plan(venvs, "/v/a", 2, ["/v/a", "/v/c", "/v/b"])
     assert ranked == ["/v/c", "/v/b", "/v/d", "/v/e"] and remove == ["/v/b", "/v/d", "/v/e"]
-    assert store.plan(venvs, "/v/a", 0, [])[1] == []
-    assert store.plan(venvs, "/v/a", 1, ["/v/a", "/v/b"])[1] == venvs
+    assert served_record.plan(venvs, "/v/a", 0, [])[1] == []
+    assert served_record.plan(venvs, "/v/a", 1, ["/v/a", "/v/b"])[1] == venvs
     # A venv built by a run whose verify failed was never served: it goes before any served one.
-    assert store.plan(["/v/new", "/v/old"], "/v/a", 2, ["/v/a", "/v/old"]) == (["/v/old", "/v/new"], ["/v/new"])
+    assert served_record.plan(["/v/new", "/v/old"], "/v/a", 2, ["/v/a", "/v/old"]) == (["/v/old", "/v/new"], ["/v/new"])
 
 
 def test_served_after_puts_the_current_first_once():
-    assert store.served_after(["/v/b", "/v/a"], "/v/a/") == ["/v/a", "/v/b"]
-    assert store.served_after(["/v/a", "/v/b"], "/v/a", removed=["/v/b"]) == ["/v/a"]
+    assert served_record.served_after(["/v/b", "/v/a"], "/v/a/") == ["/v/a", "/v/b"]
+    assert served_record.served_after(["/v/a", "/v/b"], "/v/a", removed=["/v/b"]) == ["/v/a"]
 
 
 def test_keep_removes_the_least_recently_served_of_sparkctls_venvs(tmp_path, capsys):

@@ -24,11 +24,6 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
     normalize_manifest,
     owned_leftover,
 )
-from ansible_collections.sparkctl.spark.plugins.module_utils.served_record import (  # noqa: F401 (the stores' names)
-    plan,
-    read_served,
-    served_after,
-)
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import listed_files_to_remove
 
 CREATED_MARK = ".sparkctl-created"

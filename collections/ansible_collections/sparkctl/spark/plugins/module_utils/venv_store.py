@@ -20,11 +20,6 @@ import json
 import os
 import re
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.served_record import (  # noqa: F401 (the stores' names)
-    plan,
-    read_served,
-    served_after,
-)
 
 SERVED_FILE = "/var/lib/sparkctl/venvs-served.json"
 BASELINE_FILE = "/var/lib/sparkctl/baseline.json"

@@ -123,8 +123,8 @@ def main():
                 for warning in warnings:
                     module.warn(warning)
                 found[path] = {"remove": remove, "left": left, "bytes": store.directory_bytes(path, remove)}
-    served = store.read_served(p["served_file"])
-    ranked, to_remove = store.plan(found, current, p["keep"], served)
+    served = served_record.read_served(p["served_file"])
+    ranked, to_remove = served_record.plan(found, current, p["keep"], served)
     removed, kept = [], []
     if p["state"] == "absent":
         for path in to_remove:

@@ -176,7 +176,8 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
-from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_store import CREATED_MARK, read_served, sparkctl_files
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_store import CREATED_MARK, sparkctl_files
+from ansible_collections.sparkctl.spark.plugins.module_utils.served_record import read_served
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
     dependencies_to_purge,

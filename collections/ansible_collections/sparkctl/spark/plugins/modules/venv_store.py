@@ -98,8 +98,9 @@ from ansible_collections.sparkctl.spark.plugins.module_utils import served_recor
 
 def main():
     module = AnsibleModule(
-        argument_spec=served_record.store_argument_spec(store.SERVED_FILE, profile=dict(type="str", required=True),
-                                          baseline_file=dict(type="path", default=store.BASELINE_FILE)),
+        argument_spec=served_record.store_argument_spec(
+            store.SERVED_FILE, profile=dict(type="str", required=True),
+            baseline_file=dict(type="path", default=store.BASELINE_FILE)),
         supports_check_mode=True,
     )
     p = module.params
@@ -108,8 +109,8 @@ def main():
     if os.path.isdir(root):
         names = [n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)) and not os.path.islink(os.path.join(root, n))]
     found = store.candidates(names, root, p["profile"], current, store.read_json(p["baseline_file"]))
-    served = store.read_served(p["served_file"])
-    ranked, to_remove = store.plan(found, current, p["keep"], served)
+    served = served_record.read_served(p["served_file"])
+    ranked, to_remove = served_record.plan(found, current, p["keep"], served)
     removed = to_remove if p["state"] == "absent" else []
     if not module.check_mode:
         for path in removed:
