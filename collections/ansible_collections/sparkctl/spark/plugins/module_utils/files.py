@@ -7,6 +7,7 @@ leaves either the old file or the new one, never a part, and no temporary file b
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tempfile
@@ -62,3 +63,13 @@ def write_file_atomic(path, data, mode):
         pass
     finally:
         os.close(dir_fd)
+
+
+def read_json_object(path):
+    """A JSON object from a file; None when it is missing, unreadable or not an object."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -13,17 +13,12 @@ from __future__ import annotations
 import json
 import os
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
+from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_json_object, write_file_atomic
 
 
 def read_served(path):
     """The served order (absolute paths, most recent first); [] when absent or unreadable."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            doc = json.load(handle)
-    except (OSError, ValueError):
-        return []
-    served = doc.get("served") if isinstance(doc, dict) else None
+    served = (read_json_object(path) or {}).get("served")
     return [p for p in served if isinstance(p, str)] if isinstance(served, list) else []
 
 

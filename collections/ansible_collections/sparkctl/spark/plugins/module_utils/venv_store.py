@@ -16,7 +16,6 @@ so the venvs of the most recent recorded deployments are the ones kept."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
@@ -49,12 +48,3 @@ def candidates(names, root, profile_name, current, baseline):
         if pattern.match(name) and path != current and created_by_sparkctl(baseline, path):
             found.append(path)
     return found
-
-
-def read_json(path):
-    """The parsed JSON document at path; None when absent or unreadable."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return None

@@ -94,6 +94,7 @@ import shutil
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkctl.spark.plugins.module_utils import venv_store as store
 from ansible_collections.sparkctl.spark.plugins.module_utils import served_record
+from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_json_object
 
 
 def main():
@@ -108,7 +109,7 @@ def main():
     names = []
     if os.path.isdir(root):
         names = [n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)) and not os.path.islink(os.path.join(root, n))]
-    found = store.candidates(names, root, p["profile"], current, store.read_json(p["baseline_file"]))
+    found = store.candidates(names, root, p["profile"], current, read_json_object(p["baseline_file"]))
     served = served_record.read_served(p["served_file"])
     ranked, to_remove = served_record.plan(found, current, p["keep"], served)
     removed = to_remove if p["state"] == "absent" else []

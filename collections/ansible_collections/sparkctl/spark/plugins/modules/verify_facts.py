@@ -158,13 +158,13 @@ fit_estimate:
   sample: {profile: lab-standin, weights_per_rank_bytes: 537202688, kv_bytes_per_token: 20480, kv_tokens: 52428}
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import read_record
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_gate import read_state
+from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_json_object
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_startup import read_unit_startup
 from ansible_collections.sparkctl.spark.plugins.module_utils.host import parse_meminfo, read_text
 from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import (
@@ -211,16 +211,6 @@ def main():
     result["checkpoint_manifest"] = checkpoint_manifest(manifest_file) if manifest_file else None
     result["fit_estimate"] = read_json_object(params["fit_file"]) if params["fit_file"] else None
     module.exit_json(changed=False, **result)
-
-
-def read_json_object(path):
-    """A JSON object from a file; None when it is missing, unreadable or not an object."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def checkpoint_manifest(path):
