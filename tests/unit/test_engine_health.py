@@ -79,6 +79,14 @@ def test_systemctl_show_is_parsed():
         ({"ActiveState": "activating", "SubState": "auto-restart", "Result": "exit-code", "NRestarts": "1"}, "starting"),
         ({"ActiveState": "inactive", "SubState": "dead", "Result": "success"}, "stopped"),
         ({"ActiveState": "inactive", "SubState": "dead", "Result": "oom-kill"}, "dead"),
+        # A killed main process: systemd ends the unit's other processes, then restarts it after
+        # RestartSec. The Result names the kill all along; the unit is not dead until it is failed.
+        ({"ActiveState": "deactivating", "SubState": "final-sigterm", "Result": "signal", "NRestarts": "0"}, "starting"),
+        ({"ActiveState": "deactivating", "SubState": "stop-sigterm", "Result": "success"}, "starting"),
+        ({"ActiveState": "failed", "SubState": "failed-before-auto-restart", "Result": "signal"}, "starting"),
+        ({"ActiveState": "inactive", "SubState": "dead-before-auto-restart", "Result": "exit-code"}, "starting"),
+        ({"ActiveState": "activating", "SubState": "auto-restart-queued", "Result": "signal"}, "starting"),
+        ({"ActiveState": "failed", "SubState": "failed", "Result": "signal", "NRestarts": "2"}, "dead"),
     ],
 )
 def test_unit_states(props, state):
@@ -269,3 +277,20 @@ def test_the_log_scrub_filter_takes_the_key_file_text():
     assert log_scrub([f"x {KEY}"], key_file_text=f"VLLM_API_KEY={KEY}\n") == ["x <redacted by sparkctl>"]
     assert log_scrub([f"x {KEY}"], key_file_text=f"api-key: {KEY}\n") == ["x <redacted by sparkctl>"]
     assert log_scrub(["x plain"], key_file_text="no key here") == ["x plain"]
+
+
+def test_a_round_waits_through_systemds_restart_of_a_killed_engine():
+    # The serve run can meet the unit anywhere between the kill and the restarted engine's health.
+    clock = FakeClock()
+    units = iter([
+        {"ActiveState": "deactivating", "SubState": "final-sigterm", "Result": "signal", "NRestarts": "0"},
+        {"ActiveState": "activating", "SubState": "auto-restart", "Result": "signal", "NRestarts": "0"},
+        {"ActiveState": "activating", "SubState": "auto-restart", "Result": "signal", "NRestarts": "0"},
+        {"ActiveState": "activating", "SubState": "start-pre", "Result": "success", "NRestarts": "1"},
+        {**RUNNING, "NRestarts": "1"},
+        {**RUNNING, "NRestarts": "1"},
+    ])
+    answers = iter([(None, "refused")] * 5 + [(200, None)])
+    result = eh.wait_round("http://x/health", lambda: next(units), lambda: ["Main process exited, code=killed, status=9/KILL"],
+                           100, clock=clock, sleep=clock.sleep, probe=lambda url: next(answers))
+    assert result["outcome"] == "healthy" and result["waited_s"] == 10.0

@@ -44,6 +44,15 @@ FATAL_PATTERNS = (
 # Unit results that mean systemd gave up (start limit) or the process keeps dying.
 DEAD_RESULTS = {"start-limit-hit", "exit-code", "signal", "core-dump", "oom-kill", "timeout"}
 
+# Between a main process that died and systemd's restart of it, a unit first ends the rest of
+# its processes (ActiveState deactivating, e.g. final-sigterm) and then waits RestartSec in
+# auto-restart (systemd 254 and later pass through failed-before-auto-restart or
+# dead-before-auto-restart first, and queue the start in auto-restart-queued). Its Result
+# already names the death (signal, exit-code) all that time: the unit is not dead yet, systemd
+# decides next whether to restart it or give up (failed, e.g. at its start limit).
+RESTART_PENDING_SUBSTATES = {"auto-restart", "auto-restart-queued", "failed-before-auto-restart",
+                             "dead-before-auto-restart"}
+
 
 def fatal_lines(lines):
     """[{kind, line}] for the first log line of each fatal kind, in log order."""
@@ -82,6 +91,9 @@ def unit_verdict(props):
     restarts = props.get("NRestarts", "0")
     if active == "active" and sub == "running":
         return "running", "active (running), %s restarts" % restarts
+    if sub in RESTART_PENDING_SUBSTATES or active == "deactivating":
+        return "starting", "%s (%s), result %s after %s restarts: systemd restarts it or gives up next" % (
+            active, sub, result, restarts)
     if active in ("activating", "reloading") or (active == "active" and sub != "running"):
         return "starting", "%s (%s), %s restarts" % (active, sub, restarts)
     if active == "failed" or result in DEAD_RESULTS:
