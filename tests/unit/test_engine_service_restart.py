@@ -47,3 +47,28 @@ def test_check_mode_still_reports_the_restart():
 def test_units_written_after_rays_restart_restart_the_engine_again():
     """The engine's unit files are written after Ray's restart: the running engine has the old ones."""
     assert _restart(head={"ray_cluster_head_start": CHANGED, "engine_service_units_written": CHANGED})
+
+
+def _start_drift(units, drifted=()):
+    variables = {"engine_service_node": {"units": units, "drifted": list(drifted), "daemon_reload": False},
+                 "engine_service_units": {"sparkctl-engine.service": "[Unit]"},
+                 "engine_service_restart": False}
+    variables.update({name: VARS[name] for name in ("engine_service_restart_pending", "engine_service_start_drift")})
+    return {name: str(evaluate("{{ %s }}" % name, variables)).strip() == "True"
+            for name in ("engine_service_restart_pending", "engine_service_start_drift")}
+
+
+RUNNING = {"active_state": "active", "sub_state": "running", "restart_pending": False}
+
+
+def test_an_engine_systemd_is_about_to_restart_gets_its_start_limit_cleared():
+    """A run that meets the engine killed, inside RestartSec, is the request to try again: the start
+    limit earlier restarts spent must not refuse systemd's restart (start_write.yml clears it)."""
+    assert _start_drift({"sparkctl-engine.service": RUNNING}) == {
+        "engine_service_restart_pending": False, "engine_service_start_drift": False}
+    waiting = {"active_state": "activating", "sub_state": "auto-restart", "restart_pending": True}
+    assert _start_drift({"sparkctl-engine.service": waiting}) == {
+        "engine_service_restart_pending": True, "engine_service_start_drift": True}
+    # Ray's units are ray_cluster's: their restart is not this role's business.
+    assert _start_drift({"sparkctl-engine.service": RUNNING, "sparkctl-ray-head.service": waiting}) == {
+        "engine_service_restart_pending": False, "engine_service_start_drift": False}

@@ -143,8 +143,12 @@ def test_systemctl_show_blocks_become_one_summary_per_unit():
     assert sorted(units) == ["a.service", "b.service", "c.service"]
     assert ns.unit_summary(units["a.service"]) == {
         "load_state": "loaded", "active_state": "active", "sub_state": "running", "unit_file_state": "enabled",
-        "main_pid": 42, "need_daemon_reload": False}
+        "main_pid": 42, "need_daemon_reload": False, "restart_pending": False}
     assert ns.unit_summary(None)["load_state"] == "not-found"
+    # Killed, waiting RestartSec for systemd's restart: started to systemd_service, a restart pending to the roles.
+    waiting = ns.unit_summary({"Id": "e.service", "LoadState": "loaded", "ActiveState": "activating",
+                               "SubState": "auto-restart"})
+    assert waiting["restart_pending"] is True and ns.unit_differences({"started": True}, waiting) == []
     assert ns.unit_summary(units["c.service"])["need_daemon_reload"] is True
 
 

@@ -17,6 +17,7 @@ import re
 import time
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.log_scrub import scrub_lines
+from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import RESTART_PENDING_SUBSTATES
 
 from urllib.error import HTTPError, URLError
 
@@ -45,13 +46,10 @@ FATAL_PATTERNS = (
 DEAD_RESULTS = {"start-limit-hit", "exit-code", "signal", "core-dump", "oom-kill", "timeout"}
 
 # Between a main process that died and systemd's restart of it, a unit first ends the rest of
-# its processes (ActiveState deactivating, e.g. final-sigterm) and then waits RestartSec in
-# auto-restart (systemd 254 and later pass through failed-before-auto-restart or
-# dead-before-auto-restart first, and queue the start in auto-restart-queued). Its Result
-# already names the death (signal, exit-code) all that time: the unit is not dead yet, systemd
-# decides next whether to restart it or give up (failed, e.g. at its start limit).
-RESTART_PENDING_SUBSTATES = {"auto-restart", "auto-restart-queued", "failed-before-auto-restart",
-                             "dead-before-auto-restart"}
+# its processes (ActiveState deactivating, e.g. final-sigterm) and then waits RestartSec with a
+# restart pending (node_state.RESTART_PENDING_SUBSTATES). Its Result already names the death
+# (signal, exit-code) all that time: the unit is not dead yet, systemd decides next whether to
+# restart it or give up (failed, e.g. at its start limit).
 
 
 def fatal_lines(lines):

@@ -55,6 +55,12 @@ UNITS_ARGUMENT = dict(type="list", elements="dict", default=[], options=dict(
 UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "MainPID", "NeedDaemonReload")
 # A unit on its way up counts as started, as systemd_service's state=started judges it.
 STARTED_STATES = ("active", "activating", "reloading")
+# A unit whose main process died and that systemd is about to restart (Restart=): it waits
+# RestartSec in auto-restart (systemd 254 and later pass through failed-before-auto-restart or
+# dead-before-auto-restart first, and queue the start in auto-restart-queued). Its start limit
+# decides whether that restart happens at all.
+RESTART_PENDING_SUBSTATES = frozenset(("auto-restart", "auto-restart-queued", "failed-before-auto-restart",
+                                       "dead-before-auto-restart"))
 # The enablement states in which `systemctl enable` has nothing left to do.
 ENABLED_STATES = ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated")
 MASKED_STATES = ("masked", "masked-runtime")
@@ -179,7 +185,8 @@ def unit_summary(props):
             "sub_state": props.get("SubState") or "dead",
             "unit_file_state": props.get("UnitFileState") or "",
             "main_pid": main_pid,
-            "need_daemon_reload": props.get("NeedDaemonReload") == "yes"}
+            "need_daemon_reload": props.get("NeedDaemonReload") == "yes",
+            "restart_pending": props.get("SubState") in RESTART_PENDING_SUBSTATES}
 
 
 def unit_differences(wanted, found):

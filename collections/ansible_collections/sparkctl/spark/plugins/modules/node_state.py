@@ -112,8 +112,9 @@ paths:
   returned: always
   type: dict
 units:
-  description: Per unit, C(load_state), C(active_state), C(sub_state), C(unit_file_state), C(main_pid) and
-    C(need_daemon_reload); a unit systemd does not know reads as not-found and inactive.
+  description: Per unit, C(load_state), C(active_state), C(sub_state), C(unit_file_state), C(main_pid),
+    C(need_daemon_reload) and C(restart_pending) (its main process died and systemd restarts it after RestartSec, if
+    its start limit lets it); a unit systemd does not know reads as not-found and inactive.
   returned: always
   type: dict
 users:
