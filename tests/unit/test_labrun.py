@@ -113,9 +113,9 @@ def test_the_catalogues_batches_are_sound():
 
 def test_the_killed_engine_is_judged_alone():
     """Killing the head's engine and re-running at once: the repair run may record the worker's
-    baseline or recover Ray on both nodes, depending on how far the engine's restart got (both
-    seen on the lab; the clean-clone suite failed the batch it was in on the first). Alone and
-    without an owner, any of those is explained; the quiet run still has to change nothing."""
+    baseline, depending on how far the engine's restart got (seen on the lab; the clean-clone
+    suite failed the batch it was in on it). Alone and without an owner, that is explained; the
+    quiet run still has to change nothing."""
     faults = yaml.safe_load(CATALOGUE.read_text())
     (killed,) = [f for f in faults if f["id"] == "engine_killed"]
     assert "batch" not in killed and "owner" not in killed and not killed.get("drifted_only")
