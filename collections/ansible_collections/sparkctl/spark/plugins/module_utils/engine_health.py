@@ -45,12 +45,6 @@ FATAL_PATTERNS = (
 # Unit results that mean systemd gave up (start limit) or the process keeps dying.
 DEAD_RESULTS = {"start-limit-hit", "exit-code", "signal", "core-dump", "oom-kill", "timeout"}
 
-# Between a main process that died and systemd's restart of it, a unit first ends the rest of
-# its processes (ActiveState deactivating, e.g. final-sigterm) and then waits RestartSec with a
-# restart pending (node_state.RESTART_PENDING_SUBSTATES). Its Result already names the death
-# (signal, exit-code) all that time: the unit is not dead yet, systemd decides next whether to
-# restart it or give up (failed, e.g. at its start limit).
-
 
 def fatal_lines(lines):
     """[{kind, line}] for the first log line of each fatal kind, in log order."""
@@ -89,6 +83,10 @@ def unit_verdict(props):
     restarts = props.get("NRestarts", "0")
     if active == "active" and sub == "running":
         return "running", "active (running), %s restarts" % restarts
+    # Between a main process that died and systemd's restart of it, a unit first ends the rest of
+    # its processes (deactivating, e.g. final-sigterm), then waits RestartSec with a restart
+    # pending. Its Result names the death (signal, exit-code) all that time: the unit is not dead
+    # yet; systemd decides next whether to restart it or give up (failed, e.g. at its start limit).
     if sub in RESTART_PENDING_SUBSTATES or active == "deactivating":
         return "starting", "%s (%s), result %s after %s restarts: systemd restarts it or gives up next" % (
             active, sub, result, restarts)
