@@ -20,7 +20,7 @@ description:
     architecture the engine does not know, an NCCL error, a placement the Ray cluster cannot satisfy, or the engine core
     failing to start. The first line of each kind is returned with a few lines around it."
   - A unit whose process died and that systemd is about to restart (ending its processes, or waiting C(RestartSec)) is
-    still booting: systemd decides next whether it restarts or gives up.
+    still booting; systemd decides next whether it restarts or gives up.
   - A caller loops over rounds, printing RV(last_log_line) and RV(waited_s) between them, until a total timeout (a first
     boot of a large NVFP4 model takes over ten minutes).
   - Log lines are returned without the API key (see O(api_key_file)).
