@@ -49,8 +49,8 @@ def test_units_written_after_rays_restart_restart_the_engine_again():
     assert _restart(head={"ray_cluster_head_start": CHANGED, "engine_service_units_written": CHANGED})
 
 
-def _start_drift(units, drifted=()):
-    variables = {"engine_service_node": {"units": units, "drifted": list(drifted), "daemon_reload": False},
+def _start_drift(units):
+    variables = {"engine_service_node": {"units": units, "drifted": [], "daemon_reload": False},
                  "engine_service_units": {"sparkctl-engine.service": "[Unit]"},
                  "engine_service_restart": False}
     variables.update({name: VARS[name] for name in ("engine_service_restart_pending", "engine_service_start_drift")})
