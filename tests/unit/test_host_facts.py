@@ -278,6 +278,37 @@ def test_systemd_version(text, version):
     assert host.parse_systemd_version(text) == version
 
 
+CONTAINER_ID = "3f" * 32
+NODE_ID = "2e" * 32
+
+
+@pytest.mark.parametrize("text, found", [
+    # systemd cgroup driver (DGX OS), v2 and v1 hybrid.
+    ("0::/system.slice/docker-%s.scope\n" % CONTAINER_ID, CONTAINER_ID),
+    ("12:pids:/system.slice/docker-%s.scope\n1:name=systemd:/system.slice/docker-%s.scope\n"
+     % (CONTAINER_ID, CONTAINER_ID), CONTAINER_ID),
+    # cgroupfs driver, and a container inside a container (the lab's nodes): the innermost.
+    ("0::/docker/%s\n" % CONTAINER_ID, CONTAINER_ID),
+    ("9:name=systemd:/docker/%s/docker/%s\n" % (NODE_ID, CONTAINER_ID), CONTAINER_ID),
+    ("0::/system.slice/sparkctl-engine.service\n", None),
+    ("", None),
+    (None, None),
+])
+def test_container_id_from_cgroup(text, found):
+    assert host.container_id_from_cgroup(text) == found
+
+
+def test_container_name_from_dockerd_config(tmp_path):
+    (tmp_path / CONTAINER_ID).mkdir()
+    (tmp_path / CONTAINER_ID / "config.v2.json").write_text(json.dumps({"ID": CONTAINER_ID, "Name": "/sparkctl-ray-head"}))
+    assert host.container_name(str(tmp_path), CONTAINER_ID) == "sparkctl-ray-head"
+    assert host.container_name(str(tmp_path), NODE_ID) is None
+    assert host.container_name(str(tmp_path), None) is None
+    (tmp_path / NODE_ID).mkdir()
+    (tmp_path / NODE_ID / "config.v2.json").write_text("{not json")
+    assert host.container_name(str(tmp_path), NODE_ID) is None
+
+
 # --- ports and the fake /proc --------------------------------------------------------
 
 
@@ -458,6 +489,20 @@ def test_socket_owner_scan_tolerates_unreadable_and_vanished_processes(tmp_path,
     monkeypatch.setattr(host.os, "listdir", listdir)
 
     assert host.scan_socket_owners(str(proc), [24153, 24155, 51234]) == {24153: [], 24155: [4410], 51234: [2301]}
+
+
+def test_a_port_held_in_a_docker_container_names_the_container(tmp_path):
+    # Ray's GCS in an image runtime's container: its cgroup is the container's scope.
+    proc = make_proc(tmp_path / "proc", {2301: ("gcs_server", "cgroup_v2_docker_container.txt", [51234])})
+    containers = tmp_path / "containers"
+    (containers / CONTAINER_ID).mkdir(parents=True)
+    (containers / CONTAINER_ID / "config.v2.json").write_text(json.dumps({"Name": "/sparkctl-ray-head"}))
+    listening = host.read_listening(str(proc), "little")
+
+    ports = host.port_facts([6379], listening, str(proc), containers_dir=str(containers))
+
+    assert ports["6379"]["holders"] == [{"address": "192.168.100.10", "pid": 2301, "process": "gcs_server",
+                                         "unit": "docker-%s.scope" % CONTAINER_ID, "container": "sparkctl-ray-head"}]
 
 
 def test_process_table_is_not_scanned_when_no_requested_port_is_in_use(tmp_path, monkeypatch):

@@ -197,6 +197,26 @@ def test_port_held_by_a_foreign_process_fails_but_own_unit_passes():
     assert "sparkctl-engine.service" in results["port.8000"]["detail"]
 
 
+def test_a_port_held_in_sparkctls_container_passes_and_in_another_container_fails():
+    # An image runtime's Ray and engine run in containers named after their units: their cgroup is
+    # the container's (docker-<id>.scope), not the unit's, on a re-run of a serving cluster.
+    facts = copy.deepcopy(HEALTHY_GB10)
+    scope = "docker-" + "a" * 64 + ".scope"
+    facts["host"]["ports"]["6379"] = {
+        "in_use": True,
+        "holders": [{"address": "::", "pid": 7517, "process": "gcs_server", "unit": scope,
+                     "container": "sparkctl-ray-head"}],
+    }
+    facts["host"]["ports"]["8000"] = {
+        "in_use": True,
+        "holders": [{"address": "0.0.0.0", "pid": 900, "process": "python3", "unit": scope, "container": "open-webui"}],
+    }
+    results = _by_id(preflight_checks(facts, REQUIREMENTS))
+    assert results["port.6379"]["status"] == "pass", results["port.6379"]
+    assert "sparkctl-ray-head.service (container sparkctl-ray-head)" in results["port.6379"]["detail"]
+    assert results["port.8000"]["status"] == "fail", results["port.8000"]
+
+
 def test_sudo_failure_reports_the_reason():
     facts = _broken(become={"failed": True, "msg": "Missing sudo password"})
     result = _by_id(preflight_checks(facts, REQUIREMENTS))["access.sudo"]

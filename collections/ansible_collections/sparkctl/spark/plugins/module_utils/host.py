@@ -11,6 +11,7 @@ files; the parsers take text.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import sys
@@ -31,6 +32,10 @@ TCP_LISTEN_STATE = "0A"
 
 # A cgroup path names the unit that owns the process in its deepest component with one
 # of these suffixes; slices only group units and are never the owner.
+# Where dockerd keeps each container's configuration (its name among it), under its default data root.
+DOCKER_CONTAINERS_DIR = "/var/lib/docker/containers"
+# A container's ID in a cgroup path: <id> (cgroupfs driver) or docker-<id>.scope (systemd driver).
+_CONTAINER_ID_RE = re.compile(r"^(?:docker-)?([0-9a-f]{64})(?:\.scope)?$")
 _UNIT_SUFFIXES = (".service", ".scope", ".socket", ".mount", ".swap", ".timer", ".path", ".target", ".device")
 
 _MOUNTINFO_ESCAPE_RE = re.compile(r"\\([0-7]{3})")
@@ -249,6 +254,34 @@ def unit_from_cgroup_path(path):
     return None
 
 
+def container_id_from_cgroup(text):
+    """The ID of the innermost Docker container in a /proc/<pid>/cgroup text, or None."""
+    found = None
+    for line in (text or "").splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        for component in parts[2].split("/"):
+            match = _CONTAINER_ID_RE.match(component)
+            if match:
+                found = match.group(1)
+        if found:
+            return found
+    return None
+
+
+def container_name(containers_dir, container_id):
+    """The name dockerd gave a container (without its leading /), from its config.v2.json, or None."""
+    if not container_id:
+        return None
+    text = read_text(os.path.join(containers_dir, container_id, "config.v2.json"))
+    try:
+        name = json.loads(text).get("Name") if text else None
+    except ValueError:
+        return None
+    return name.lstrip("/") if isinstance(name, str) and name.strip("/") else None
+
+
 def parse_systemd_version(text):
     """'systemd 255 (255.4-1ubuntu8)' -> 255."""
     first_line = (text or "").strip().splitlines()[:1]
@@ -322,12 +355,14 @@ def parse_socket_units(json_text):
     return units
 
 
-def port_facts(ports, listening, proc_root, socket_units=None):
+def port_facts(ports, listening, proc_root, socket_units=None, containers_dir=DOCKER_CONTAINERS_DIR):
     """Return {str(port): {in_use, holders}} for the requested ports.
 
     When several processes share a listening socket (forked workers), the lowest PID,
     usually the parent, is reported. A socket systemd itself holds for socket activation
     (PID 1) is attributed to its .socket unit when socket_units (parse_socket_units) knows it.
+    A process in a Docker container (an image runtime's engine and Ray: their cgroup is the
+    container's, not the unit's that started it) also gets the container's name.
     """
     requested = []
     for port in ports:
@@ -344,17 +379,20 @@ def port_facts(ports, listening, proc_root, socket_units=None):
                 continue
             pids = owners.get(entry["inode"]) or []
             pid = pids[0] if pids else None
-            unit = parse_cgroup_unit(read_text(os.path.join(proc_root, str(pid), "cgroup"))) if pid else None
+            cgroup = read_text(os.path.join(proc_root, str(pid), "cgroup")) if pid else None
+            unit = parse_cgroup_unit(cgroup) if pid else None
             if pid == 1 and socket_units:
                 unit = socket_units.get((_plain_address(entry["address"]), port), unit)
-            holders.append(
-                {
-                    "address": entry["address"],
-                    "pid": pid,
-                    "process": _strip_or_none(read_text(os.path.join(proc_root, str(pid), "comm"))) if pid else None,
-                    "unit": unit,
-                }
-            )
+            holder = {
+                "address": entry["address"],
+                "pid": pid,
+                "process": _strip_or_none(read_text(os.path.join(proc_root, str(pid), "comm"))) if pid else None,
+                "unit": unit,
+            }
+            container = container_name(containers_dir, container_id_from_cgroup(cgroup)) if pid else None
+            if container:
+                holder["container"] = container
+            holders.append(holder)
         result[str(port)] = {"in_use": bool(holders), "holders": holders}
     return result
 

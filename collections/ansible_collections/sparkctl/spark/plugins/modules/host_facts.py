@@ -205,6 +205,13 @@ ansible_facts:
                       C(systemctl list-sockets).
                   type: str
                   sample: ssh.service
+                container:
+                  description:
+                    - Name of the Docker container the process runs in (from its cgroup and dockerd's
+                      C(/var/lib/docker/containers/<id>/config.v2.json)), when it runs in one.
+                  type: str
+                  returned: when the process runs in a Docker container dockerd knows
+                  sample: sparkctl-ray-head
         sshd_ports:
           description:
             - TCP ports sshd listens on (held by an C(sshd) process, or by systemd for C(ssh.socket)/C(sshd.socket)),

@@ -239,6 +239,14 @@ def check_link(facts, req):
     return results
 
 
+def _own_unit(holder):
+    """The unit a port holder belongs to: its cgroup's, or for a process in a Docker container
+    the unit that runs the container (sparkctl names each image unit's container after the unit)."""
+    if holder.get("container"):
+        return f"{holder['container']}.service (container {holder['container']})"
+    return holder.get("unit")
+
+
 def check_ports(facts, req):
     ports = (facts.get("host") or {}).get("ports") or {}
     allowed = req.get("port_owner_allowed_units") or ""
@@ -252,9 +260,9 @@ def check_ports(facts, req):
             results.append(_result(f"port.{port}", label, "pass", "free"))
             continue
         holders = info.get("holders") or []
-        foreign = [h for h in holders if not (allowed_re and h.get("unit") and allowed_re.search(h["unit"]))]
+        foreign = [h for h in holders if not (allowed_re and _own_unit(h) and allowed_re.search(_own_unit(h)))]
         if not foreign:
-            units = ", ".join(sorted({h["unit"] for h in holders}))
+            units = ", ".join(sorted({_own_unit(h) for h in holders}))
             results.append(_result(f"port.{port}", label, "pass", f"held by sparkctl's own {units}"))
             continue
         who = ", ".join(
