@@ -155,6 +155,31 @@ def test_module_read_reports_files_written_since_the_engine_started(base, capsys
     assert result["cache"]["names"] == ["triton/new.bin", "triton/old.bin"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_module_gives_what_a_container_wrote_as_another_user_to_the_owner(base, capsys):
+    # An image's containers run as root and compile into the cache; the service user mirrors it.
+    run(capsys, runtime_kind="image", runtime_id=LOCK_A, owner=ME)
+    stranger = 54321
+    compiled = base / "current" / "flashinfer" / "jit" / "kernel.so"
+    write(compiled)
+    for path in (compiled.parent, compiled):
+        os.lchown(path, stranger, stranger)
+    code, result = run(capsys, state="read", runtime_kind="image", runtime_id=LOCK_A, owner=ME, _ansible_check_mode=True)
+    identity = base / ("image-" + LOCK_A)
+    expected = [str(identity / "flashinfer" / "jit"), str(identity / "flashinfer" / "jit" / "kernel.so")]
+    assert code == 0 and result["changed"] and result["given"] == expected
+    assert os.lstat(compiled).st_uid == stranger   # check mode changes nothing
+    code, result = run(capsys, state="read", runtime_kind="image", runtime_id=LOCK_A, owner=ME)
+    assert code == 0 and result["changed"] and result["given"] == expected
+    assert (os.lstat(compiled).st_uid, os.lstat(compiled.parent).st_uid) == (os.getuid(), os.getuid())
+    code, result = run(capsys, state="read", runtime_kind="image", runtime_id=LOCK_A, owner=ME)
+    assert code == 0 and not result["changed"] and result["given"] == []
+    # Without an owner, a read only reads.
+    os.lchown(compiled, stranger, stranger)
+    code, result = run(capsys, state="read", runtime_kind="image", runtime_id=LOCK_A)
+    assert code == 0 and not result["changed"] and os.lstat(compiled).st_uid == stranger
+
+
 def test_module_reset_empties_and_says_so(base, capsys):
     run(capsys, runtime_kind="venv", runtime_id=LOCK_A, owner=ME)
     write(base / "current" / "vllm" / "graph.bin")

@@ -99,6 +99,24 @@ def scan(path):
     return files
 
 
+def foreign_owned(path, uid, gid):
+    """Every entry under path (path itself included, symlinks not followed) whose owner is not
+    uid:gid, sorted. An image's containers run as root: what a boot compiles there is root's until
+    it is handed to the service user, who mirrors the cache to the workers."""
+    found = []
+    if not os.path.isdir(path):
+        return found
+    for root, dirs, names in os.walk(path):
+        dirs.sort()
+        for entry in [root] + [os.path.join(root, name) for name in sorted(dirs + names)]:
+            if entry == root and root != path:
+                continue
+            st = os.lstat(entry)
+            if (st.st_uid, st.st_gid) != (uid, gid):
+                found.append(entry)
+    return sorted(set(found))
+
+
 def manifest_digest(files):
     """sha256:<hex> over the scan (names, sizes, whole-second mtimes: rsync -a keeps them), so a
     worker that holds what the head holds has the head's digest."""

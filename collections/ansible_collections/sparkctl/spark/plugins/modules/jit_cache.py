@@ -51,7 +51,10 @@ options:
     description: The identity, when the caller already read it (C(sha256:<hex>) or C(<hex>)).
     type: str
   owner:
-    description: The service user that runs the engine and owns the cache (O(state=present)).
+    description:
+      - The service user that runs the engine and owns the cache (required with O(state=present)).
+      - What the engine wrote under the identity's directory as another user is given to it (an image's
+        containers run as root), so the cache can be mirrored to the workers as it.
     type: str
   reset:
     description: Empty the identity's cache directory.
@@ -103,6 +106,12 @@ reset:
   description: Whether the cache was emptied.
   type: bool
   returned: success
+given:
+  description: What O(owner) was given under the identity's directory (written there as another user), sorted; in
+    check mode what it would be given.
+  type: list
+  elements: str
+  returned: success
 relinked:
   description: Whether C(current) moved from another identity (the runtime changed), which the engine's restart counts.
   type: bool
@@ -149,11 +158,15 @@ def runtime_identity(module):
     return runtime_id
 
 
-def chowner(module, owner):
+def owner_account(module, owner):
     try:
-        account = pwd.getpwnam(owner)
+        return pwd.getpwnam(owner)
     except KeyError:
         module.fail_json(msg="The cache owner %s does not exist on this node (spark_service_user)." % owner)
+
+
+def chowner(module, owner):
+    account = owner_account(module, owner)
 
     def chown(path):
         os.lchown(path, account.pw_uid, account.pw_gid)
@@ -200,11 +213,19 @@ def main():
             todo = jit_cache.plan(base, params["runtime_kind"], runtime_id, params["reset"])
     except (jit_cache.JitCacheError, OSError) as exc:
         module.fail_json(msg="Kernel cache under %s: %s" % (base, exc))
+    given = []
+    if params["owner"]:
+        account = owner_account(module, params["owner"])
+        given = jit_cache.foreign_owned(todo["path"], account.pw_uid, account.pw_gid)
+        if not module.check_mode:
+            for path in given:
+                os.lchown(path, account.pw_uid, account.pw_gid)
     files = jit_cache.scan(todo["path"])
     cache = jit_cache.summary(files, since)
     cache["names"] = sorted(files)
-    changed = params["state"] == "present" and bool(todo["create"] or todo["link"] or todo["remove"] or todo["reset"])
-    module.exit_json(changed=changed, identity=todo["name"], path=todo["path"], removed=todo["remove"],
+    changed = (params["state"] == "present" and bool(todo["create"] or todo["link"] or todo["remove"] or todo["reset"])
+               or bool(given))
+    module.exit_json(changed=changed, identity=todo["name"], path=todo["path"], removed=todo["remove"], given=given,
                      foreign=todo["foreign"], reset=todo["reset"], cache=cache, since=since,
                      relinked=params["state"] == "present" and bool(todo["link"] and todo["link_was"]),
                      boot=jit_cache.boot_state(cache, since) if params["state"] == "read" else "unknown",
