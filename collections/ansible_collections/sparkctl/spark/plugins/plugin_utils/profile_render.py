@@ -226,8 +226,11 @@ def _exec(argv):
 
 
 def _docker_run(profile, cluster, container, argv, env_files):
+    # Unlimited locked memory for RDMA registrations, unless the profile caps it (runtime.image.memlock_bytes:
+    # for a host whose root cannot grant unlimited, such as the lab's machine).
+    memlock = ((profile.get("runtime") or {}).get("image") or {}).get("memlock_bytes") or -1
     run = ["/usr/bin/docker", "run", "--rm", "--name", container, "--network", "host", "--ipc", "host",
-           "--gpus", "all", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+           "--gpus", "all", "--ulimit", f"memlock={memlock}", "--ulimit", "stack=67108864"]
     for env_file in env_files:
         run += ["--env-file", env_file]
     if profile.get("cpu_affinity"):

@@ -414,7 +414,7 @@ def _check_runtime(c):
     if kind == "image":
         image = c.mapping("runtime.image")
         if image is not None:
-            c.unknown("runtime.image", image, ("pull", "build", "load", "nccl_version"))
+            c.unknown("runtime.image", image, ("pull", "build", "load", "nccl_version", "memlock_bytes"))
             sources = [k for k in ("pull", "build", "load") if k in image]
             if len(sources) != 1:
                 c.add("runtime.image", f"give exactly one of pull, build or load (found {', '.join(sources) or 'none'}).")
@@ -437,6 +437,7 @@ def _check_runtime(c):
             if "load" in image:
                 c.string("runtime.image.load")
             _check_version(c, "runtime.image.nccl_version", required=False)
+            c.integer("runtime.image.memlock_bytes", required=False, minimum=1)
     elif kind == "venv":
         venv = c.mapping("runtime.venv")
         if venv is not None:
