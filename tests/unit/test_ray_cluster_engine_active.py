@@ -37,3 +37,15 @@ def _engine_active(unit):
 ])
 def test_the_engine_counts_as_active_while_systemd_restarts_it(unit, active):
     assert _engine_active(unit) is active
+
+
+def test_a_ray_restart_stops_the_heads_engine_before_the_head_restarts():
+    # The engine is PartOf the Ray head: restarted with it at once, before the workers restart, it
+    # could boot on a half-restarted cluster and die with a worker's raylet (a second boot and a
+    # second outage, measured on the lab's image runtime). It stops first; the serve stage starts it once.
+    tasks = yaml.safe_load((ROLE / "tasks" / "start_write.yml").read_text())
+    modules = [task.get("ansible.builtin.systemd_service") or {} for task in tasks]
+    stop = next(i for i, m in enumerate(modules) if m.get("name") == "{{ ray_cluster_engine_unit }}")
+    head = next(i for i, m in enumerate(modules) if m.get("name") == "{{ ray_cluster_head_unit }}")
+    assert stop < head and modules[stop]["state"] == "stopped"
+    assert {"ray_cluster_restart | bool", "ray_cluster_engine_active | bool"} <= set(tasks[stop]["when"])
