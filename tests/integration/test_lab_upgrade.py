@@ -9,10 +9,12 @@ Ray from the new venv, the API down only for that restart (one window, its lengt
 table); verify records it; `sparkctl rollback` serves the old venv again with nothing installed,
 and the new one stays (engine_venv_keep).
 
-The image runtime (the lab-image profile, copies of its context), as far as the lab runs it (its
-nodes have no GPU device driver for `docker run --gpus`, so an image's units cannot start there):
-a tag bump with a changed patch file is built by the runtime stage beside the old image on every
-node, and the old tag again builds, pulls and ships nothing.
+The image runtime (the lab-image profile, copies of its context, on the lab's engine base: the
+stand-in engine and sparkctl's Ray in the image, `sparklab base-image --engine`): the served venv
+cluster switched to the image profile serves from containers on every node and is verified; a tag
+bump with a changed patch file is built by the runtime stage beside the old image on every node
+while the old one keeps serving, the serve stage restarts the containers from the new image, and
+`sparkctl rollback` serves the old image again with nothing built, pulled or shipped.
 
 Its own marker (`upgrade`): installs, builds and engine restarts that change the lab; each step's
 time goes in the session's report table. The history is the module's own directory
@@ -30,7 +32,7 @@ import threading
 import time
 
 import pytest
-from labrun import LAB_INVENTORY_DIR, REPO, api_call, management_address, node_exec, serving_venv
+from labrun import LAB_INVENTORY_DIR, REPO, api_call, lab, management_address, node_exec, serving_venv
 
 pytestmark = [pytest.mark.lab, pytest.mark.upgrade]
 
@@ -41,8 +43,10 @@ RAY_UNITS = {"spark1": "sparkctl-ray-head.service", "spark2": "sparkctl-ray-work
 VENVS = "/opt/sparkctl/venvs"
 IMAGE_CONTEXT = REPO / "tests" / "lab" / "profiles" / "contexts" / "lab-image"
 OLD_TAG, NEW_TAG = "sparklab/engine:local", "sparklab/engine:bumped"
-BUILD_TASK = "engine_image : Build the image when the tag is missing or was built from another context"
-SHIP_TASK = "engine_image : Stream the image to each worker that holds another ID"
+# The lab's base with the engine in it (tests/lab/sparklab.py, ENGINE_BASE_TAG).
+ENGINE_BASE = "sparklab/base:engine"
+# The image profile's Ray units run their containers under these names (profile_render: the unit's stem).
+RAY_CONTAINERS = {"spark1": "sparkctl-ray-head", "spark2": "sparkctl-ray-worker"}
 
 
 def _pin(version: str) -> str:
@@ -219,8 +223,9 @@ def image_contexts(tmp_path_factory):
 
 
 def _image_vars(context, tag) -> str:
+    build = {"context": str(context), "tag": tag, "base": ENGINE_BASE}
     return json.dumps({"spark_model_profile": "lab-image",
-                       "spark_profile_overrides": {"runtime": {"image": {"build": {"context": str(context), "tag": tag}}}}})
+                       "spark_profile_overrides": {"runtime": {"image": {"build": build}}}})
 
 
 def image_id(host: str, tag: str) -> str:
@@ -232,35 +237,60 @@ def all_images(host: str) -> list[str]:
     return sorted(node_exec(host, "docker", "images", "--no-trunc", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}").stdout.splitlines())
 
 
+def running_images() -> dict[str, str]:
+    """Per node, the image ID its Ray container runs ("" when none runs)."""
+    out = {}
+    for host, container in RAY_CONTAINERS.items():
+        proc = node_exec(host, "docker", "inspect", "--format", "{{.Image}}", container, check=False)
+        out[host] = proc.stdout.strip() if proc.returncode == 0 else ""
+    return out
 
-def test_an_image_tag_bump_is_built_beside_the_old_image_and_the_old_tag_needs_no_build(image_base, run_site,
-                                                                                       image_contexts, result_table):
-    """The image runtime as far as the lab runs it: its nodes have no GPU device driver for
-    `docker run --gpus`, so the image's units cannot start there and the serve and verify stages
-    of lab-image are not run. The runtime stage of a tag bump builds the new image beside the old
-    one (head and worker), and going back to the old tag, as a rollback's runtime check finds it,
-    builds, pulls and ships nothing."""
+
+@pytest.fixture(scope="module")
+def engine_image_base(image_base, run_site):
+    """The engine base on the head, for the image profile to serve from; afterwards the lab
+    serves its venv profile again, as the modules after this one expect."""
+    lab("base-image", "--engine", OLD)
+    yield
+    back = run_site()
+    assert back.rc == 0, back.output[-6000:]
+
+
+def test_an_image_tag_bump_is_built_beside_then_served_verified_and_rolled_back(start_record, engine_image_base,
+                                                                              image_contexts, sparkctl):
     old_context, new_context = image_contexts
-    table = result_table("runtime upgrade (tests/integration/test_lab_upgrade.py)", ["step", "rc", "seconds", "API down"])
 
-    def runtime(step: str, context, tag):
-        t0 = time.monotonic()
-        run = run_site("-e", _image_vars(context, tag), playbook="playbooks/runtime.yml")
-        table.append({"step": step, "rc": run.rc, "seconds": f"{time.monotonic() - t0:.0f}", "API down": "-"})
-        assert run.rc == 0, run.output[-6000:]
-        return run
-
-    runtime(f"image {OLD_TAG}: runtime", old_context, OLD_TAG)
+    # The served venv cluster switched to the image profile: built on the head, shipped, served
+    # from a container on every node, verified and recorded.
+    sparkctl(f"image {OLD_TAG}: up (switch from the venv)", "up", "-e", _image_vars(old_context, OLD_TAG))
     old_id = {host: image_id(host, OLD_TAG) for host in HOSTS}
     assert all(old_id.values()) and len(set(old_id.values())) == 1, old_id
+    assert running_images() == old_id
+    assert served_version() == OLD
+    image_record = served_id()
+    assert image_record != start_record
+    engine_before = started("spark1", ENGINE_UNIT)
 
-    runtime(f"image {NEW_TAG}, patch bumped: runtime (beside)", new_context, NEW_TAG)
+    # The runtime stage builds the bumped image beside the old one on every node; nothing serving moves.
+    output, down = sparkctl(f"image {NEW_TAG}, patch bumped: runtime (beside)", "up", "--tags", "runtime",
+                            "-e", _image_vars(new_context, NEW_TAG))
+    assert down == [], down
     new_id = {host: image_id(host, NEW_TAG) for host in HOSTS}
     assert all(new_id.values()) and len(set(new_id.values())) == 1 and new_id != old_id, new_id
     assert {host: image_id(host, OLD_TAG) for host in HOSTS} == old_id   # beside, not instead
+    assert running_images() == old_id and started("spark1", ENGINE_UNIT) == engine_before
 
+    # The serve stage switches: the containers restart from the new image, the API down once.
+    output, down = sparkctl(f"image {NEW_TAG}: serve + verify (switch)", "up", "--tags", "serve,verify",
+                            "-e", _image_vars(new_context, NEW_TAG))
+    assert len(down) == 1, down
+    assert running_images() == new_id
+    assert served_id() not in (start_record, image_record)
+
+    # Back to the old image: nothing built, pulled or shipped, the old image serves the old record.
     images = {host: all_images(host) for host in HOSTS}
-    back = runtime(f"image {OLD_TAG} again: runtime (nothing built)", old_context, OLD_TAG)
-    assert {host: all_images(host) for host in HOSTS} == images   # nothing built, pulled or shipped
-    for host in HOSTS:
-        assert not [t for t in back.changed_tasks(host) if t in (BUILD_TASK, SHIP_TASK)], back.changed_tasks(host)
+    output, down = sparkctl(f"rollback to {OLD_TAG}", "rollback")
+    assert len(down) == 1, down
+    assert running_images() == old_id
+    assert served_id() == image_record
+    assert {host: all_images(host) for host in HOSTS} == images

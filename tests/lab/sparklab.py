@@ -137,13 +137,16 @@ exec /usr/bin/udevadm "$@"
     "/etc/default/locale": (0o644, "LANG=C.UTF-8\n"),
     "/etc/sparklab/README": (0o644, """\
 This is a sparkctl LAB node (a systemd container), not a DGX Spark.
-Stand-ins: /usr/bin/nvidia-smi (no GPU), the RoCE sysfs tree under the inventory's
+Stand-ins: /usr/bin/nvidia-smi (no GPU), /usr/bin/nvidia-container-runtime-hook (Docker's
+--gpus, mounting nothing), the RoCE sysfs tree under the inventory's
 spark_sysfs_rdma_root (no RDMA), /usr/local/sbin/udevadm (no udev).
 See tests/lab/README.md in the sparkctl repository.
 """),
 }
 NODE_FILES_IN_IMAGE = {
     "nvidia-smi": ("/usr/bin/nvidia-smi", 0o755),
+    # dockerd looks it up at its start: in the image before the engine_image role installs Docker.
+    "nvidia-container-runtime-hook": ("/usr/bin/nvidia-container-runtime-hook", 0o755),
     "roce_fixture.py": (IMAGE_FIXTURE, 0o755),
 }
 # Units masked because they cannot work in a container (no ttys, no udev, no writable
@@ -657,12 +660,21 @@ def build_image(plan: Plan, force: bool = False) -> str:
 
 
 def prune_old_images(current_tag: str) -> None:
-    """Drop older lab images no container runs on (an image in use refuses removal)."""
+    """Drop older lab images no container runs on (an image in use refuses removal), and the
+    engine bases (build_engine_base) built on them: those inherit the node image's hash label."""
+    current_hash = docker("image", "inspect", "--format", "{{index .Config.Labels \"" + HASH_LABEL + "\"}}",
+                          current_tag, check=False).stdout.strip()
     for ref in docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
                       "--filter", f"label={HASH_LABEL}").stdout.split():
-        if ref not in (current_tag, f"{IMAGE_REPO}:latest") and not ref.endswith(":<none>"):
-            if docker("rmi", ref, check=False).returncode == 0:
-                say(f"removed old image {ref}")
+        if ref in (current_tag, f"{IMAGE_REPO}:latest") or ref.endswith(":<none>"):
+            continue
+        if ref.startswith(f"{ENGINE_BASE_REPO}:") and current_hash:
+            source_hash = docker("image", "inspect", "--format", "{{index .Config.Labels \"" + HASH_LABEL + "\"}}",
+                                 ref, check=False).stdout.strip()
+            if source_hash == current_hash:
+                continue
+        if docker("rmi", ref, check=False).returncode == 0:
+            say(f"removed old image {ref}")
 
 
 # ---------------------------------------------------------------------------------
@@ -1309,6 +1321,70 @@ def cmd_hub(plan: Plan, args) -> int:
 # The lab has no registry and no internet images: the image runtime's base is the
 # host's own node image (a Debian with python3), streamed into the head's docker.
 BASE_IMAGE_TAG = "sparklab/base:1"
+# The image runtime's base WITH an engine, for the lab tests that serve an image profile (an
+# override of the lab-image profile's runtime.image.build.base): the node image plus a venv of
+# the stand-in engine and the Ray sparkctl pins, as a vendor's engine image holds its engine and
+# Ray. Built on this machine's docker (layers cached), loaded into a node like the plain base.
+ENGINE_BASE_TAG = "sparklab/base:engine"
+ENGINE_BASE_REPO = "sparkctl-lab-engine-base"
+# Its own inputs' digest (it inherits the node image's HASH_LABEL, which prune_old_images reads).
+ENGINE_BASE_LABEL = "org.sparkctl.lab.engine-base-hash"
+ENGINE_BASE_VENV = "/opt/sparklab-engine-venv"
+ENGINE_WHEELS = REPO / "tests" / "lab" / "engine" / "dist"
+ENGINE_BASE_DOCKERFILE = """\
+FROM {source}
+COPY wheels/ /tmp/sparklab-wheels/
+# pip reaches the package index through this machine's TLS proxy: its CA, for the build only.
+RUN python3 -m venv {venv} \\
+ && PIP_CERT=/tmp/sparklab-wheels/host-ca.crt {venv}/bin/pip install --no-cache-dir --disable-pip-version-check \\
+      --find-links /tmp/sparklab-wheels "{ray}" "sparklab-engine=={engine}" \\
+ && rm -rf /tmp/sparklab-wheels
+ENV PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+LABEL {label}={digest}
+"""
+
+
+def ray_requirement() -> str:
+    """The Ray sparkctl installs for a Ray topology (the collection's one definition of it)."""
+    text = (REPO / "collections" / "ansible_collections" / "sparkctl" / "spark" / "plugins" / "plugin_utils"
+            / "profile_engine.py").read_text()
+    match = re.search(r'^RAY_REQUIREMENT = "([^"]+)"', text, re.M)
+    if not match:
+        raise LabError("RAY_REQUIREMENT not found in plugins/plugin_utils/profile_engine.py")
+    return match.group(1)
+
+
+def build_engine_base(source: str, engine_version: str) -> str:
+    """The engine base image on this machine's docker, built when its inputs changed; its tag."""
+    wheels = sorted(ENGINE_WHEELS.glob("sparklab_engine-*.whl"))
+    if not any(w.name.startswith(f"sparklab_engine-{engine_version}-") for w in wheels):
+        raise LabError(f"no sparklab_engine {engine_version} wheel in {ENGINE_WHEELS}: run `bash tests/bootstrap.sh`")
+    source_id = docker("image", "inspect", "--format", "{{.Id}}", source).stdout.strip()
+    h = hashlib.sha256(json.dumps({
+        "source": source_id, "ray": ray_requirement(), "engine": engine_version, "venv": ENGINE_BASE_VENV,
+        "wheels": {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in wheels},
+        "dockerfile": ENGINE_BASE_DOCKERFILE}, sort_keys=True).encode()).hexdigest()
+    tag = f"{ENGINE_BASE_REPO}:{h[:16]}"
+    have = docker("image", "inspect", "--format", "{{index .Config.Labels \"" + ENGINE_BASE_LABEL + "\"}}", tag,
+                  check=False).stdout.strip()
+    if have == h:
+        say(f"engine base {tag} up to date")
+        return tag
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="sparklab-engine-base-") as ctx:
+        (Path(ctx) / "wheels").mkdir()
+        for wheel in wheels:
+            shutil.copy2(wheel, Path(ctx) / "wheels" / wheel.name)
+        shutil.copy2(HOST_CA, Path(ctx) / "wheels" / "host-ca.crt")
+        (Path(ctx) / "Dockerfile").write_text(ENGINE_BASE_DOCKERFILE.format(
+            source=source, venv=ENGINE_BASE_VENV, ray=ray_requirement(), engine=engine_version,
+            label=ENGINE_BASE_LABEL, digest=h))
+        build = subprocess.run([DOCKER, "build", "-q", "-t", tag, ctx], capture_output=True, text=True)
+    if build.returncode != 0:
+        raise LabError(f"engine base build failed: {build.stderr.strip()[-2000:]}")
+    say(f"engine base {tag} built ({ray_requirement()}, sparklab-engine {engine_version}) "
+        f"in {time.monotonic() - t0:.1f}s")
+    return tag
 
 
 def cmd_base_image(plan: Plan, args) -> int:
@@ -1318,11 +1394,17 @@ def cmd_base_image(plan: Plan, args) -> int:
     source = image_tag(image_hash(plan))
     if not image_exists(image_hash(plan)):
         source = f"{IMAGE_REPO}:latest"
+    tag = args.tag or (ENGINE_BASE_TAG if args.engine else BASE_IMAGE_TAG)
+    if docker("exec", node.container, "docker", "version", check=False).returncode != 0:
+        raise LabError(f"{node.name}: no running docker to load {tag} into; install it first: ansible-playbook "
+                       "playbooks/runtime.yml -e spark_model_profile=lab-image --tags engine_image_docker")
+    if args.engine:
+        source = build_engine_base(source, args.engine)
     want = docker("image", "inspect", "--format", "{{.Id}}", source).stdout.strip()
-    have = docker("exec", node.container, "docker", "image", "inspect", "--format", "{{.Id}}", args.tag,
+    have = docker("exec", node.container, "docker", "image", "inspect", "--format", "{{.Id}}", tag,
                   check=False).stdout.strip()
     if have == want:
-        say(f"{node.name}: {args.tag} up to date ({want[:19]})")
+        say(f"{node.name}: {tag} up to date ({want[:19]})")
         return 0
     t0 = time.monotonic()
     save = subprocess.Popen([DOCKER, "save", source], stdout=subprocess.PIPE)
@@ -1331,9 +1413,9 @@ def cmd_base_image(plan: Plan, args) -> int:
     save.stdout.close()
     if save.wait() != 0 or load.returncode != 0:
         raise LabError(f"{node.name}: docker save {source} | docker load failed: {load.stderr.strip()}")
-    docker("exec", node.container, "docker", "tag", source, args.tag)
+    docker("exec", node.container, "docker", "tag", source, tag)
     docker("exec", node.container, "docker", "rmi", source, check=False)
-    say(f"{node.name}: {args.tag} loaded from {source} ({want[:19]}) in {time.monotonic() - t0:.1f}s")
+    say(f"{node.name}: {tag} loaded from {source} ({want[:19]}) in {time.monotonic() - t0:.1f}s")
     return 0
 
 
@@ -1400,7 +1482,10 @@ def main(argv: list[str] | None = None) -> int:
     bi = sub.add_parser("base-image", help="load the node image into a node's docker as the image "
                         "runtime's base (needs docker in the node, e.g. after playbooks/runtime.yml)")
     bi.add_argument("--node", help="node (default the head)")
-    bi.add_argument("--tag", default=BASE_IMAGE_TAG, help=f"tag inside the node (default {BASE_IMAGE_TAG})")
+    bi.add_argument("--tag", help=f"tag inside the node (default {BASE_IMAGE_TAG}, with --engine {ENGINE_BASE_TAG})")
+    bi.add_argument("--engine", metavar="VERSION",
+                    help="with the stand-in engine VERSION (e.g. 0.3.0) and sparkctl's Ray in a venv on PATH, "
+                         "built on this machine first: a base an image profile can serve from")
     bi.set_defaults(fn=cmd_base_image)
     args = ap.parse_args(argv)
     try:
