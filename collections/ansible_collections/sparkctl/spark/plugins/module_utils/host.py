@@ -30,12 +30,12 @@ MEMINFO_FIELDS = (
 
 TCP_LISTEN_STATE = "0A"
 
-# A cgroup path names the unit that owns the process in its deepest component with one
-# of these suffixes; slices only group units and are never the owner.
 # Where dockerd keeps each container's configuration (its name among it), under its default data root.
 DOCKER_CONTAINERS_DIR = "/var/lib/docker/containers"
 # A container's ID in a cgroup path: <id> (cgroupfs driver) or docker-<id>.scope (systemd driver).
 _CONTAINER_ID_RE = re.compile(r"^(?:docker-)?([0-9a-f]{64})(?:\.scope)?$")
+# A cgroup path names the unit that owns the process in its deepest component with one
+# of these suffixes; slices only group units and are never the owner.
 _UNIT_SUFFIXES = (".service", ".scope", ".socket", ".mount", ".swap", ".timer", ".path", ".target", ".device")
 
 _MOUNTINFO_ESCAPE_RE = re.compile(r"\\([0-7]{3})")
