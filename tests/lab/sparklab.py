@@ -577,9 +577,14 @@ def image_tag(h: str) -> str:
     return f"{IMAGE_REPO}:{h[:16]}"
 
 
+def image_label(ref: str, label: str) -> str | None:
+    """An image's label value; None when the image or the label is missing."""
+    p = docker("image", "inspect", "--format", "{{json .Config.Labels}}", ref, check=False)
+    return (json.loads(p.stdout) or {}).get(label) if p.returncode == 0 else None
+
+
 def image_exists(h: str) -> bool:
-    p = docker("image", "inspect", "--format", "{{json .Config.Labels}}", image_tag(h), check=False)
-    return p.returncode == 0 and (json.loads(p.stdout) or {}).get(HASH_LABEL) == h
+    return image_label(image_tag(h), HASH_LABEL) == h
 
 
 def _umount_under(path: str) -> None:
@@ -662,17 +667,13 @@ def build_image(plan: Plan, force: bool = False) -> str:
 def prune_old_images(current_tag: str) -> None:
     """Drop older lab images no container runs on (an image in use refuses removal), and the
     engine bases (build_engine_base) built on them: those inherit the node image's hash label."""
-    current_hash = docker("image", "inspect", "--format", "{{index .Config.Labels \"" + HASH_LABEL + "\"}}",
-                          current_tag, check=False).stdout.strip()
+    current_hash = image_label(current_tag, HASH_LABEL)
     for ref in docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}",
                       "--filter", f"label={HASH_LABEL}").stdout.split():
         if ref in (current_tag, f"{IMAGE_REPO}:latest") or ref.endswith(":<none>"):
             continue
-        if ref.startswith(f"{ENGINE_BASE_REPO}:") and current_hash:
-            source_hash = docker("image", "inspect", "--format", "{{index .Config.Labels \"" + HASH_LABEL + "\"}}",
-                                 ref, check=False).stdout.strip()
-            if source_hash == current_hash:
-                continue
+        if ref.startswith(f"{ENGINE_BASE_REPO}:") and current_hash and image_label(ref, HASH_LABEL) == current_hash:
+            continue
         if docker("rmi", ref, check=False).returncode == 0:
             say(f"removed old image {ref}")
 
@@ -1359,15 +1360,14 @@ def build_engine_base(source: str, engine_version: str) -> str:
     wheels = sorted(ENGINE_WHEELS.glob("sparklab_engine-*.whl"))
     if not any(w.name.startswith(f"sparklab_engine-{engine_version}-") for w in wheels):
         raise LabError(f"no sparklab_engine {engine_version} wheel in {ENGINE_WHEELS}: run `bash tests/bootstrap.sh`")
+    ray = ray_requirement()
     source_id = docker("image", "inspect", "--format", "{{.Id}}", source).stdout.strip()
     h = hashlib.sha256(json.dumps({
-        "source": source_id, "ray": ray_requirement(), "engine": engine_version, "venv": ENGINE_BASE_VENV,
+        "source": source_id, "ray": ray, "engine": engine_version, "venv": ENGINE_BASE_VENV,
         "wheels": {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in wheels},
         "dockerfile": ENGINE_BASE_DOCKERFILE}, sort_keys=True).encode()).hexdigest()
     tag = f"{ENGINE_BASE_REPO}:{h[:16]}"
-    have = docker("image", "inspect", "--format", "{{index .Config.Labels \"" + ENGINE_BASE_LABEL + "\"}}", tag,
-                  check=False).stdout.strip()
-    if have == h:
+    if image_label(tag, ENGINE_BASE_LABEL) == h:
         say(f"engine base {tag} up to date")
         return tag
     t0 = time.monotonic()
@@ -1377,12 +1377,12 @@ def build_engine_base(source: str, engine_version: str) -> str:
             shutil.copy2(wheel, Path(ctx) / "wheels" / wheel.name)
         shutil.copy2(HOST_CA, Path(ctx) / "wheels" / "host-ca.crt")
         (Path(ctx) / "Dockerfile").write_text(ENGINE_BASE_DOCKERFILE.format(
-            source=source, venv=ENGINE_BASE_VENV, ray=ray_requirement(), engine=engine_version,
+            source=source, venv=ENGINE_BASE_VENV, ray=ray, engine=engine_version,
             label=ENGINE_BASE_LABEL, digest=h))
         build = subprocess.run([DOCKER, "build", "-q", "-t", tag, ctx], capture_output=True, text=True)
     if build.returncode != 0:
         raise LabError(f"engine base build failed: {build.stderr.strip()[-2000:]}")
-    say(f"engine base {tag} built ({ray_requirement()}, sparklab-engine {engine_version}) "
+    say(f"engine base {tag} built ({ray}, sparklab-engine {engine_version}) "
         f"in {time.monotonic() - t0:.1f}s")
     return tag
 

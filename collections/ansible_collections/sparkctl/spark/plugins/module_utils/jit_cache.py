@@ -103,18 +103,17 @@ def foreign_owned(path, uid, gid):
     """Every entry under path (path itself included, symlinks not followed) whose owner is not
     uid:gid, sorted. An image's containers run as root: what a boot compiles there is root's until
     it is handed to the service user, who mirrors the cache to the workers."""
-    found = []
     if not os.path.isdir(path):
-        return found
+        return []
+    entries = [path]
     for root, dirs, names in os.walk(path):
-        dirs.sort()
-        for entry in [root] + [os.path.join(root, name) for name in sorted(dirs + names)]:
-            if entry == root and root != path:
-                continue
-            st = os.lstat(entry)
-            if (st.st_uid, st.st_gid) != (uid, gid):
-                found.append(entry)
-    return sorted(set(found))
+        entries.extend(os.path.join(root, name) for name in dirs + names)
+    return sorted(entry for entry in entries if _owner(entry) != (uid, gid))
+
+
+def _owner(path):
+    st = os.lstat(path)
+    return st.st_uid, st.st_gid
 
 
 def manifest_digest(files):

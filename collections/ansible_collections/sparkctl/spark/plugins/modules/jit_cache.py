@@ -165,9 +165,7 @@ def owner_account(module, owner):
         module.fail_json(msg="The cache owner %s does not exist on this node (spark_service_user)." % owner)
 
 
-def chowner(module, owner):
-    account = owner_account(module, owner)
-
+def chowner(account):
     def chown(path):
         os.lchown(path, account.pw_uid, account.pw_gid)
     return chown
@@ -204,18 +202,18 @@ def main():
         module.exit_json(changed=params["state"] == "present", identity=None, path=None, removed=[], foreign=[],
                          reset=False, relinked=False, since=since, boot="unknown",
                          cache={"files": 0, "bytes": 0, "digest": None, "names": []})
+    account = owner_account(module, params["owner"]) if params["owner"] else None
     try:
         if params["state"] == "present" and not module.check_mode:
             todo = jit_cache.prepare(base, params["runtime_kind"], runtime_id,
                                      [sub for _n, sub in jit_cache.CACHE_VARIABLES], reset=params["reset"],
-                                     chown=chowner(module, params["owner"]))
+                                     chown=chowner(account))
         else:
             todo = jit_cache.plan(base, params["runtime_kind"], runtime_id, params["reset"])
     except (jit_cache.JitCacheError, OSError) as exc:
         module.fail_json(msg="Kernel cache under %s: %s" % (base, exc))
     given = []
-    if params["owner"]:
-        account = owner_account(module, params["owner"])
+    if account:
         given = jit_cache.foreign_owned(todo["path"], account.pw_uid, account.pw_gid)
         if not module.check_mode:
             for path in given:
