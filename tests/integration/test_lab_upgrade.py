@@ -246,6 +246,12 @@ def running_images() -> dict[str, str]:
     return out
 
 
+def container_rdma_devices() -> dict[str, list[str]]:
+    """Per node, what its Ray container sees under /dev/infiniband (NCCL's RDMA devices)."""
+    return {host: node_exec(host, "docker", "exec", container, "ls", "/dev/infiniband").stdout.split()
+            for host, container in RAY_CONTAINERS.items()}
+
+
 @pytest.fixture(scope="module")
 def engine_image_base(image_base, run_site):
     """The engine base on the head, for the image profile to serve from; afterwards the lab
@@ -266,6 +272,8 @@ def test_an_image_tag_bump_is_built_beside_then_served_verified_and_rolled_back(
     old_id = {host: image_id(host, OLD_TAG) for host in HOSTS}
     assert all(old_id.values()) and len(set(old_id.values())) == 1, old_id
     assert running_images() == old_id
+    # Each container was given the node's RDMA devices (the lab's stand-in nodes), as NCCL needs.
+    assert all({"uverbs0", "rdma_cm"} <= set(seen) for seen in container_rdma_devices().values()), container_rdma_devices()
     assert served_version() == OLD
     image_record = served_id()
     assert image_record != start_record

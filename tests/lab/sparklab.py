@@ -107,6 +107,27 @@ RemainAfterExit=yes
 RequiredBy=ssh.service
 WantedBy=multi-user.target
 """),
+    # Docker refuses `--device /dev/infiniband` when the directory holds no device node.
+    "/etc/systemd/system/sparklab-rdma-devices.service": (0o644, """\
+# LAB-ONLY (sparkctl lab): the RDMA character devices of a DGX Spark's ConnectX-7 (one
+# uverbs<N> per RDMA device, rdma_cm), so that the engine's containers are given them as
+# on a Spark. The lab's kernel has no RDMA: the nodes exist, opening one fails (EPERM).
+# /dev is a fresh tmpfs at each node start, so they are made at every boot.
+[Unit]
+Description=Make stand-in RDMA device nodes (sparkctl lab)
+DefaultDependencies=no
+Before=sysinit.target
+
+[Service]
+Type=oneshot
+ExecStart=/bin/mkdir -p /dev/infiniband
+ExecStart=/bin/sh -c 'for n in 0 1 2 3; do f=/dev/infiniband/uverbs$$n; [ -e $$f ] || mknod -m 666 $$f c 231 $$((192 + n)); done'
+ExecStart=/bin/sh -c '[ -e /dev/infiniband/rdma_cm ] || mknod -m 666 /dev/infiniband/rdma_cm c 10 58'
+RemainAfterExit=yes
+
+[Install]
+WantedBy=sysinit.target
+"""),
     # Keep networkd (and so netplan) off docker's management interface.
     "/etc/systemd/network/10-sparklab-eth0-unmanaged.network": (0o644, """\
 # LAB-ONLY (sparkctl lab): eth0 is docker's management network; not networkd's.
@@ -139,7 +160,8 @@ exec /usr/bin/udevadm "$@"
 This is a sparkctl LAB node (a systemd container), not a DGX Spark.
 Stand-ins: /usr/bin/nvidia-smi (no GPU), /usr/bin/nvidia-container-runtime-hook (Docker's
 --gpus, mounting nothing), the RoCE sysfs tree under the inventory's
-spark_sysfs_rdma_root (no RDMA), /usr/local/sbin/udevadm (no udev).
+spark_sysfs_rdma_root and device nodes under /dev/infiniband that cannot be opened (no
+RDMA), /usr/local/sbin/udevadm (no udev).
 See tests/lab/README.md in the sparkctl repository.
 """),
 }
@@ -166,7 +188,7 @@ rm -f /etc/ssh/ssh_host_*
 rm -f /var/lib/dbus/machine-id
 useradd --create-home --uid {uid} --user-group --shell /bin/bash {user}
 visudo -cf /etc/sudoers.d/90-sparklab-user >/dev/null
-systemctl enable sparklab-ssh-hostkeys.service systemd-networkd.service
+systemctl enable sparklab-ssh-hostkeys.service sparklab-rdma-devices.service systemd-networkd.service
 systemctl disable systemd-networkd-wait-online.service
 systemctl mask {masked}
 apt-get clean

@@ -482,3 +482,18 @@ def test_module_requires_interfaces(capsys):
     assert rc == 1
     assert result["failed"] is True
     assert "interfaces" in result["msg"]
+
+
+def test_the_rdma_device_nodes_are_the_character_devices_of_their_directory(tmp_path):
+    devices = tmp_path / "infiniband"
+    devices.mkdir()
+    # Links to a character device stand in for the kernel's nodes (stat follows them).
+    for name in ("uverbs1", "rdma_cm", "uverbs0"):
+        (devices / name).symlink_to("/dev/null")
+    (devices / "README").write_text("not a device\n")
+    (devices / "gone").symlink_to(tmp_path / "nowhere")
+
+    facts = sysfs_net.gather_link_facts([], rdma_device_dir=str(devices))
+
+    assert facts["rdma_char_devices"] == ["rdma_cm", "uverbs0", "uverbs1"]
+    assert sysfs_net.rdma_char_devices(str(tmp_path / "absent")) == []

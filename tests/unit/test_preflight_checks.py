@@ -29,6 +29,8 @@ HEALTHY_GB10 = {
             "enP2p1s0f1np1": {"exists": True, "operstate": "up", "mtu": 9000, "rdma_device": "roceP2p1s0f1"},
         },
         "missing": [],
+        # A Spark's four RDMA devices (two per ConnectX-7 port pair) and the connection manager.
+        "rdma_char_devices": ["rdma_cm", "uverbs0", "uverbs1", "uverbs2", "uverbs3"],
     },
     "host": {
         "meminfo": {"mem_total_bytes": int(121.69 * GIB), "mem_available_bytes": int(113 * GIB)},
@@ -178,6 +180,24 @@ def test_link_without_rdma_device_fails():
     result = _by_id(preflight_checks(facts, REQUIREMENTS))["rdma.enp1s0f1np1"]
     assert result["status"] == "fail"
     assert "fall back to TCP" in result["detail"]
+
+
+@pytest.mark.parametrize("devices, detail", [
+    ([], "/dev/infiniband holds no uverbs device: NCCL cannot open the RDMA devices"),
+    (["rdma_cm"], "/dev/infiniband holds no uverbs device (only rdma_cm): NCCL cannot open"),
+])
+def test_a_node_without_the_rdma_device_nodes_fails(devices, detail):
+    facts = copy.deepcopy(HEALTHY_GB10)
+    facts["link"]["rdma_char_devices"] = devices
+    result = _by_id(preflight_checks(facts, REQUIREMENTS))["rdma.devices"]
+    assert result["status"] == "fail" and result["detail"].startswith(detail), result
+    assert "modprobe ib_uverbs mlx5_ib" in result["fix"]
+    healthy = _by_id(preflight_checks(HEALTHY_GB10, REQUIREMENTS))["rdma.devices"]
+    assert (healthy["status"], healthy["detail"]) == ("pass", "rdma_cm, uverbs0, uverbs1, uverbs2, uverbs3")
+    # Not judged where no RDMA is required, nor on facts read before the device nodes were.
+    assert "rdma.devices" not in _by_id(preflight_checks(facts, dict(REQUIREMENTS, rdma_required=False)))
+    del facts["link"]["rdma_char_devices"]
+    assert "rdma.devices" not in _by_id(preflight_checks(facts, REQUIREMENTS))
 
 
 def test_port_held_by_a_foreign_process_fails_but_own_unit_passes():

@@ -690,6 +690,32 @@ def test_image_containers_lock_unlimited_memory_unless_the_profile_caps_it():
     assert set(map(tuple, capped.values())) == {("memlock=8388608", "stack=67108864")}
 
 
+def _docker_runs(profile):
+    """Per (host, unit), the words of the unit's `docker run` (none for a unit that is not one)."""
+    out = P.render(profile, cluster(profile))
+    found = {}
+    for host, units in out["units"].items():
+        for unit, text in units.items():
+            words = text.split()
+            # ExecStart's first word carries the key ("ExecStart=/usr/bin/docker") unless a shell wraps it.
+            starts = [i for i, w in enumerate(words[:-1]) if w.endswith("/usr/bin/docker") and words[i + 1] == "run"]
+            if starts:
+                found[(host, unit)] = words[starts[0]:]
+    return found
+
+
+@pytest.mark.parametrize("name", ["solar-open2-nvfp4-ngc-ep", "qwen38-flash-next-nvfp4-sglang",
+                                  "solar-open-100b-vllm-fork"])
+def test_every_image_container_that_runs_nccl_ranks_gets_the_rdma_devices(name):
+    runs = _docker_runs(load(name, paths=()))
+    # The containers NCCL runs in: Ray's (the engine's ranks are its actors) or SGLang's ranks.
+    ranks = {key: words for key, words in runs.items() if "router" not in key[1]}
+    assert len({host for host, _ in ranks}) == 2, runs.keys()
+    for key, words in ranks.items():
+        devices = [words[i + 1] for i, w in enumerate(words) if w == "--device"]
+        assert devices == ["/dev/infiniband"], (key, devices)
+
+
 @pytest.mark.parametrize("value", [0, -1, "unlimited", 1.5])
 def test_a_memlock_cap_that_is_not_a_positive_byte_count_is_refused(value):
     found = problems("solar-open2-nvfp4-ngc-ep", {"runtime": {"image": {"memlock_bytes": value}}}, paths=())

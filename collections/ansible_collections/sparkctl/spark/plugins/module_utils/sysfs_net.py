@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import stat
 import time
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
@@ -20,6 +21,9 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.values import int_o
 
 ROCE_V2 = "RoCE v2"
 ROCE_V1 = "IB/RoCE v1"
+# Where the kernel's RDMA stack puts its character devices: uverbs<N> per RDMA device (what
+# NCCL's IB transport opens), rdma_cm. An image profile's containers are given this directory.
+RDMA_DEVICE_DIR = "/dev/infiniband"
 
 
 def read_sysfs_value(path):
@@ -290,7 +294,25 @@ def interface_facts(interface, sysfs_root, rdma_sysfs_root):
     return facts
 
 
-def gather_link_facts(interfaces, sysfs_root="/sys", rdma_sysfs_root=None, run_ip_addr=None):
+def rdma_char_devices(directory=RDMA_DEVICE_DIR):
+    """The names of the character devices in directory (links followed), sorted; [] when it is
+    missing or unreadable."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            if stat.S_ISCHR(os.stat(os.path.join(directory, name)).st_mode):
+                found.append(name)
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def gather_link_facts(interfaces, sysfs_root="/sys", rdma_sysfs_root=None, run_ip_addr=None,
+                      rdma_device_dir=RDMA_DEVICE_DIR):
     """Build the spark_link_facts fact.
 
     run_ip_addr(interface) -> (text or None, error or None) runs `ip -j addr show dev IF`;
@@ -298,7 +320,7 @@ def gather_link_facts(interfaces, sysfs_root="/sys", rdma_sysfs_root=None, run_i
     """
     if rdma_sysfs_root is None:
         rdma_sysfs_root = sysfs_root
-    result = {"interfaces": {}, "missing": []}
+    result = {"interfaces": {}, "missing": [], "rdma_char_devices": rdma_char_devices(rdma_device_dir)}
     for interface in interfaces:
         if interface in result["interfaces"]:
             continue

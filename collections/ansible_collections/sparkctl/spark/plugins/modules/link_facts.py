@@ -182,6 +182,15 @@ ansible_facts:
           type: list
           elements: str
           sample: []
+        rdma_char_devices:
+          description:
+            - The character devices under C(/dev/infiniband), sorted, what NCCL's IB transport opens (C(uverbs<N>), one per
+              RDMA device) and what an image profile's containers are given; empty when the directory is missing (the RDMA
+              verbs driver is not loaded).
+          returned: always
+          type: list
+          elements: str
+          sample: ["rdma_cm", "uverbs0", "uverbs1", "uverbs2", "uverbs3"]
 """
 
 from ansible.module_utils.basic import AnsibleModule

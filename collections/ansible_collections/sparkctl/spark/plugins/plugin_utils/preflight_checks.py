@@ -214,8 +214,25 @@ def check_disk(facts, req):
     return [_result("disk.checkpoint", "Free disk for the checkpoint", "pass", f"{_gib(free)} free at {where} >= {_gib(need)}{in_place}")]
 
 
+def check_rdma_devices(link_facts):
+    """NCCL's IB transport opens /dev/infiniband/uverbs<N>; an image profile's containers are
+    given the directory, and Docker refuses to start one when it is missing."""
+    if "rdma_char_devices" not in link_facts:
+        return []
+    found = link_facts.get("rdma_char_devices") or []
+    title = "RDMA device nodes (/dev/infiniband)"
+    if any(re.fullmatch(r"uverbs\d+", name) for name in found):
+        return [_result("rdma.devices", title, "pass", ", ".join(found))]
+    return [_result("rdma.devices", title, "fail",
+                    "/dev/infiniband holds no uverbs device" + (f" (only {', '.join(found)})" if found else "")
+                    + ": NCCL cannot open the RDMA devices, and an image profile's containers, given /dev/infiniband, "
+                      "would not start.",
+                    "Load the RDMA verbs drivers (`sudo modprobe ib_uverbs mlx5_ib`), then check `ls -l /dev/infiniband`.")]
+
+
 def check_link(facts, req):
-    link = (facts.get("link") or {}).get("interfaces") or {}
+    link_facts = facts.get("link") or {}
+    link = link_facts.get("interfaces") or {}
     results = []
     for name in req.get("link_interfaces") or []:
         info = link.get(name) or {}
@@ -236,6 +253,8 @@ def check_link(facts, req):
                             f"{name} has no RDMA device: NCCL would fall back to TCP sockets.",
                             "Load the RoCE driver (`modprobe mlx5_ib`) and check `ibdev2netdev`.")
                 )
+    if req.get("rdma_required", True) and req.get("link_interfaces"):
+        results.extend(check_rdma_devices(link_facts))
     return results
 
 

@@ -13,6 +13,7 @@ import shlex
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_gate, firewall, jit_cache
 from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import content_digest
 from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
+from ansible_collections.sparkctl.spark.plugins.module_utils.sysfs_net import RDMA_DEVICE_DIR
 from ansible_collections.sparkctl.spark.plugins.module_utils.units import UNITS, unit_stem
 from ansible_collections.sparkctl.spark.plugins.module_utils.venv_plugin import change_marker
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_engine import (
@@ -229,8 +230,10 @@ def _docker_run(profile, cluster, container, argv, env_files):
     # Unlimited locked memory for RDMA registrations, unless the profile caps it (runtime.image.memlock_bytes:
     # for a host whose root cannot grant unlimited, such as the lab's machine).
     memlock = ((profile.get("runtime") or {}).get("image") or {}).get("memlock_bytes") or -1
+    # NCCL's IB transport (RoCE on the cable) opens the RDMA character devices, which a container
+    # gets only when given (docs/field-notes.md, "NCCL and the direct cable").
     run = ["/usr/bin/docker", "run", "--rm", "--name", container, "--network", "host", "--ipc", "host",
-           "--gpus", "all", "--ulimit", f"memlock={memlock}", "--ulimit", "stack=67108864"]
+           "--gpus", "all", "--device", RDMA_DEVICE_DIR, "--ulimit", f"memlock={memlock}", "--ulimit", "stack=67108864"]
     for env_file in env_files:
         run += ["--env-file", env_file]
     if profile.get("cpu_affinity"):
