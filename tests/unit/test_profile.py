@@ -716,6 +716,23 @@ def test_every_image_container_that_runs_nccl_ranks_gets_the_rdma_devices(name):
         assert devices == ["/dev/infiniband"], (key, devices)
 
 
+@pytest.mark.parametrize("name", ["solar-open2-nvfp4-vllm-venv", "solar-open2-nvfp4-ngc-ep", "qwen38-flash-next-nvfp4-sglang",
+                                  "qwen38-flash-next-nvfp4-sglang-4x"])
+def test_every_unit_that_meets_its_peers_over_the_cable_waits_for_it_in_exec_start(name):
+    profile = load(name, paths=())
+    spec = cluster(profile)
+    interfaces = {node["name"]: node["interface"] for node in [spec["head"]] + spec["workers"]}
+    out = P.render(profile, spec)
+    # Ray's units, or SGLang's ranks (the API server and the router talk to loopback only).
+    for host, units in out["units"].items():
+        meeting = [unit for unit in units if "-ray-" in unit or "-sglang-rank" in unit]
+        assert len(meeting) == 1, (host, units.keys())
+        for unit in meeting:
+            start = next(line for line in units[unit].splitlines() if line.startswith("ExecStart="))
+            assert start.startswith("ExecStart=/bin/sh -c "), (host, unit, start)
+            assert f"--interface={interfaces[host]}:routable" in start, (host, unit, start)
+
+
 @pytest.mark.parametrize("value", [0, -1, "unlimited", 1.5])
 def test_a_memlock_cap_that_is_not_a_positive_byte_count_is_refused(value):
     found = problems("solar-open2-nvfp4-ngc-ep", {"runtime": {"image": {"memlock_bytes": value}}}, paths=())

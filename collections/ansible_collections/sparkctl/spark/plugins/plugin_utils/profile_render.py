@@ -395,7 +395,8 @@ def render(profile, cluster):
                 after=(UNITS["ray_head"],), requires=(UNITS["ray_head"],),
                 cpu_affinity=profile.get("cpu_affinity"), timeout=timeout, memory_gate=UNITS["engine"])
     else:
-        for rank, host in enumerate([head] + [w["name"] for w in workers]):
+        for rank, node in enumerate([cluster["head"]] + workers):
+            host = node["name"]
             rank_argv = argv if rank == 0 else engine_argv(profile, cluster, rank)
             # SGLang's key arrives through --config <file>, so no rank needs it in its environment.
             files = [fabric_env, engine_env]
@@ -407,6 +408,10 @@ def render(profile, cluster):
                     # --config reads the key file inside the container: mount it read-only.
                     idx = exec_argv.index(cluster["image"])
                     exec_argv = exec_argv[:idx] + ["-v", f"{key_file}:{key_file}:ro"] + exec_argv[idx:]
+            # The ranks meet over the cable (rank 0's --dist-init-addr is its link address): as Ray's
+            # units, wait for it inside ExecStart, so that a node booting before its peer neither
+            # stalls its boot nor spends the start limit on an address not yet there.
+            exec_argv = link_wait_argv(exec_argv, node.get("interface"))
             units[host][unit] = _unit(
                 f"sparkctl SGLang rank {rank}/{topo['nodes']} for {name}", user, exec_argv, files,
                 docker_name=unit_stem(unit) if image else None, cpu_affinity=profile.get("cpu_affinity"), timeout=timeout,
