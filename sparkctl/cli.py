@@ -97,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                              help="remove the checkpoint directories sparkctl created too")
         if name == "up":
             cmd.add_argument("--no-rollback", action="store_true",
-                             help="when verify fails after this run changed the deployment, leave the cluster as it "
-                                  "is instead of returning to the last recorded deployment")
+                             help="when serve or verify fails after this run changed the deployment, leave the cluster "
+                                  "as it is instead of returning to the last recorded deployment")
         if name == "rollback":
             cmd.add_argument("which", nargs="?", default=None, metavar="N",
                              help="the record to return to: its number in `sparkctl history` (1 = newest) or a "
@@ -285,30 +285,44 @@ def run_stages(args: argparse.Namespace, root: Path) -> int:
     except (UsageError, RollbackError) as exc:
         return finish([], EXIT_USAGE, str(exc))
 
-    results: list[StageResult] = []
-    for stage in command_plan.stages:
-        if run_exit_code(results) != EXIT_OK:
-            results.append(StageResult.not_run(stage.name, str(stage.playbook.relative_to(root))))
-            continue
+    def run_and_show(stage, stage_options) -> StageResult:
         if args.json:
-            result = run_stage(stage, options, root)
+            result = run_stage(stage, stage_options, root)
         else:
             with StageProgress(stage.name, err, verbosity=args.verbose) as progress:
-                result = run_stage(stage, options, root, on_event=progress.on_event, on_status=progress.on_status)
-        results.append(result)
-        if not args.json:
+                result = run_stage(stage, stage_options, root, on_event=progress.on_event, on_status=progress.on_status)
             if args.command in PRINTING_COMMANDS:
                 show_output(result, out)
             show_stage(result, out)
             _show_preflight_report(args.command, result, root, out)
             _show_verify_report(result, root, out)
+        return result
+
+    results: list[StageResult] = []
+    for stage in command_plan.stages:
+        if run_exit_code(results) != EXIT_OK:
+            results.append(StageResult.not_run(stage.name, str(stage.playbook.relative_to(root))))
+            continue
+        results.append(run_and_show(stage, options))
     code = run_exit_code(results)
+    may_roll_back = args.command == "up" and code != EXIT_OK and not args.check and not args.no_rollback
+    verify_at = verify_after_failed_serve(command_plan.stages, results) if may_roll_back else None
+    if verify_at is not None:
+        # The served engine may be the run's new one, broken: verify judges the cluster and says
+        # what the run deployed (verify.json's `intended`), which the rollback below needs.
+        from rich.console import Console
+
+        # On stderr even with --json, as the rollback's own notices.
+        Console(stderr=True).print(f"{_first_failed(results).name} failed after the serve stage started: verifying "
+                                   "the cluster to decide on a rollback")
+        stage = command_plan.stages[verify_at]
+        results[verify_at] = run_and_show(stage, dataclasses.replace(options, tags="", skip_tags=""))
     if not args.json and code != EXIT_OK:
         skipped = [r.name for r in results if r.status == "not_run"]
         if skipped:
             out.print(f"stopped: not run: {', '.join(skipped)}")
     message = None
-    if args.command == "up" and code != EXIT_OK and not args.check and not args.no_rollback:
+    if may_roll_back:
         rolled, message = auto_rollback(args, root, options, results, out)
         if rolled is not None:
             results.append(rolled)
@@ -324,12 +338,33 @@ def rollback_target(inventory: Path, root: Path, which: str | None) -> dict:
     return select(records, which)
 
 
+def _first_failed(results: list[StageResult]) -> StageResult | None:
+    return next((r for r in results if r.exit_code not in (EXIT_OK, None)), None)
+
+
+def verify_after_failed_serve(stages, results: list[StageResult]) -> int | None:
+    """The index of the verify stage to run after `up` failed at serve or at a stage between
+    serve and verify (the engine may have been switched, then failed): None when the run failed
+    before serve (the stages before it install beside what serves and change nothing served),
+    at verify itself, or when the plan has no serve or verify stage."""
+    names = [stage.name for stage in stages]
+    failed = _first_failed(results)
+    if failed is None or "serve" not in names or "verify" not in names:
+        return None
+    serve_at, verify_at = names.index("serve"), names.index("verify")
+    failed_at = names.index(failed.name) if failed.name in names else -1
+    if not serve_at <= failed_at < verify_at or results[verify_at].status != "not_run":
+        return None
+    return verify_at
+
+
 def auto_rollback(args: argparse.Namespace, root: Path, options, results: list[StageResult], out):
-    """After `up` failed at verify: when the run changed the deployment (verify.json's `intended`
-    against the newest record), serve the newest record again (playbooks/rollback.yml), say so
-    loudly, and keep the failed verify report as verify-failed.json. The run's exit code stays the
-    failure's. Returns (the rollback stage's result or None, the run's error line or None); the
-    notices go to stderr even with --json (the document's `error` says it too)."""
+    """After `up` failed at verify, or at serve (or a stage after it) and then at the verify run
+    after it (verify_after_failed_serve): when the run changed the deployment (verify.json's
+    `intended` against the newest record), serve the newest record again (playbooks/rollback.yml),
+    say so loudly, and keep the failed verify report as verify-failed.json. The run's exit code
+    stays the failure's. Returns (the rollback stage's result or None, the run's error line or
+    None); the notices go to stderr even with --json (the document's `error` says it too)."""
     import shutil
 
     from rich.console import Console
@@ -341,24 +376,26 @@ def auto_rollback(args: argparse.Namespace, root: Path, options, results: list[S
     from .stages import plan as stage_plan
 
     err = Console(stderr=True)
-    failed = next((r for r in results if r.exit_code not in (EXIT_OK, None)), None)
-    if failed is None or failed.name != "verify":
+    failed = _first_failed(results)
+    verified = next((r for r in results if r.name == "verify"), None)
+    if failed is None or verified is None or verified.exit_code in (EXIT_OK, None):
         return None, None
     report = report_dir(root) / "verify.json"
-    if reports_written(root, [failed]).get("verify") is None:
+    if reports_written(root, [verified]).get("verify") is None:
         return None, None
     records, _ = load_history(inventory_history(deployment_dir(root), options.inventory))
     target = changed_deployment(json.loads(report.read_text()), records)
     if target is None:
         return None, None
     name = short(target.get("deployment_id"))
+    cause = "verify failed" if failed.name == "verify" else f"{failed.name} failed (the verify after it too)"
     try:
         extravars = rollback_vars(target)
     except RollbackError as exc:
-        return None, f"verify failed after this run changed the deployment; no automatic rollback: {exc}"
+        return None, f"{cause} after this run changed the deployment; no automatic rollback: {exc}"
     kept = report.with_name("verify-failed.json")
     shutil.copyfile(report, kept)
-    err.print(f"[bold red]verify failed after this run changed the deployment: ROLLING BACK to deployment "
+    err.print(f"[bold red]{cause} after this run changed the deployment: ROLLING BACK to deployment "
               f"{name} ({(target.get('profile') or {}).get('name')}, recorded "
               f"{target.get('recorded_at')}); the failed verify's report is {kept}[/]")
     stage = stage_plan("rollback", root).stages[0]
@@ -372,10 +409,10 @@ def auto_rollback(args: argparse.Namespace, root: Path, options, results: list[S
         show_stage(result, out)
         _show_verify_report(result, root, out)
     if result.exit_code == EXIT_OK:
-        message = (f"verify failed after this run changed the deployment (report: {kept}); ROLLED BACK: the cluster "
+        message = (f"{cause} after this run changed the deployment (report: {kept}); ROLLED BACK: the cluster "
                    f"serves deployment {name} again")
     else:
-        message = (f"verify failed after this run changed the deployment (report: {kept}); the automatic rollback "
+        message = (f"{cause} after this run changed the deployment (report: {kept}); the automatic rollback "
                    f"to deployment {name} failed too: see its stage")
     return result, message
 

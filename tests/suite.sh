@@ -272,7 +272,7 @@ stage molecule molecule_converge
 stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"
 wait_chain side
 # `model_switch` (test_lab_model_switch.py: two whole-site runs switching the served model,
-# about 400-600 s on this machine) and `rollback` (test_lab_rollback.py: four engine restarts
+# about 400-600 s on this machine) and `rollback` (test_lab_rollback.py: five engine restarts
 # through the wrapper, tests/lab/README.md has its measured time) and `upgrade`
 # (test_lab_upgrade.py: runtime installs and engine restarts) are left out until a chain has
 # room for them.

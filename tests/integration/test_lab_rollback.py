@@ -8,12 +8,14 @@ a venv install or a download. From the served lab-standin (record A):
   2. a broken change (the stand-in's KV cache shrunk below the profile's kv_cache_tokens minimum:
      the engine serves, verify fails) makes `sparkctl up` roll back to B by itself, say so and
      exit 1;
-  3. `sparkctl rollback` (the previous distinct deployment) returns to A;
-  4. a record whose runtime is gone from the nodes is refused before any change.
+  3. a change whose engine crashes at every boot fails at serve: `sparkctl up` verifies the
+     cluster after it and rolls back to B by itself;
+  4. `sparkctl rollback` (the previous distinct deployment) returns to A;
+  5. a record whose runtime is gone from the nodes is refused before any change.
 Each step's time goes in the session's report table. The history is the test's own directory
 ($SPARKCTL_DEPLOYMENT_DIR), so the steps' records are the only ones.
 
-Its own marker (`rollback`): four engine restarts that change the lab, placed by the suite's
+Its own marker (`rollback`): five engine restarts that change the lab, placed by the suite's
 chain."""
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ GOOD = {"spark_profile_overrides": {"engine": {"env": {"SPARKLAB_ENGINE_TTFT_S":
 # engine starts and answers, and only verify sees the fault.
 BROKEN = {"spark_profile_overrides": {"engine": {"args": {"max_num_seqs": 3, "max_model_len": 1024},
                                                  "env": {"SPARKLAB_ENGINE_KV_BYTES_PER_TOKEN": "1048576"}}}}
+# The stand-in crashes at every boot: the serve stage's health wait fails (systemd's start limit).
+NEVER_BOOTS = {"spark_profile_overrides": {"engine": {"env": {"SPARKLAB_ENGINE_CRASH_DURING_BOOT": "1"}}}}
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +115,18 @@ def test_a_broken_change_rolls_back_by_itself_and_rollback_returns_to_an_older_r
     failed = json.loads((report_dir / "verify-failed.json").read_text())
     assert failed["status"] == "failed" and any("kv_cache_tokens" in f for f in failed["failures"]), failed["failures"]
     assert [r["deployment_id"] for r in history(sparkctl)] == [second, first]  # the broken one was never recorded
+
+    # A change whose engine never comes up: serve fails, `up` verifies the cluster and rolls back to B.
+    proc = sparkctl("engine never boots, rolled back by itself", "up", "--tags", "serve,verify", "-e", json.dumps(NEVER_BOOTS))
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 1, said[-4000:]
+    assert "serve failed after the serve stage started: verifying the cluster" in said, said[-4000:]
+    assert f"ROLLING BACK to deployment {second[7:15]}" in said and "ROLLED BACK: the cluster serves deployment" in said
+    assert served_id() == second
+    failed = json.loads((report_dir / "verify-failed.json").read_text())
+    assert failed["status"] == "failed" and failed["intended"]["profile"]["sha256"] != \
+        history(sparkctl)[0]["profile"]["sha256"], failed
+    assert [r["deployment_id"] for r in history(sparkctl)] == [second, first]
 
     proc = sparkctl("rollback to A", "rollback")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

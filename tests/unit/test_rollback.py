@@ -13,6 +13,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import deployment as deployment_filter
 from ansible_collections.sparkctl.spark.plugins.module_utils import deployment as records
 from sparkctl import cli, history, rollback
+from sparkctl import stages as stages_module
 from sparkctl.result import SCHEMA_PATH as SCHEMA
 from sparkctl.result import StageResult
 
@@ -269,7 +270,9 @@ def test_up_rolls_back_by_itself_when_verify_fails_after_a_change(project, stage
 @pytest.mark.parametrize("argv, codes, doc", [
     (["up", "--no-rollback"], {"verify": 1}, failed_verify(profile_sha="sha256:new")),
     (["up"], {"verify": 1}, failed_verify()),                       # the recorded deployment itself failed
-    (["up"], {"serve": 1}, None),                                    # verify never ran: nothing says what changed
+    (["up"], {"serve": 1}, None),                                    # the verify after the failed serve passes
+    (["up"], {"serve": 1, "verify": 1}, failed_verify()),            # ... or fails on the recorded deployment
+    (["up", "--no-rollback"], {"serve": 1, "verify": 1}, failed_verify(profile_sha="sha256:new")),
     (["up", "--check"], {"verify": 1}, failed_verify(profile_sha="sha256:new")),
 ])
 def test_up_leaves_the_cluster_alone_otherwise(project, stages, argv, codes, doc):
@@ -277,6 +280,49 @@ def test_up_leaves_the_cluster_alone_otherwise(project, stages, argv, codes, doc
     fake = stages(codes, doc)
     assert cli.main([*argv, "--json"]) == 1
     assert "rollback" not in [name for name, _ in fake.calls]
+
+
+def test_up_verifies_after_a_failed_serve_and_rolls_back_a_change(project, stages, capsys):
+    write_history(project, A, C)
+    fake = stages({"serve": 1, "verify": 1}, failed_verify(profile_sha="sha256:new"))
+    assert cli.main(["up", "--tags", "serve", "--json"]) == 1
+    assert [name for name, _ in fake.calls] == ["serve", "verify", "rollback"]
+    # The verify after the failure judges the whole cluster, whatever the run's tags.
+    assert fake.calls[0][1].tags == "serve" and fake.calls[1][1].tags == ""
+    assert fake.calls[-1][1].final_extravars == rollback.rollback_vars(C)
+    captured = capsys.readouterr()
+    assert "serve failed after the serve stage started: verifying the cluster" in " ".join(captured.err.split())
+    doc = json.loads(captured.out)
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+    assert [(s["name"], s["status"]) for s in doc["stages"]] == [("serve", "failed"), ("verify", "failed"),
+                                                                 ("rollback", "successful")]
+    assert doc["exit_code"] == 1
+    assert "serve failed (the verify after it too) after this run changed the deployment" in doc["error"]
+    assert "ROLLED BACK: the cluster serves deployment cccc3333 again" in doc["error"]
+
+
+def _plan(*names):
+    return [stages_module.Stage(name, Path(f"playbooks/{name}.yml")) for name in names]
+
+
+@pytest.mark.parametrize("codes, expected", [
+    ({"runtime": 1}, None),            # before serve: the stages there install beside what serves
+    ({"serve": 2}, 3),
+    ({"observe": 1}, 3),               # after serve, before verify: the switched engine may be the cause
+    ({"verify": 1}, None),             # verify ran already
+    ({}, None),
+])
+def test_which_failures_get_a_verify_run(codes, expected):
+    names = ("runtime", "serve", "observe", "verify")
+    results = []
+    for name in names:
+        if any(r.exit_code not in (0, None) for r in results):
+            results.append(StageResult.not_run(name, f"playbooks/{name}.yml"))
+            continue
+        code = codes.get(name, 0)
+        results.append(StageResult(name=name, playbook=f"playbooks/{name}.yml", status="failed" if code else "successful",
+                                   rc=code, exit_code=code))
+    assert cli.verify_after_failed_serve(_plan(*names), results) == expected
 
 
 def test_the_rollback_playbook_exists_and_checks_before_it_serves():
