@@ -670,26 +670,6 @@ def test_every_unit_names_the_files_it_reads_at_start(name):
             assert (marker in files) is not image, (host, unit, files)
 
 
-def _ulimits(profile):
-    """Per (host, unit), the --ulimit values of the unit's `docker run`."""
-    out = P.render(profile, cluster(profile))
-    found = {}
-    for host, units in out["units"].items():
-        for unit, text in units.items():
-            words = text.split()
-            if "/usr/bin/docker" in words and "run" in words:
-                found[(host, unit)] = [words[i + 1] for i, w in enumerate(words) if w == "--ulimit"]
-    return found
-
-
-def test_image_containers_lock_unlimited_memory_unless_the_profile_caps_it():
-    shipped = _ulimits(load("solar-open2-nvfp4-ngc-ep", paths=()))
-    assert shipped and set(map(tuple, shipped.values())) == {("memlock=-1", "stack=67108864")}
-    capped = _ulimits(load("solar-open2-nvfp4-ngc-ep", {"runtime": {"image": {"memlock_bytes": 8388608}}}, paths=()))
-    assert capped.keys() == shipped.keys()
-    assert set(map(tuple, capped.values())) == {("memlock=8388608", "stack=67108864")}
-
-
 def _docker_runs(profile):
     """Per (host, unit), the words of the unit's `docker run` (none for a unit that is not one)."""
     out = P.render(profile, cluster(profile))
@@ -702,6 +682,19 @@ def _docker_runs(profile):
             if starts:
                 found[(host, unit)] = words[starts[0]:]
     return found
+
+
+def _ulimits(profile):
+    """Per (host, unit), the --ulimit values of the unit's `docker run`."""
+    return {key: [words[i + 1] for i, w in enumerate(words) if w == "--ulimit"] for key, words in _docker_runs(profile).items()}
+
+
+def test_image_containers_lock_unlimited_memory_unless_the_profile_caps_it():
+    shipped = _ulimits(load("solar-open2-nvfp4-ngc-ep", paths=()))
+    assert shipped and set(map(tuple, shipped.values())) == {("memlock=-1", "stack=67108864")}
+    capped = _ulimits(load("solar-open2-nvfp4-ngc-ep", {"runtime": {"image": {"memlock_bytes": 8388608}}}, paths=()))
+    assert capped.keys() == shipped.keys()
+    assert set(map(tuple, capped.values())) == {("memlock=8388608", "stack=67108864")}
 
 
 @pytest.mark.parametrize("name", ["solar-open2-nvfp4-ngc-ep", "qwen38-flash-next-nvfp4-sglang",
