@@ -203,21 +203,20 @@ def main():
                          reset=False, relinked=False, since=since, boot="unknown",
                          cache={"files": 0, "bytes": 0, "digest": None, "names": []})
     account = owner_account(module, params["owner"]) if params["owner"] else None
+    chown = chowner(account) if account else None
     try:
         if params["state"] == "present" and not module.check_mode:
             todo = jit_cache.prepare(base, params["runtime_kind"], runtime_id,
                                      [sub for _n, sub in jit_cache.CACHE_VARIABLES], reset=params["reset"],
-                                     chown=chowner(account))
+                                     chown=chown)
         else:
             todo = jit_cache.plan(base, params["runtime_kind"], runtime_id, params["reset"])
-    except (jit_cache.JitCacheError, OSError) as exc:
-        module.fail_json(msg="Kernel cache under %s: %s" % (base, exc))
-    given = []
-    if account:
-        given = jit_cache.foreign_owned(todo["path"], account.pw_uid, account.pw_gid)
+        given = jit_cache.foreign_owned(todo["path"], account.pw_uid, account.pw_gid) if account else []
         if not module.check_mode:
             for path in given:
-                os.lchown(path, account.pw_uid, account.pw_gid)
+                chown(path)
+    except (jit_cache.JitCacheError, OSError) as exc:
+        module.fail_json(msg="Kernel cache under %s: %s" % (base, exc))
     files = jit_cache.scan(todo["path"])
     cache = jit_cache.summary(files, since)
     cache["names"] = sorted(files)

@@ -279,7 +279,7 @@ def check_ports(facts, req):
             results.append(_result(f"port.{port}", label, "pass", "free"))
             continue
         holders = info.get("holders") or []
-        foreign = [h for h in holders if not (allowed_re and _own_unit(h) and allowed_re.search(_own_unit(h)))]
+        foreign = [h for h in holders if not (allowed_re and (unit := _own_unit(h)) and allowed_re.search(unit))]
         if not foreign:
             units = ", ".join(sorted({_own_unit(h) for h in holders}))
             results.append(_result(f"port.{port}", label, "pass", f"held by sparkctl's own {units}"))
