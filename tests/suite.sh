@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian machine as root: set-up (the real server's venv
 # beside it), the tests that judge measured times (alone), the real-server tests, then beside
-# each other the unit tests, lint and ansible-test sanity on one side and on the other check
-# mode on a fresh lab, the whole-site molecule scenario and every role scenario; then the lab
-# integration tests. Prints the wall time of each stage and the count of what ran at the end.
+# each other the unit tests and lint on one side and on the other check mode on a fresh lab, the
+# whole-site molecule scenario and every role scenario; then the lab integration tests, with
+# ansible-test sanity beside them. Prints the wall time of each stage, the count of what ran and
+# where the CPU went (every process, the lab nodes' included: tests/bench/cpu_census.py) at the end.
 # CI runs exactly this.
 #
 # --quick [SCENARIO]: set-up, unit tests, lint (every playbook syntax-checked), ansible-test sanity and one
@@ -23,6 +24,7 @@ declare -a STAGE_NAMES=() STAGE_SECONDS=()
 # Every stage's start and end (epoch seconds), for the CPU report at the end (tests/suite_cpu.py).
 STAGE_SPANS=$REPO/.lab/stage-spans.txt
 CPU_LOG=$REPO/.lab/suite-cpu.log
+CPU_ACCT=$REPO/.lab/suite.acct
 mkdir -p "$REPO/.lab"; : > "$STAGE_SPANS"; : > "$CPU_LOG"
 stage() {
   local name=$1; shift
@@ -44,6 +46,11 @@ report_times() {
   python3 tests/suite_counts.py "$COUNTS_DIR" tests/catalogue || true
   if [[ -n ${CPU_SAMPLER:-} ]]; then kill "$CPU_SAMPLER" 2> /dev/null || true; fi
   python3 tests/suite_cpu.py report "$CPU_LOG" "$STAGE_SPANS" || true
+  if [[ $QUICK == 0 ]]; then
+    python3 tests/bench/cpu_census.py --stop > /dev/null || true
+    printf '\n===== where the CPU went (process accounting, tests/bench/cpu_census.py) =====\n'
+    python3 tests/bench/cpu_census.py --read "$CPU_ACCT" || true
+  fi
 }
 # Chains of stages that run in the background, beside the lab's stages, which mostly wait on
 # the nodes: each writes its output to .lab/<chain>.log, printed when the chain is waited for,
@@ -90,6 +97,9 @@ stop_chains() {
 trap 'stop_chains; report_times' EXIT
 python3 tests/suite_cpu.py sample "$CPU_LOG" &
 CPU_SAMPLER=$!
+# Every process's CPU, the lab nodes' included, summed by what ran it at the end (a full run only;
+# without root or kernel support it says so and the suite goes on).
+if [[ $QUICK == 0 ]]; then python3 tests/bench/cpu_census.py --start "$CPU_ACCT" || true; fi
 
 # The real server's venv (torch, transformers: most of that stage's time) installs beside the
 # bootstrap; it needs nothing the bootstrap puts in place, and is done before the timed tests.
@@ -118,8 +128,14 @@ lint_stage() {
 static_stages() {
   chain_stage lint lint_stage && chain_stage sanity bash tests/sanity/run.sh
 }
+# Beside the labs' converges the two cores are saturated; beside their integration tests about a
+# tenth of them idles (both labs waiting on an engine or a timer at once). ansible-test sanity, one
+# process on one core, runs there (docs/performance.md, "Where the suite's CPU goes").
 side_stages() {
-  unit_stage && static_stages
+  unit_stage && chain_stage lint lint_stage
+}
+sanity_stage() {
+  chain_stage sanity bash tests/sanity/run.sh
 }
 
 # Every role scenario (molecule/<role>/), in the order site.yml runs the roles. Two run their
@@ -271,6 +287,7 @@ stage fresh-check python -m pytest tests/integration -q -p no:cacheprovider -m f
 stage molecule molecule_converge
 stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"
 wait_chain side
+start_chain sanity sanity_stage
 # `model_switch` (test_lab_model_switch.py: two whole-site runs switching the served model,
 # about 400-600 s on this machine) and `rollback` (test_lab_rollback.py: five engine restarts
 # through the wrapper, tests/lab/README.md has its measured time) and `upgrade`
@@ -285,4 +302,5 @@ lab_down() {
   molecule destroy --scenario-name default > /dev/null
 }
 if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then stage lab-down lab_down; fi
+wait_chain sanity
 wait_chain twin
