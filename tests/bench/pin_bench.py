@@ -21,22 +21,16 @@ Usage: .venv/bin/python tests/bench/pin_bench.py [--reruns 3]
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-
-from labrun import LAB_INVENTORY, parse_recap  # noqa: E402
+from noop_bench import REPO, changed_total, configured_callbacks
+from noop_bench import run_playbook as timed_run
 
 PIN_TASK_FILE = Path("tasks") / "validate.yml"
 FLAG = "spark_settings_checked"
@@ -61,22 +55,14 @@ def unpinned_role(destination: Path) -> list[str]:
 
 
 def run_playbook(tags: str | None, roles_path: str | None) -> tuple[float, float, dict]:
-    """One no-op run: wall seconds, control-node CPU seconds, recap. Exits on a failed run."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    if roles_path:
-        env["ANSIBLE_ROLES_PATH"] = roles_path
-    playbook = str(Path(sys.executable).with_name("ansible-playbook"))
-    cmd = [playbook, "site.yml", "-i", str(LAB_INVENTORY)] + (["--tags", tags] if tags else [])
+    """One no-op run (noop_bench's, with ansible.cfg's callbacks): wall seconds, control-node CPU
+    seconds, recap. Exits on a failed run."""
+    extra_env = {"ANSIBLE_ROLES_PATH": roles_path} if roles_path else None
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - start
+    wall, recap, _ = timed_run(tags, configured_callbacks(), extra_env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd[1:])} failed (rc={proc.returncode}, roles path {roles_path or 'ansible.cfg'}):\n"
-                 f"{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
-    return wall, cpu, parse_recap(proc.stdout)
+    return wall, cpu, recap
 
 
 def main() -> int:
@@ -93,7 +79,7 @@ def main() -> int:
             for _ in range(args.reruns):
                 for variant, roles_path in variants:
                     wall, cpu, recap = run_playbook(tags, roles_path)
-                    run_changed = sum(counters.get("changed", 0) for counters in recap.values())
+                    run_changed = changed_total(recap)
                     changed += run_changed
                     samples.setdefault((label, variant), []).append((wall, cpu))
                     print(f"  {label:13} {variant:8} {wall:6.1f} s wall {cpu:6.1f} s CPU  changed={run_changed}",

@@ -20,7 +20,9 @@ SPARK = REPO / "roles" / "spark"
 PIN_FILE = SPARK / "tasks" / "validate.yml"
 FLAG = "spark_settings_checked"
 PROFILE_FILTER = re.compile(r"sparkctl\.spark\.profile_\w+")
-SEARCHED = ("roles", "playbooks", "molecule", "tests/catalogue", "inventories")
+# Where plays, tasks and role vars live. Not inventories/: an inventory's values (its `vars:`
+# included) are what the pins render from, which is where the role README sends them.
+SEARCHED = ("roles", "playbooks", "molecule", "tests/catalogue")
 
 
 def pinned() -> dict:
