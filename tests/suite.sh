@@ -217,12 +217,13 @@ molecule_converge() {
 TWIN_INVENTORY=$REPO/inventories/lab-twin/hosts.yml
 # The two chains end about together (docs/performance.md has the split measured): the twin's
 # starts its tests earlier (no fresh check, no role scenarios first) but runs the image
-# runtime's scenario and the fault catalogue, the longest test file. (The kernel caches' tests
+# runtime's scenario and the fault catalogue, the longest test file, and then the firewall's tests,
+# which touch neither the runtime nor the checkpoint. (The kernel caches' tests
 # stay on the first lab: run on the twin right before the catalogue, its killed-engine batch's
 # repair run met a booting engine, changed what no fault of the batch owns, and once restarted Ray
 # with the engine at its start limit; docs/performance.md.)
 TWIN_TESTS=(tests/integration/test_lab_faults.py tests/integration/test_lab_checkpoint.py
-            tests/integration/test_lab_runtime_image.py)
+            tests/integration/test_lab_runtime_image.py tests/integration/test_lab_firewall.py)
 # The twin's nodes as they are before anything runs on them: the teardown stage compares them
 # with it at the end (tests/integration/test_lab_teardown.py).
 TWIN_FRESH_SNAPSHOT=$REPO/.lab/twin-fresh-snapshot.json

@@ -170,6 +170,9 @@ NODE_FILES_IN_IMAGE = {
     # dockerd looks it up at its start: in the image before the engine_image role installs Docker.
     "nvidia-container-runtime-hook": ("/usr/bin/nvidia-container-runtime-hook", 0o755),
     "roce_fixture.py": (IMAGE_FIXTURE, 0o755),
+    # The bytecode of Ansible's zipped module payloads kept between module runs (the file says why).
+    "sparklab_zipcache.py": ("/usr/lib/python3/dist-packages/sparklab_zipcache.py", 0o644),
+    "sparklab_zipcache.pth": ("/usr/lib/python3/dist-packages/sparklab_zipcache.pth", 0o644),
 }
 # Units masked because they cannot work in a container (no ttys, no udev, no writable
 # /sys or /proc/sys, no kernel audit in a netns) -- left alone they make boot degraded.

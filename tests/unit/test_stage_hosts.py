@@ -104,3 +104,18 @@ def test_each_stage_lists_every_tag_its_play_can_carry(playbook):
         assert set(listed) == _reachable_tags(play), (
             f"{playbook}: sparkctl_stage_tags {listed} != the tags its play and roles hold "
             f"{sorted(_reachable_tags(play))}: a run selecting a missing one would skip the play")
+
+
+@pytest.mark.parametrize("playbook", _stage_playbooks())
+def test_each_stage_validates_the_inventory_first(playbook):
+    # The bad-input catalogue's lab test leans on this: an entry refused by the validation play
+    # is run through playbooks/validate_inventory.yml alone (one entry through site.yml).
+    first = yaml.safe_load((REPO / playbook).read_text())[0]
+    assert first.get("ansible.builtin.import_playbook") == "validate_inventory.yml", (
+        f"{playbook}: its first entry must import validate_inventory.yml, so a bad inventory is refused before any host is touched")
+
+
+def test_the_validation_play_runs_whatever_the_tags_on_the_control_node_only():
+    play, = yaml.safe_load((REPO / "playbooks" / "validate_inventory.yml").read_text())
+    assert play["hosts"] == "localhost" and play["connection"] == "local" and play["gather_facts"] is False
+    assert play["tags"] == ["always"]
