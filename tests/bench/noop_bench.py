@@ -67,6 +67,37 @@ def run_playbook(tags: str | None, callbacks: str, extra_env: dict | None = None
     return elapsed, parse_recap(proc.stdout), proc.stdout
 
 
+def print_medians(labels: list[str], variants: tuple[str, str], samples: dict, cpu_header: str) -> None:
+    """The median wall and CPU seconds of each (label, variant)'s samples [(wall, cpu), ...], and per
+    label the first variant's over the second's."""
+    width = max(len("no-op run"), *(len(label) for label in labels))
+    print(f"\n{'no-op run':{width}} {'variant':8} {'wall (s)':>9} {cpu_header:>13}")
+    for label in labels:
+        medians = {}
+        for variant in variants:
+            walls, cpus = zip(*samples[(label, variant)], strict=True)
+            medians[variant] = (statistics.median(walls), statistics.median(cpus))
+            print(f"{label:{width}} {variant:8} {medians[variant][0]:9.1f} {medians[variant][1]:13.1f}")
+        first, second = (medians[variant] for variant in variants)
+        print(f"{label:{width}} {'ratio':8} {first[0] / second[0]:9.2f} {first[1] / second[1]:13.2f}")
+
+
+def record_sample(samples: dict, label: str, variant: str, wall: float, cpu: float, recap: dict, cpu_what: str) -> int:
+    """Keep one run's (wall, cpu) under (label, variant), print it; the run's changed count."""
+    changed = changed_total(recap)
+    samples.setdefault((label, variant), []).append((wall, cpu))
+    print(f"  {label:17} {variant:8} {wall:6.1f} s wall {cpu:6.1f} s {cpu_what}  changed={changed}", flush=True)
+    return changed
+
+
+def changed_verdict(changed: int) -> int:
+    """The bench's exit code: no-op runs must change nothing."""
+    if changed:
+        print(f"\nchanged={changed} on no-op runs: the lab was not converged, or a run repaired drift")
+        return 1
+    return 0
+
+
 def changed_total(recap: dict) -> int:
     return sum(counters.get("changed", 0) for counters in recap.values())
 

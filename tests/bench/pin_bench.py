@@ -23,13 +23,12 @@ from __future__ import annotations
 import argparse
 import resource
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import yaml
-from noop_bench import REPO, changed_total, configured_callbacks
+from noop_bench import REPO, changed_verdict, configured_callbacks, print_medians, record_sample
 from noop_bench import run_playbook as timed_run
 
 PIN_TASK_FILE = Path("tasks") / "validate.yml"
@@ -79,24 +78,9 @@ def main() -> int:
             for _ in range(args.reruns):
                 for variant, roles_path in variants:
                     wall, cpu, recap = run_playbook(tags, roles_path)
-                    run_changed = changed_total(recap)
-                    changed += run_changed
-                    samples.setdefault((label, variant), []).append((wall, cpu))
-                    print(f"  {label:13} {variant:8} {wall:6.1f} s wall {cpu:6.1f} s CPU  changed={run_changed}",
-                          flush=True)
-        print(f"\n{'no-op run':13} {'variant':8} {'wall (s)':>9} {'CPU (s)':>8}")
-        for label, _ in RUNS:
-            medians = {}
-            for variant, _ in variants:
-                walls, cpus = zip(*samples[(label, variant)], strict=True)
-                medians[variant] = (statistics.median(walls), statistics.median(cpus))
-                print(f"{label:13} {variant:8} {medians[variant][0]:9.1f} {medians[variant][1]:8.1f}")
-            print(f"{label:13} {'ratio':8} {medians['pinned'][0] / medians['rendered'][0]:9.2f} "
-                  f"{medians['pinned'][1] / medians['rendered'][1]:8.2f}")
-    if changed:
-        print(f"\nchanged={changed} on no-op runs: the lab was not converged, or a run repaired drift")
-        return 1
-    return 0
+                    changed += record_sample(samples, label, variant, wall, cpu, recap, "CPU")
+        print_medians([label for label, _ in RUNS], ("pinned", "rendered"), samples, "CPU (s)")
+    return changed_verdict(changed)
 
 
 if __name__ == "__main__":

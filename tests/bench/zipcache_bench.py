@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-from noop_bench import changed_total, configured_callbacks, run_playbook
+from noop_bench import changed_verdict, configured_callbacks, print_medians, record_sample, run_playbook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from labrun import container, lab_plan, node_exec  # noqa: E402
@@ -79,26 +78,11 @@ def main() -> int:
                     before = sum(cgroup_usage_seconds(i) for i in ids)
                     wall, recap, _ = run_playbook(tags, configured_callbacks())
                     cpu = sum(cgroup_usage_seconds(i) for i in ids) - before
-                    run_changed = changed_total(recap)
-                    changed += run_changed
-                    samples.setdefault((label, variant), []).append((wall, cpu))
-                    print(f"  {label:17} {variant:8} {wall:6.1f} s wall {cpu:6.1f} s node CPU  changed={run_changed}",
-                          flush=True)
+                    changed += record_sample(samples, label, variant, wall, cpu, recap, "node CPU")
     finally:
         set_cache(nodes, True)
-    print(f"\n{'no-op run':17} {'variant':8} {'wall (s)':>9} {'node CPU (s)':>13}")
-    for label, _ in RUNS:
-        medians = {}
-        for variant in ("cached", "compiled"):
-            walls, cpus = zip(*samples[(label, variant)], strict=True)
-            medians[variant] = (statistics.median(walls), statistics.median(cpus))
-            print(f"{label:17} {variant:8} {medians[variant][0]:9.1f} {medians[variant][1]:13.1f}")
-        print(f"{label:17} {'ratio':8} {medians['cached'][0] / medians['compiled'][0]:9.2f} "
-              f"{medians['cached'][1] / medians['compiled'][1]:13.2f}")
-    if changed:
-        print(f"\nchanged={changed} on no-op runs: the lab was not converged, or a run repaired drift")
-        return 1
-    return 0
+    print_medians([label for label, _ in RUNS], ("cached", "compiled"), samples, "node CPU (s)")
+    return changed_verdict(changed)
 
 
 if __name__ == "__main__":

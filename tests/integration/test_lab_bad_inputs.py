@@ -8,7 +8,7 @@ the hub stand-in's settings for the gated-repo entries), run site.yml (with the 
 tags, if any), and assert: rc != 0; refused at the entry's stage; every expected
 substring (the variable and the fix) in the output and no forbidden one (secrets); no
 Python traceback; changed=0 for every host in the recap; every probed node equal after.
-A table of the results (id | stage | refused | message ok | state unchanged) is printed
+A table of the results (id | stage | playbook | refused | message ok | state unchanged) is printed
 at the end of the session (conftest.py: result_table).
 
 An entry the inventory validation play refuses runs that play alone
