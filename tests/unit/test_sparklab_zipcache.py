@@ -79,6 +79,16 @@ def test_a_damaged_cache_file_is_compiled_again_and_replaced(tmp_path):
     assert run(make_zip(tmp_path / "third.zip"), cache)["compiled"] == 0
 
 
+def test_an_entry_that_holds_no_code_is_compiled_again_and_replaced(tmp_path):
+    import marshal
+    cache = tmp_path / "cache"
+    run(make_zip(tmp_path / "first.zip"), cache)
+    for entry in cache.iterdir():
+        entry.write_bytes(marshal.dumps(42))
+    assert run(make_zip(tmp_path / "second.zip"), cache)["compiled"] == 2
+    assert run(make_zip(tmp_path / "third.zip"), cache)["compiled"] == 0
+
+
 def test_a_directory_others_may_write_to_is_never_read(tmp_path):
     cache = tmp_path / "cache"
     run(make_zip(tmp_path / "first.zip"), cache)

@@ -68,9 +68,12 @@ def cached_compile(pathname: str, source):
     import importlib.util
     import marshal
     path = os.path.join(directory, hashlib.sha256(importlib.util.MAGIC_NUMBER + source).hexdigest())
+    import types
     try:
         with open(path, "rb") as cached:
             code = marshal.load(cached)
+        if not isinstance(code, types.CodeType):
+            raise ValueError(f"{path} holds no code object")
     except (OSError, EOFError, ValueError, TypeError):
         code = _compile(pathname, source)
         temporary = f"{path}.{os.getpid()}.tmp"
