@@ -21,8 +21,6 @@ Usage: .venv/bin/python tests/bench/zipcache_bench.py [--reruns 3]
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,7 +28,7 @@ from noop_bench import changed_verdict, configured_callbacks, print_medians, rec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from labrun import container, lab_plan, node_exec  # noqa: E402
-from sparklab import DOCKER  # noqa: E402  (tests/lab, on sys.path through labrun)
+from sparklab import docker  # noqa: E402  (tests/lab, on sys.path through labrun)
 
 PTH = "/usr/lib/python3/dist-packages/sparklab_zipcache.pth"
 RUNS = (("site.yml", None), ("--tags provision", "provision"))
@@ -62,10 +60,7 @@ def main() -> int:
     parser.add_argument("--reruns", type=int, default=3, help="runs of each variant and run kind")
     args = parser.parse_args()
     nodes = [node.name for node in lab_plan().nodes]
-    ids = []
-    for node in nodes:
-        inspected = subprocess.run([DOCKER, "inspect", container(node)], capture_output=True, text=True, check=True)
-        ids.append(json.loads(inspected.stdout)[0]["Id"])
+    ids = [docker("container", "inspect", "--format", "{{.Id}}", container(node)).stdout.strip() for node in nodes]
     if node_exec(nodes[0], "test", "-e", PTH, check=False).returncode != 0:
         sys.exit(f"{PTH} is not on {nodes[0]}: the lab's node image predates the cache (sparklab down, up)")
     changed = 0

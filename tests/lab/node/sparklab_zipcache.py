@@ -67,8 +67,8 @@ def cached_compile(pathname: str, source):
     import hashlib
     import importlib.util
     import marshal
-    path = os.path.join(directory, hashlib.sha256(importlib.util.MAGIC_NUMBER + source).hexdigest())
     import types
+    path = os.path.join(directory, hashlib.sha256(importlib.util.MAGIC_NUMBER + source).hexdigest())
     try:
         with open(path, "rb") as cached:
             code = marshal.load(cached)
