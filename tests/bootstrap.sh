@@ -5,13 +5,16 @@
 #
 #   bash tests/bootstrap.sh              # venv + docker.io/debootstrap + running dockerd
 #   bash tests/bootstrap.sh --no-docker  # only the Python venv
+#   bash tests/bootstrap.sh --system     # only the system packages and a running dockerd
+#                                        # (the lab's node image can build beside the venv)
 #
 # Stages:
 #   venv    find Python >= 3.12 (python3.13/python3.12 on PATH, else pyenv's versions),
-#           create <repo>/.venv and `pip install -r requirements/dev.txt [-e .]`; pip
-#           runs only when requirements/dev.txt or pyproject.toml changed (stamp in .venv);
+#           create <repo>/.venv and install requirements/dev.txt [-e .] with uv (tests/uv_pip.sh);
+#           only when requirements/dev.txt, uv.txt or pyproject.toml changed (stamp in .venv);
 #           then the lab's stand-in engine wheel (tests/lab/engine/dist) from its sources.
-#   apt     apt-get update + install rsync (and docker.io debootstrap), skipped when installed.
+#   apt     apt-get update + install rsync (and docker.io debootstrap python3-yaml: the lab's
+#           node image is built with the distribution's python3), skipped when installed.
 #   nginx   unpack the distribution's nginx binary into <repo>/.venv/nginx (no service) for
 #           the API proxy's unit tests.
 #   promtool unpack the distribution's prometheus package into <repo>/.venv/prometheus (no
@@ -30,13 +33,19 @@ DOCKERD_PID=/run/sparklab-dockerd.pid
 DOCKERD_WAIT=60
 
 with_docker=1
+with_venv=1
 for arg in "$@"; do
   case "$arg" in
     --no-docker) with_docker=0 ;;
-    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "bootstrap: unknown argument: $arg (known: --no-docker)" >&2; exit 2 ;;
+    --system) with_venv=0 ;;
+    -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bootstrap: unknown argument: $arg (known: --no-docker, --system)" >&2; exit 2 ;;
   esac
 done
+if [ "$with_venv" -eq 0 ] && [ "$with_docker" -eq 0 ]; then
+  echo "bootstrap: --system and --no-docker together leave nothing to do but rsync; give one of them" >&2
+  exit 2
+fi
 
 log() { printf 'bootstrap: %s\n' "$*"; }
 die() { printf 'bootstrap: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -74,45 +83,47 @@ find_python() {
   return 1
 }
 
-t=$(now)
-if [ -x "$VENV/bin/python" ] && probe_python "$VENV/bin/python" >/dev/null; then
-  log "venv $VENV exists ($("$VENV/bin/python" -V 2>&1))"
-else
-  PY=$(find_python) || die "no Python >= 3.12 found: looked for python3.13/python3.12 on PATH and \$(pyenv root)/versions/3.13.*|3.12.*; install one (e.g. 'pyenv install 3.12') and re-run"
-  log "creating venv $VENV with $PY"
-  rm -rf "$VENV"
-  "$PY" -m venv "$VENV"
-  rm -f "$STAMP"
-fi
+venv_stage() {
+  t=$(now)
+  if [ -x "$VENV/bin/python" ] && probe_python "$VENV/bin/python" >/dev/null; then
+    log "venv $VENV exists ($("$VENV/bin/python" -V 2>&1))"
+  else
+    PY=$(find_python) || die "no Python >= 3.12 found: looked for python3.13/python3.12 on PATH and \$(pyenv root)/versions/3.13.*|3.12.*; install one (e.g. 'pyenv install 3.12') and re-run"
+    log "creating venv $VENV with $PY"
+    rm -rf "$VENV"
+    "$PY" -m venv "$VENV"
+    rm -f "$STAMP"
+  fi
 
-[ -f "$REQS" ] || die "missing $REQS"
-editable=()
-stamp_src=("$REQS")
-if [ -f "$REPO_ROOT/pyproject.toml" ]; then
-  editable=(-e "$REPO_ROOT")
-  stamp_src+=("$REPO_ROOT/pyproject.toml")
-else
-  log "no pyproject.toml yet: installing requirements only (re-run once it exists)"
-fi
-want_stamp=$( { "$VENV/bin/python" -V 2>&1; sha256sum "${stamp_src[@]}"; } | sha256sum | cut -d' ' -f1)
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ]; then
-  log "requirements unchanged: skipping pip"
-else
-  log "pip install -r requirements/dev.txt ${editable[*]:-}"
-  (cd "$REPO_ROOT" && "$VENV/bin/python" -m pip install --disable-pip-version-check -q \
-     -r "$REQS" "${editable[@]}")
-  echo "$want_stamp" > "$STAMP"
-fi
-# The lab's stand-in engine wheel, which the lab profile installs from tests/lab/engine/dist:
-# built from its sources on every bootstrap (stdlib only, byte for byte reproducible), not committed.
-"$VENV/bin/python" "$REPO_ROOT/tests/lab/engine/_build/sparklab_build.py"
-stage_done venv "$t"
+  [ -f "$REQS" ] || die "missing $REQS"
+  editable=()
+  stamp_src=("$REQS" "$REPO_ROOT/requirements/uv.txt")
+  if [ -f "$REPO_ROOT/pyproject.toml" ]; then
+    editable=(-e "$REPO_ROOT")
+    stamp_src+=("$REPO_ROOT/pyproject.toml")
+  else
+    log "no pyproject.toml yet: installing requirements only (re-run once it exists)"
+  fi
+  want_stamp=$( { "$VENV/bin/python" -V 2>&1; sha256sum "${stamp_src[@]}"; } | sha256sum | cut -d' ' -f1)
+  if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ]; then
+    log "requirements unchanged: skipping the install"
+  else
+    log "uv pip install -r requirements/dev.txt ${editable[*]:-} (tests/uv_pip.sh)"
+    (cd "$REPO_ROOT" && bash tests/uv_pip.sh "$VENV" -r "$REQS" "${editable[@]}")
+    echo "$want_stamp" > "$STAMP"
+  fi
+  # The lab's stand-in engine wheel, which the lab profile installs from tests/lab/engine/dist:
+  # built from its sources on every bootstrap (stdlib only, byte for byte reproducible), not committed.
+  "$VENV/bin/python" "$REPO_ROOT/tests/lab/engine/_build/sparklab_build.py"
+  stage_done venv "$t"
+}
+if [ "$with_venv" -eq 1 ]; then venv_stage; fi
 
 # --- apt ------------------------------------------------------------------------
 # rsync: the checkpoint mirror's unit tests run the real binary (>= 3.2.3 for --mkpath).
 t=$(now)
 packages=(rsync)
-[ "$with_docker" -eq 1 ] && packages+=(docker.io debootstrap)
+[ "$with_docker" -eq 1 ] && packages+=(docker.io debootstrap python3-yaml)
 missing=()
 for pkg in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
@@ -154,14 +165,17 @@ unpack_deb() {
 
 # The API proxy's unit tests run the real nginx (`nginx -t` on every rendered config,
 # requests through it).
-t=$(now)
-unpack_deb nginx "$VENV/nginx" usr/sbin/nginx "the proxy's real-nginx unit tests" -v
-stage_done nginx "$t"
+# Both unpack into the venv's directory, which the venv stage may create anew.
+if [ "$with_venv" -eq 1 ]; then
+  t=$(now)
+  unpack_deb nginx "$VENV/nginx" usr/sbin/nginx "the proxy's real-nginx unit tests" -v
+  stage_done nginx "$t"
 
-# The observe role's alert rules are unit-tested with `promtool test rules`.
-t=$(now)
-unpack_deb prometheus "$VENV/prometheus" usr/bin/promtool "the alert rules' promtool tests" --version
-stage_done promtool "$t"
+  # The observe role's alert rules are unit-tested with `promtool test rules`.
+  t=$(now)
+  unpack_deb prometheus "$VENV/prometheus" usr/bin/promtool "the alert rules' promtool tests" --version
+  stage_done promtool "$t"
+fi
 
 if [ "$with_docker" -eq 0 ]; then
   log "--no-docker: skipping dockerd"

@@ -104,6 +104,12 @@ if [[ $QUICK == 0 ]]; then python3 tests/bench/cpu_census.py --start "$CPU_ACCT"
 # The real server's venv (torch, transformers: most of that stage's time) installs beside the
 # bootstrap; it needs nothing the bootstrap puts in place, and is done before the timed tests.
 if [[ $QUICK == 0 ]]; then start_chain realserver-setup chain_stage realserver-setup bash tests/realserver/setup.sh; fi
+# The system packages and a running dockerd first (a second once installed). The lab's node image
+# (debootstrap and docker import: about 85 s on a machine that has none cached, as on every fresh
+# one) then builds beside the venvs' installs, with the distribution's python3, instead of in
+# front of the lab's first start; a cached image takes a tenth of a second.
+stage system bash tests/bootstrap.sh --system
+start_chain lab-image chain_stage lab-image /usr/bin/python3 tests/lab/sparklab image
 stage bootstrap bash tests/bootstrap.sh
 if [[ $QUICK == 0 ]]; then wait_chain realserver-setup; fi
 # shellcheck disable=SC1091
@@ -178,6 +184,7 @@ role_scenarios() {
 if [[ $QUICK == 1 ]]; then
   start_chain unit unit_stage
   start_chain static static_stages
+  wait_chain lab-image
   stage scenario role_scenarios full "$QUICK_SCENARIO"
   quick_rc=0
   wait_chain unit || quick_rc=$?
@@ -217,13 +224,14 @@ molecule_converge() {
 TWIN_INVENTORY=$REPO/inventories/lab-twin/hosts.yml
 # The two chains end about together (docs/performance.md has the split measured): the twin's
 # starts its tests earlier (no fresh check, no role scenarios first) but runs the image
-# runtime's scenario and the fault catalogue, the longest test file, and then the firewall's tests,
-# which touch neither the runtime nor the checkpoint. (The kernel caches' tests
+# runtime's scenario and the fault catalogue, the longest test file, and then the firewall's and
+# preflight's tests, which touch neither the runtime nor the checkpoint. (The kernel caches' tests
 # stay on the first lab: run on the twin right before the catalogue, its killed-engine batch's
 # repair run met a booting engine, changed what no fault of the batch owns, and once restarted Ray
 # with the engine at its start limit; docs/performance.md.)
 TWIN_TESTS=(tests/integration/test_lab_faults.py tests/integration/test_lab_checkpoint.py
-            tests/integration/test_lab_runtime_image.py tests/integration/test_lab_firewall.py)
+            tests/integration/test_lab_runtime_image.py tests/integration/test_lab_firewall.py
+            tests/integration/test_lab_preflight.py)
 # The twin's nodes as they are before anything runs on them: the teardown stage compares them
 # with it at the end (tests/integration/test_lab_teardown.py).
 TWIN_FRESH_SNAPSHOT=$REPO/.lab/twin-fresh-snapshot.json
@@ -282,8 +290,11 @@ twin_stages() {
 TWIN_IGNORES=()
 for test_file in "${TWIN_TESTS[@]}"; do TWIN_IGNORES+=("--ignore=$test_file"); done
 
-stage lab-create molecule_create
+wait_chain lab-image
+# The twin's chain starts beside the first lab's creation: the two labs' `up` queue on the lab
+# tool's lock, the rest (molecule's steps, the hub, the twin's snapshot) runs side by side.
 start_chain twin twin_stages
+stage lab-create molecule_create
 stage fresh-check python -m pytest tests/integration -q -p no:cacheprovider -m fresh --junitxml="$COUNTS_DIR/fresh-check.xml"
 stage molecule molecule_converge
 stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"

@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -1463,7 +1464,15 @@ def check_up_request(plan: Plan, topology: str | None, nodes: int | None) -> Non
                        "(spark_workers, each with ansible_host, spark_link and sparklab_roce_gid_index)")
 
 
+def exit_through_cleanups_on_sigterm() -> None:
+    """SIGTERM ends the tool the way Ctrl-C does, through its `finally` blocks: an image build
+    that tests/suite.sh stops half-way (it builds in the background beside the venv's set-up)
+    unmounts and removes its root file system instead of leaving it under /var/tmp."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
 def main(argv: list[str] | None = None) -> int:
+    exit_through_cleanups_on_sigterm()
     ap = argparse.ArgumentParser(
         prog="sparklab", description="The sparkctl two-node lab (systemd containers "
         "standing in for two DGX Sparks joined by a direct ConnectX-7 cable).")

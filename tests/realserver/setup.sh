@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real server's own venv (<repo>/.venv-realserver), apart from the project's: torch and
-# transformers are large and nothing in sparkctl imports them. Idempotent: pip runs only when
-# requirements.txt changed (stamp in the venv).
+# transformers are large and nothing in sparkctl imports them. Idempotent: the install runs only
+# when requirements.txt or requirements/uv.txt changed (stamp in the venv).
 #
 #   bash tests/realserver/setup.sh    # prints the venv's python on its last line
 #
@@ -39,12 +39,12 @@ if ! { [ -x "$VENV/bin/python" ] && probe "$VENV/bin/python" >/dev/null; }; then
   rm -rf "$VENV"
   "$PY" -m venv "$VENV"
 fi
-want=$( { "$VENV/bin/python" -V 2>&1; sha256sum "$REQS"; } | sha256sum | cut -d' ' -f1)
+want=$( { "$VENV/bin/python" -V 2>&1; sha256sum "$REQS" "$REPO_ROOT/requirements/uv.txt"; } | sha256sum | cut -d' ' -f1)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
-  log "requirements unchanged: skipping pip"
+  log "requirements unchanged: skipping the install"
 else
-  log "pip install -r $REQS (torch and transformers: a minute or two)"
-  "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQS"
+  log "uv pip install -r $REQS (torch and transformers; tests/uv_pip.sh)"
+  bash "$REPO_ROOT/tests/uv_pip.sh" "$VENV" -r "$REQS"
   echo "$want" > "$STAMP"
 fi
 echo "$VENV/bin/python"
