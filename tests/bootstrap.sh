@@ -3,7 +3,7 @@
 # the two-node lab (tests/lab) and CI.  Safe to re-run; a re-run with nothing to do
 # takes about a second.
 #
-#   bash tests/bootstrap.sh              # venv + docker.io/debootstrap + running dockerd
+#   bash tests/bootstrap.sh              # venv + docker.io/mmdebstrap + running dockerd
 #   bash tests/bootstrap.sh --no-docker  # only the Python venv
 #   bash tests/bootstrap.sh --system     # only the system packages and a running dockerd
 #                                        # (the lab's node image can build beside the venv)
@@ -13,7 +13,7 @@
 #           create <repo>/.venv and install requirements/dev.txt [-e .] with uv (tests/uv_pip.sh);
 #           only when requirements/dev.txt, uv.txt or pyproject.toml changed (stamp in .venv);
 #           then the lab's stand-in engine wheel (tests/lab/engine/dist) from its sources.
-#   apt     apt-get update + install rsync (and docker.io debootstrap python3-yaml: the lab's
+#   apt     apt-get update + install rsync (and docker.io mmdebstrap python3-yaml: the lab's
 #           node image is built with the distribution's python3), skipped when installed.
 #   nginx   unpack the distribution's nginx binary into <repo>/.venv/nginx (no service) for
 #           the API proxy's unit tests.
@@ -109,7 +109,7 @@ venv_stage() {
     log "requirements unchanged: skipping the install"
   else
     log "uv pip install -r requirements/dev.txt ${editable[*]:-} (tests/uv_pip.sh)"
-    (cd "$REPO_ROOT" && bash tests/uv_pip.sh "$VENV" -r "$REQS" "${editable[@]}")
+    (cd "$REPO_ROOT" && bash tests/uv_pip.sh --compile-except /ansible_collections/ "$VENV" -r "$REQS" "${editable[@]}")
     echo "$want_stamp" > "$STAMP"
   fi
   # The lab's stand-in engine wheel, which the lab profile installs from tests/lab/engine/dist:
@@ -123,7 +123,7 @@ if [ "$with_venv" -eq 1 ]; then venv_stage; fi
 # rsync: the checkpoint mirror's unit tests run the real binary (>= 3.2.3 for --mkpath).
 t=$(now)
 packages=(rsync)
-[ "$with_docker" -eq 1 ] && packages+=(docker.io debootstrap python3-yaml)
+[ "$with_docker" -eq 1 ] && packages+=(docker.io mmdebstrap python3-yaml)
 missing=()
 for pkg in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)

@@ -105,7 +105,7 @@ if [[ $QUICK == 0 ]]; then python3 tests/bench/cpu_census.py --start "$CPU_ACCT"
 # bootstrap; it needs nothing the bootstrap puts in place, and is done before the timed tests.
 if [[ $QUICK == 0 ]]; then start_chain realserver-setup chain_stage realserver-setup bash tests/realserver/setup.sh; fi
 # The system packages and a running dockerd first (a second once installed). The lab's node image
-# (debootstrap and docker import: about 85 s on a machine that has none cached, as on every fresh
+# (mmdebstrap and docker import: about 45 s on a machine that has none cached, as on every fresh
 # one) then builds beside the venvs' installs, with the distribution's python3, instead of in
 # front of the lab's first start; a cached image takes a tenth of a second.
 stage system bash tests/bootstrap.sh --system
@@ -118,7 +118,9 @@ export ANSIBLE_CONFIG=$REPO/ansible.cfg ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 # The real nginx the bootstrap unpacked, for the API proxy's unit tests.
 if [[ -x $REPO/.venv/nginx/usr/sbin/nginx ]]; then export SPARKCTL_NGINX=$REPO/.venv/nginx/usr/sbin/nginx; fi
 
-# Tests that judge measured times run first, alone: nothing runs beside them yet.
+# Tests that judge measured times run first, alone: nothing runs beside them yet (the node image's
+# build is waited for).
+wait_chain lab-image
 stage timing python -m pytest tests/unit -q -p no:cacheprovider -m timing --junitxml="$COUNTS_DIR/timing.xml"
 
 # The unit tests but the timed ones, lint and ansible-test sanity: no lab.
@@ -184,7 +186,6 @@ role_scenarios() {
 if [[ $QUICK == 1 ]]; then
   start_chain unit unit_stage
   start_chain static static_stages
-  wait_chain lab-image
   stage scenario role_scenarios full "$QUICK_SCENARIO"
   quick_rc=0
   wait_chain unit || quick_rc=$?
@@ -224,14 +225,13 @@ molecule_converge() {
 TWIN_INVENTORY=$REPO/inventories/lab-twin/hosts.yml
 # The two chains end about together (docs/performance.md has the split measured): the twin's
 # starts its tests earlier (no fresh check, no role scenarios first) but runs the image
-# runtime's scenario and the fault catalogue, the longest test file, and then the firewall's and
-# preflight's tests, which touch neither the runtime nor the checkpoint. (The kernel caches' tests
+# runtime's scenario and the fault catalogue, the longest test file, and then the firewall's tests,
+# which touch neither the runtime nor the checkpoint. (The kernel caches' tests
 # stay on the first lab: run on the twin right before the catalogue, its killed-engine batch's
 # repair run met a booting engine, changed what no fault of the batch owns, and once restarted Ray
 # with the engine at its start limit; docs/performance.md.)
 TWIN_TESTS=(tests/integration/test_lab_faults.py tests/integration/test_lab_checkpoint.py
-            tests/integration/test_lab_runtime_image.py tests/integration/test_lab_firewall.py
-            tests/integration/test_lab_preflight.py)
+            tests/integration/test_lab_runtime_image.py tests/integration/test_lab_firewall.py)
 # The twin's nodes as they are before anything runs on them: the teardown stage compares them
 # with it at the end (tests/integration/test_lab_teardown.py).
 TWIN_FRESH_SNAPSHOT=$REPO/.lab/twin-fresh-snapshot.json
@@ -290,11 +290,8 @@ twin_stages() {
 TWIN_IGNORES=()
 for test_file in "${TWIN_TESTS[@]}"; do TWIN_IGNORES+=("--ignore=$test_file"); done
 
-wait_chain lab-image
-# The twin's chain starts beside the first lab's creation: the two labs' `up` queue on the lab
-# tool's lock, the rest (molecule's steps, the hub, the twin's snapshot) runs side by side.
-start_chain twin twin_stages
 stage lab-create molecule_create
+start_chain twin twin_stages
 stage fresh-check python -m pytest tests/integration -q -p no:cacheprovider -m fresh --junitxml="$COUNTS_DIR/fresh-check.xml"
 stage molecule molecule_converge
 stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"

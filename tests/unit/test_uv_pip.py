@@ -20,6 +20,7 @@ def _fake_venv(tmp_path: Path, pip_config: str, uv_version: str | None) -> Path:
     python.write_text(f"""#!/bin/sh
 echo "python $*" >> {calls}
 if [ "$*" = "-m pip config list" ]; then printf '%s' "$PIP_CONFIG"; fi
+if [ "$1" = -c ]; then echo {venv}/lib/site-packages; fi
 if [ "$1 $2 $3" = "-m pip install" ]; then
   printf '#!/bin/sh\\nif [ "$1" = --version ]; then echo "uv {UV_PIN}"; else echo "uv $*" >> {calls}; fi\\n' > {venv}/bin/uv
   chmod +x {venv}/bin/uv
@@ -33,9 +34,9 @@ fi
     return venv
 
 
-def _run(tmp_path, pip_config="", uv_version=None):
+def _run(tmp_path, pip_config="", uv_version=None, options=()):
     venv = _fake_venv(tmp_path, pip_config, uv_version)
-    proc = subprocess.run(["bash", str(SCRIPT), str(venv), "-r", "reqs.txt", "-e", "."], capture_output=True,
+    proc = subprocess.run(["bash", str(SCRIPT), *options, str(venv), "-r", "reqs.txt", "-e", "."], capture_output=True,
                           text=True, env={"PATH": "/usr/bin:/bin", "PIP_CONFIG": pip_config}, timeout=30)
     assert proc.returncode == 0, proc.stderr
     return (tmp_path / "calls").read_text().splitlines()
@@ -51,7 +52,7 @@ def test_pips_find_links_and_constraints_and_the_system_certificates_reach_uv(tm
     assert len(install) == 1, calls
     args = install[0].split()
     assert args[:3] == ["uv", "pip", "install"]
-    for wanted in ("--system-certs", "--compile-bytecode", "-r reqs.txt -e ."):
+    for wanted in ("--system-certs", "-r reqs.txt -e ."):
         assert wanted in install[0], install[0]
     assert install[0].count("--find-links /opt/wheels ") == 1, install[0]
     assert "--find-links /srv/wheels" in install[0] and "--constraint /etc/xdg/pip/constraints.txt" in install[0]
@@ -67,3 +68,17 @@ def test_uv_comes_in_by_pip_at_the_pin_when_missing_or_at_another_version(tmp_pa
         assert pip_installs == [f"python -m pip install --disable-pip-version-check -q -r {REPO}/requirements/uv.txt"], calls
         install = [c for c in calls if c.startswith("uv pip install")]
         assert len(install) == 1 and "--find-links" not in install[0] and "--constraint" not in install[0], calls
+
+
+def test_byte_code_is_compiled_after_the_install_but_where_the_expression_finds_the_path(tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    calls = _run(plain, uv_version=UV_PIN)
+    compiles = [c for c in calls if "-m compileall" in c]
+    assert compiles == [f"python -m compileall -q -j 0 {plain}/venv/lib/site-packages"], calls
+    assert calls.index(compiles[0]) > max(i for i, c in enumerate(calls) if c.startswith("uv pip install"))
+    excepted = tmp_path / "excepted"
+    excepted.mkdir()
+    calls = _run(excepted, uv_version=UV_PIN, options=("--compile-except", "/ansible_collections/"))
+    assert [c for c in calls if "-m compileall" in c] == \
+        [f"python -m compileall -q -j 0 -x /ansible_collections/ {excepted}/venv/lib/site-packages"], calls
