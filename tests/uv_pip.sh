@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install requirements into a venv with uv instead of pip: the same packages from the same index,
 # resolved in a few seconds where pip took a minute and a half for the project's venv
-# (docs/performance.md, "The venvs"). uv itself comes into the venv by pip, at the version
-# requirements/uv.txt pins.
+# (docs/performance.md, "The set-up beside the node image"). uv itself comes into the venv by
+# pip, at the version requirements/uv.txt pins.
 #
 #   bash tests/uv_pip.sh [--compile-except REGEX] VENV UV-PIP-INSTALL-ARGUMENTS...
 #   bash tests/uv_pip.sh --compile-except /ansible_collections/ .venv -r requirements/dev.txt -e .
