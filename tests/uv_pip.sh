@@ -39,8 +39,9 @@ if [ "$("$venv/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" != "$want" ]; the
 fi
 
 # pip config list prints e.g. global.find-links='/opt/wheels' (a value may hold several, space-separated).
+pip_config=$("$python" -m pip config list 2>/dev/null || true)
 pip_setting() {
-  "$python" -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.$1='\(.*\)'\$/\1/p" | tr ' ' '\n' | sed '/^$/d' | sort -u
+  sed -n "s/^[^=]*\.$1='\(.*\)'\$/\1/p" <<< "$pip_config" | tr ' ' '\n' | sed '/^$/d' | sort -u
 }
 extra=()
 while read -r dir; do [ -z "$dir" ] || extra+=(--find-links "$dir"); done < <(pip_setting find-links)
