@@ -4,29 +4,34 @@
 # (docs/performance.md, "The set-up beside the node image"). uv itself comes into the venv by
 # pip, at the version requirements/uv.txt pins.
 #
-#   bash tests/uv_pip.sh [--compile-except REGEX] VENV UV-PIP-INSTALL-ARGUMENTS...
-#   bash tests/uv_pip.sh --compile-except /ansible_collections/ .venv -r requirements/dev.txt -e .
+#   bash tests/uv_pip.sh [--no-compile | --compile-except REGEX] VENV UV-PIP-INSTALL-ARGUMENTS...
+#   bash tests/uv_pip.sh --no-compile .venv -r requirements/dev.txt -e .
+#   bash tests/uv_pip.sh --compile-except /transformers/models/ .venv-realserver -r tests/realserver/requirements.txt
 #
 # What uv does not take from pip's configuration is passed on: the machine's certificate store
 # (a machine whose proxy re-signs TLS has its CA only there) and pip's configured find-links and
 # constraints (a machine keeps local wheels and caps there). Byte code is compiled at install, as
 # pip does, so that the first run of a test does not pay for it; but for the files
-# --compile-except's regular expression finds in their path (searched as compileall -x does):
-# the project's venv leaves out the Ansible collections' sources, two thirds of its files, which
-# run on the nodes as sources and mostly never import on the control node (they compile there
-# when they do).
+# --compile-except's regular expression finds in their path (searched as compileall -x does).
+# --no-compile leaves it all to Python, which compiles a module at its first import and keeps the
+# byte code beside it: the project's venv imports about a quarter of its files over a whole suite,
+# so compiling the rest at install only costs the set-up's CPU (docs/performance.md, "Byte code
+# at first import").
 set -euo pipefail
 exec </dev/null
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 UV_REQS="$REPO_ROOT/requirements/uv.txt"
 
+compile=1
 compile_except=""
-if [ "${1:-}" = --compile-except ]; then
-  [ $# -ge 2 ] || { echo "uv_pip: --compile-except needs a regular expression" >&2; exit 2; }
-  compile_except=$2
-  shift 2
-fi
-[ $# -ge 2 ] || { echo "usage: $0 [--compile-except REGEX] VENV UV-PIP-INSTALL-ARGUMENTS..." >&2; exit 2; }
+case "${1:-}" in
+  --no-compile) compile=0; shift ;;
+  --compile-except)
+    [ $# -ge 2 ] || { echo "uv_pip: --compile-except needs a regular expression" >&2; exit 2; }
+    compile_except=$2
+    shift 2 ;;
+esac
+[ $# -ge 2 ] || { echo "usage: $0 [--no-compile | --compile-except REGEX] VENV UV-PIP-INSTALL-ARGUMENTS..." >&2; exit 2; }
 venv=$1
 shift
 python=$venv/bin/python
@@ -49,6 +54,7 @@ while read -r file; do [ -z "$file" ] || extra+=(--constraint "$file"); done < <
 
 "$venv/bin/uv" pip install --system-certs --python "$python" -q "${extra[@]}" "$@"
 
+[ "$compile" -eq 1 ] || exit 0
 site_packages=$("$python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 compile=(-q -j 0)
 [ -z "$compile_except" ] || compile+=(-x "$compile_except")

@@ -5,6 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
+# The project's venv holds no byte code until a module's first import writes it beside the source
+# (tests/uv_pip.sh --no-compile): where the environment forbids writing it, every process would
+# compile again all it imports.
+unset PYTHONDONTWRITEBYTECODE
 
 # The system packages and dockerd first; then the lab's node image (about 35 s where none is
 # cached) builds with the distribution's python3 beside the venv's install, which yields it the

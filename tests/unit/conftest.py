@@ -130,3 +130,18 @@ def hub(stub):
     stub.reset()
     yield stub
     stub.reset()
+
+
+# tests/suite.sh runs the timed tests alone, collecting only the files whose text names the marker
+# (grep 'pytest.mark.timing'); the other unit stage deselects them by marker. A timed test marked
+# any other way would run in neither stage: the collection that sees it fails instead.
+TIMING_MARK_TEXT = "pytest.mark.timing"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    hidden = sorted({str(item.path) for item in items if item.get_closest_marker("timing")
+                     and TIMING_MARK_TEXT not in item.path.read_text(encoding="utf-8")})
+    if hidden:
+        raise pytest.UsageError(f"timed tests in files that do not name {TIMING_MARK_TEXT!r} "
+                                f"(tests/suite.sh would not run them): {', '.join(hidden)}")

@@ -79,6 +79,12 @@ def test_byte_code_is_compiled_after_the_install_but_where_the_expression_finds_
     assert calls.index(compiles[0]) > max(i for i, c in enumerate(calls) if c.startswith("uv pip install"))
     excepted = tmp_path / "excepted"
     excepted.mkdir()
-    calls = _run(excepted, uv_version=UV_PIN, options=("--compile-except", "/ansible_collections/"))
+    calls = _run(excepted, uv_version=UV_PIN, options=("--compile-except", "/transformers/models/"))
     assert [c for c in calls if "-m compileall" in c] == \
-        [f"python -m compileall -q -j 0 -x /ansible_collections/ {excepted}/venv/lib/site-packages"], calls
+        [f"python -m compileall -q -j 0 -x /transformers/models/ {excepted}/venv/lib/site-packages"], calls
+
+
+def test_no_compile_leaves_the_byte_code_to_the_first_import(tmp_path):
+    calls = _run(tmp_path, uv_version=UV_PIN, options=("--no-compile",))
+    assert len([c for c in calls if c.startswith("uv pip install")]) == 1, calls
+    assert not [c for c in calls if "compileall" in c], calls
