@@ -14,9 +14,9 @@
 # pip does, so that the first run of a test does not pay for it; but for the files
 # --compile-except's regular expression finds in their path (searched as compileall -x does).
 # --no-compile leaves it all to Python, which compiles a module at its first import and keeps the
-# byte code beside it: the project's venv imports about a quarter of its files over a whole suite,
-# so compiling the rest at install only costs the set-up's CPU (docs/performance.md, "Byte code
-# at first import").
+# byte code beside it: a whole suite imports two fifths of the project's venv (2 797 of its 6 824
+# files outside the collections), so compiling the rest at install only cost the set-up's CPU
+# (docs/performance.md, "Byte code at first import").
 set -euo pipefail
 exec </dev/null
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
