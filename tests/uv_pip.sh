@@ -22,10 +22,10 @@ exec </dev/null
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 UV_REQS="$REPO_ROOT/requirements/uv.txt"
 
-compile=1
+compile_at_install=1
 compile_except=""
 case "${1:-}" in
-  --no-compile) compile=0; shift ;;
+  --no-compile) compile_at_install=0; shift ;;
   --compile-except)
     [ $# -ge 2 ] || { echo "uv_pip: --compile-except needs a regular expression" >&2; exit 2; }
     compile_except=$2
@@ -54,7 +54,7 @@ while read -r file; do [ -z "$file" ] || extra+=(--constraint "$file"); done < <
 
 "$venv/bin/uv" pip install --system-certs --python "$python" -q "${extra[@]}" "$@"
 
-[ "$compile" -eq 1 ] || exit 0
+[ "$compile_at_install" -eq 1 ] || exit 0
 site_packages=$("$python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 compile=(-q -j 0)
 [ -z "$compile_except" ] || compile+=(-x "$compile_except")
