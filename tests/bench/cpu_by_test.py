@@ -24,6 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu_census import SHIM, ancestries, read_records  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+# Process accounting keeps whole seconds of a process's start, and the stage's pytest process is placed
+# by its own whole second: a run a test's setup starts in the first moment of its case may show up to
+# this much before the case's computed start.
+START_SLACK_S = 1.5
 # stage name in stage-spans.txt (the twin's chain writes its own) -> its JUnit file
 STAGES = {"fresh-check": "fresh-check.xml", "integration": "integration.xml",
           "twin-integration": "integration-twin.xml"}
@@ -68,7 +72,7 @@ def charge(records, chains, stage_span, ran) -> tuple[dict, dict, float]:
         if runner["index"] not in indexes[1:] or any(r["comm"] == SHIM for r in chain):
             continue
         top = chain[indexes.index(runner["index"]) - 1]  # the ancestor pytest started
-        slot = max((s for s in slots if s[0] <= top["start"] + 0.5), key=lambda s: s[0], default=slots[0])
+        slot = max((s for s in slots if s[0] <= top["start"] + START_SLACK_S), key=lambda s: s[0], default=slots[0])
         by_file[slot[1]] += record["cpu"]
         by_case[(slot[1], slot[2])] += record["cpu"]
     return by_file, by_case, own

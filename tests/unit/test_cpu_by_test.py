@@ -29,6 +29,7 @@ def test_a_run_and_its_workers_go_to_the_case_it_started_in_and_nothing_else_cou
         _rec(11, 5, 121, "ansible-playboo", cpu=2.0, elapsed=12.0),  # started in test_a's case
         _rec(12, 11, 131, "ansible-playboo", cpu=1.0),              # its worker, forked in test_b's time
         _rec(13, 5, 135, "ansible-playboo", cpu=4.0),               # started in test_b's case
+        _rec(17, 5, 129, "python", cpu=0.5),                        # test_b's first moment, in whole seconds
         _rec(14, 1, 121, "ansible-playboo", cpu=9.0),               # another chain's run at the same time
         _rec(15, 99, 122, by_test.SHIM, cpu=0.0, elapsed=60.0),
         _rec(16, 15, 122, "python3", cpu=7.0),                      # on a node
@@ -36,6 +37,6 @@ def test_a_run_and_its_workers_go_to_the_case_it_started_in_and_nothing_else_cou
     chains = by_test.ancestries(records)
     ran = [("test_a", "x", 10.0), ("test_b", "y", 20.0)]
     by_file, by_case, own = by_test.charge(records, chains, (100, 150), ran)
-    assert dict(by_file) == {"test_a": 3.0, "test_b": 4.0}
-    assert dict(by_case) == {("test_a", "x"): 3.0, ("test_b", "y"): 4.0}
+    assert dict(by_file) == {"test_a": 3.0, "test_b": 4.5}
+    assert dict(by_case) == {("test_a", "x"): 3.0, ("test_b", "y"): 4.5}
     assert own == 3.0
