@@ -6,9 +6,10 @@ Two new venvs get requirements/dev.txt and the project by tests/uv_pip.sh from u
 collections' sources after the install, as the bootstrap did, one with --no-compile, as it does
 now. Then the commands the suite starts first run in the second venv twice: the first run
 compiles and writes what it imports, the second reads it. Prints the wall and CPU seconds of
-each step (the whole machine's, from /proc/stat: compileall's pool workers are never waited for,
-so no rusage counts them; run it with nothing else running, the lab down), the byte-code files each venv holds at the end,
-and what the first-import compile cost against what the install-time compile cost.
+each step (the whole machine's busy time from /proc/stat, as tests/suite_cpu.py counts it:
+compileall's pool workers are never waited for, so no rusage counts them; run it with nothing
+else running, the lab down), the byte-code files each venv holds at the end, and what the
+first-import compile cost against what the install-time compile cost.
 
     .venv/bin/python tests/bench/bytecode_bench.py [--keep DIR]
 """
@@ -25,15 +26,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
+sys.path.insert(0, str(REPO / "tests"))
+from suite_cpu import cpu_jiffies  # noqa: E402
 
 
 def busy_seconds() -> float:
-    """CPU seconds every core of the machine has spent busy since boot (/proc/stat's first line:
-    user, nice, system, irq, softirq, steal)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + (fields[7] if len(fields) > 7 else 0)
-    return busy / os.sysconf("SC_CLK_TCK")
+    """CPU seconds every core of the machine has spent busy since boot."""
+    return cpu_jiffies(Path("/proc/stat").read_text())[0] / os.sysconf("SC_CLK_TCK")
 
 
 def timed(argv, env=None, cwd=REPO) -> tuple[float, float]:
@@ -98,8 +97,8 @@ def main() -> int:
         print(f"{'install, byte code compiled (but the collections)':52} {install_compiled[0]:8.1f} {install_compiled[1]:8.1f}")
         print(f"{'install, --no-compile':52} {install_lazy[0]:8.1f} {install_lazy[1]:8.1f}")
         first_cpu = 0.0
+        env["PATH"] = f"{lazy / 'bin'}:{os.environ.get('PATH', '')}"
         for name, argv in first_commands(lazy):
-            env["PATH"] = f"{lazy / 'bin'}:{os.environ.get('PATH', '')}"
             cold, warm = timed(argv, env=env), timed(argv, env=env)
             first_cpu += cold[1] - warm[1]
             print(f"{name + ', first run':52} {cold[0]:8.1f} {cold[1]:8.1f}")

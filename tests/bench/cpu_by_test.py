@@ -21,7 +21,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cpu_census import SHIM, ancestries, read_records  # noqa: E402
+from suite_cpu import parse_spans  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 # Process accounting keeps whole seconds of a process's start, and the stage's pytest process is placed
@@ -31,14 +33,6 @@ START_SLACK_S = 1.5
 # stage name in stage-spans.txt (the twin's chain writes its own) -> its JUnit file
 STAGES = {"fresh-check": "fresh-check.xml", "integration": "integration.xml",
           "twin-integration": "integration-twin.xml"}
-
-
-def spans(lab: Path) -> dict[str, tuple[int, int]]:
-    found = {}
-    for line in (lab / "stage-spans.txt").read_text().splitlines():
-        name, start, end = line.split()
-        found[name] = (int(start), int(end))
-    return found
 
 
 def cases(junit: Path) -> list[tuple[str, str, float]]:
@@ -85,7 +79,7 @@ def main() -> int:
     args = parser.parse_args()
     records = read_records(args.lab / "suite.acct")
     chains = ancestries(records)
-    stage_spans = spans(args.lab)
+    stage_spans = {name: (start, end) for name, start, end in parse_spans((args.lab / "stage-spans.txt").read_text())}
     for stage, junit in STAGES.items():
         path = args.lab / "suite-counts" / junit
         if stage not in stage_spans or not path.exists():
