@@ -234,13 +234,16 @@ molecule_converge() {
 TWIN_INVENTORY=$REPO/inventories/lab-twin/hosts.yml
 # The two chains end about together (docs/performance.md has the split measured): the twin's
 # starts its tests earlier (no fresh check, no role scenarios first) but runs the image
-# runtime's scenario and the fault catalogue, the longest test file, and then the firewall's tests,
-# which touch neither the runtime nor the checkpoint. (The kernel caches' tests
+# runtime's scenario and the fault catalogue, the longest test file, the firewall's tests (they
+# touch neither the runtime nor the checkpoint), then the runtime upgrade (a venv pin and an
+# image tag upgraded and rolled back: Docker and the lab's base image are already there), whose
+# leftovers the teardown stages after it take off too. The first lab runs the rest, then the model
+# switch and the rollbacks. (The kernel caches' tests
 # stay on the first lab: run on the twin right before the catalogue, its killed-engine batch's
 # repair run met a booting engine, changed what no fault of the batch owns, and once restarted Ray
 # with the engine at its start limit; docs/performance.md.)
-TWIN_TESTS=(tests/integration/test_lab_faults.py tests/integration/test_lab_checkpoint.py
-            tests/integration/test_lab_runtime_image.py tests/integration/test_lab_firewall.py)
+TWIN_TESTS=(tests/integration/test_lab_faults.py tests/integration/test_lab_runtime_image.py
+            tests/integration/test_lab_firewall.py)
 # The twin's nodes as they are before anything runs on them: the teardown stage compares them
 # with it at the end (tests/integration/test_lab_teardown.py).
 TWIN_FRESH_SNAPSHOT=$REPO/.lab/twin-fresh-snapshot.json
@@ -293,6 +296,8 @@ twin_stages() {
     chain_stage scenarios-prepared role_scenarios full "${PREPARED_ROLE_SCENARIOS[@]}" &&
     chain_stage twin-integration python -m pytest "${TWIN_TESTS[@]}" -q -p no:cacheprovider -m lab --durations=15 \
       --junitxml="$COUNTS_DIR/integration-twin.xml" &&
+    chain_stage twin-upgrade python -m pytest tests/integration/test_lab_upgrade.py -q -p no:cacheprovider -m upgrade \
+      --durations=10 --junitxml="$COUNTS_DIR/upgrade-twin.xml" &&
     chain_stage twin-teardown twin_teardown &&
     if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then chain_stage twin-down python tests/lab/sparklab down; fi
 }
@@ -309,13 +314,15 @@ stage molecule molecule_converge
 stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"
 wait_chain side
 start_chain sanity sanity_stage
-# `model_switch` (test_lab_model_switch.py: two whole-site runs switching the served model,
-# about 400-600 s on this machine) and `rollback` (test_lab_rollback.py: five engine restarts
-# through the wrapper, tests/lab/README.md has its measured time) and `upgrade`
-# (test_lab_upgrade.py: runtime installs and engine restarts) are left out until a chain has
-# room for them.
+# The day-two tests that change what the lab serves run after the others, in a stage of their own:
+# the upgrade (test_lab_upgrade.py) on the twin, above; here `model_switch`
+# (test_lab_model_switch.py: two whole-site runs switching the served model and back) and
+# `rollback` (test_lab_rollback.py: recorded deployments, two broken changes rolled back by
+# `sparkctl up` itself, `sparkctl rollback` to an older record). tests/lab/README.md has their times.
 stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p no:cacheprovider -m "lab and not model_switch and not rollback and not upgrade" --durations=30 \
   --junitxml="$COUNTS_DIR/integration.xml"
+stage day-two python -m pytest tests/integration/test_lab_model_switch.py tests/integration/test_lab_rollback.py -q -p no:cacheprovider \
+  -m "model_switch or rollback" --durations=15 --junitxml="$COUNTS_DIR/day-two.xml"
 # sparklab's own output (each step timed) shows in the log, which molecule's destroy hides;
 # molecule's destroy then finds the lab gone and resets its scenario state.
 lab_down() {

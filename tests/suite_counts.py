@@ -11,6 +11,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 
+# The JUnit files tests/suite.sh has its pytest stages write, in the order they are reported
+# (tests/unit/test_suite_counts.py keeps the two lists in step).
+STAGES = ("timing", "unit", "real-server", "fresh-check", "integration", "day-two", "integration-twin", "upgrade-twin",
+          "teardown-twin", "teardown-twin-after")
+
+
 def stage_counts(path: Path) -> dict[str, int]:
     """tests, failures (errors included), skipped and passed of one JUnit file."""
     root = ET.parse(path).getroot()
@@ -48,8 +54,7 @@ def scenario_line(path: Path) -> str:
 def main(argv: list[str]) -> int:
     counts_dir, catalogue_dir = Path(argv[1]), Path(argv[2])
     print("\n===== tests run =====")
-    for name in ("timing", "unit", "real-server", "fresh-check", "integration", "integration-twin", "teardown-twin",
-                 "teardown-twin-after"):
+    for name in STAGES:
         path = counts_dir / f"{name}.xml"
         if not path.exists():
             print(f"{name:<14} (stage not reached)")

@@ -1,11 +1,12 @@
 """The suite's end report: tests per stage from pytest's JUnit files, catalogue entries."""
 
+import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from suite_counts import catalogue_entries, main, stage_counts  # noqa: E402
+from suite_counts import STAGES, catalogue_entries, main, stage_counts  # noqa: E402
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="1" failures="2"
  skipped="3" tests="20" time="1.0"></testsuite></testsuites>"""
@@ -45,3 +46,9 @@ def test_role_scenarios_are_counted_and_a_failed_one_is_named(tmp_path, capsys):
 def test_role_scenarios_not_reached_are_said(tmp_path, capsys):
     main(["x", str(tmp_path), str(tmp_path)])
     assert "scenarios      (stage not reached)" in capsys.readouterr().out
+
+
+def test_every_junit_file_the_suite_writes_is_reported():
+    suite = (Path(__file__).resolve().parents[1] / "suite.sh").read_text()
+    written = re.findall(r'--junitxml="\$COUNTS_DIR/([\w-]+)\.xml"', suite)
+    assert written and sorted(written) == sorted(STAGES)
