@@ -62,6 +62,8 @@ def _switch(run_site, result_table, profile: str, *extra: str):
     # The old engine was stopped by the switch itself, before the new one's files.
     assert "Stop the engine being replaced on every node" in run.output
     assert "changed: [spark1] => (item=sparkctl-engine.service)" in run.output, run.output[-6000:]
+    # Ray restarts from the new runtime as planned: no wait for raylets the run itself stopped, no recovery.
+    assert "Recovering the Ray cluster" not in run.output, run.output[-6000:]
     assert _served_model() == profile
     want = PROFILES[profile]
     VENVS[profile] = serving_venv("spark1")

@@ -8,8 +8,10 @@ a venv install or a download. From the served lab-standin (record A):
   2. a broken change (the stand-in's KV cache shrunk below the profile's kv_cache_tokens minimum:
      the engine serves, verify fails) makes `sparkctl up` roll back to B by itself, say so and
      exit 1;
-  3. a change whose engine crashes at every boot fails at serve: `sparkctl up` verifies the
-     cluster after it and rolls back to B by itself;
+  3. a broken runtime upgrade (the engine pinned to sparklab-engine 0.3.2, a release whose every
+     boot dies after loading): the runtime stage builds its venv beside the serving one, the serve
+     stage fails, and `sparkctl up` verifies the cluster after it and rolls back to B by itself:
+     B's venv serves again, the new one stays built;
   4. `sparkctl rollback` (the previous distinct deployment) returns to A;
   5. a record whose runtime is gone from the nodes is refused before any change.
 Each step's time goes in the session's report table. The history is the test's own directory
@@ -27,7 +29,7 @@ import sys
 import time
 
 import pytest
-from labrun import LAB_INVENTORY_DIR, REPO, node_exec
+from labrun import LAB_INVENTORY_DIR, REPO, node_exec, serving_venv
 
 pytestmark = [pytest.mark.lab, pytest.mark.rollback]
 
@@ -41,8 +43,11 @@ GOOD = {"spark_profile_overrides": {"engine": {"env": {"SPARKLAB_ENGINE_TTFT_S":
 # engine starts and answers, and only verify sees the fault.
 BROKEN = {"spark_profile_overrides": {"engine": {"args": {"max_num_seqs": 3, "max_model_len": 1024},
                                                  "env": {"SPARKLAB_ENGINE_KV_BYTES_PER_TOKEN": "1048576"}}}}
-# The stand-in crashes at every boot: the serve stage's health wait fails (systemd's start limit).
-NEVER_BOOTS = {"spark_profile_overrides": {"engine": {"env": {"SPARKLAB_ENGINE_CRASH_DURING_BOOT": "1"}}}}
+# A release of the stand-in whose every boot dies after loading (tests/lab/engine/_build/sparklab_build.py,
+# RELEASE_DEFECTS): the serve stage's health wait fails (systemd's start limit).
+BROKEN_RELEASE = "0.3.2"
+BROKEN_UPGRADE = {"spark_profile_overrides": {"runtime": {"venv": {"packages": [f"sparklab-engine=={BROKEN_RELEASE}"]}}}}
+VENVS = "/opt/sparkctl/venvs"
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +86,12 @@ def history(sparkctl) -> list[dict]:
     return json.loads(proc.stdout)
 
 
+def installed_version(host: str, venv: str, check: bool = True) -> str:
+    """The stand-in's version installed in venv ("" when the venv has none and check is false)."""
+    return node_exec(host, f"{venv}/bin/python", "-c", "import importlib.metadata as m; print(m.version('sparklab-engine'))",
+                     check=check).stdout.strip()
+
+
 def engine_started_at() -> str:
     return node_exec("spark1", "systemctl", "show", "-p", "ActiveEnterTimestampMonotonic", "--value",
                      "sparkctl-engine.service").stdout.strip()
@@ -116,13 +127,26 @@ def test_a_broken_change_rolls_back_by_itself_and_rollback_returns_to_an_older_r
     assert failed["status"] == "failed" and any("kv_cache_tokens" in f for f in failed["failures"]), failed["failures"]
     assert [r["deployment_id"] for r in history(sparkctl)] == [second, first]  # the broken one was never recorded
 
-    # A change whose engine never comes up: serve fails, `up` verifies the cluster and rolls back to B.
-    proc = sparkctl("engine never boots, rolled back by itself", "up", "--tags", "serve,verify", "-e", json.dumps(NEVER_BOOTS))
+    # A runtime upgrade whose engine never comes up: its venv is built beside B's, serve fails, `up`
+    # verifies the cluster and rolls back to B by itself, B's venv serving again.
+    serving = {host: serving_venv(host) for host in HOSTS}
+    since = node_exec("spark1", "date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
+    proc = sparkctl(f"broken upgrade (engine {BROKEN_RELEASE}), rolled back by itself", "up", "--tags", "runtime,serve,verify",
+                    "-e", json.dumps(BROKEN_UPGRADE))
     said = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 1, said[-4000:]
     assert "serve failed after the serve stage started: verifying the cluster" in said, said[-4000:]
     assert f"ROLLING BACK to deployment {second[7:15]}" in said and "ROLLED BACK: the cluster serves deployment" in said
+    journal = node_exec("spark1", "journalctl", "-u", "sparkctl-engine.service", "--since", since, "--no-pager",
+                        "-o", "cat").stdout
+    assert f"release {BROKEN_RELEASE} carries the defect 'crash-during-boot'" in journal, journal[-3000:]
     assert served_id() == second
+    for host in HOSTS:
+        assert serving_venv(host) == serving[host], host
+        assert installed_version(host, serving[host]) == "0.3.0", host
+        built = [venv for venv in node_exec(host, "ls", VENVS).stdout.split() if f"{VENVS}/{venv}" != serving[host]
+                 and installed_version(host, f"{VENVS}/{venv}", check=False) == BROKEN_RELEASE]
+        assert len(built) == 1, (host, built)  # beside, kept for a retry
     failed = json.loads((report_dir / "verify-failed.json").read_text())
     assert failed["status"] == "failed" and failed["intended"]["profile"]["sha256"] != \
         history(sparkctl)[0]["profile"]["sha256"], failed

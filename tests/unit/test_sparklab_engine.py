@@ -416,6 +416,16 @@ def test_the_crash_switch_fails_every_boot_after_loading(tmp_path, loopback_only
     assert "Application startup complete." not in text
 
 
+def test_a_release_with_a_boot_defect_fails_every_boot_after_loading(tmp_path, loopback_only, monkeypatch):
+    # The lab's broken runtime upgrade: nothing in the environment asks for the crash, the release does.
+    monkeypatch.setattr(sparklab_engine, "RELEASE_DEFECT", "crash-during-boot")
+    model = make_checkpoint(tmp_path / "m")
+    code, text = _fatal_run(serve_argv(model), dict(BASE_ENV, SPARKLAB_ENGINE_LOAD_S="0"))
+    assert code == 1 and "Loading weights" in text and "Application startup complete." not in text
+    assert ("EngineCore failed to start: crashing during boot on purpose (release %s carries the defect "
+            "'crash-during-boot')" % sparklab_engine.__version__) in text
+
+
 def test_ray_backend_without_ray_is_fatal(tmp_path, loopback_only, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     model = make_checkpoint(tmp_path / "m")
@@ -681,6 +691,8 @@ def test_every_wheel_the_build_writes_says_its_own_version():
             init = archive.read("sparklab_engine/__init__.py").decode()
             record = archive.read(f"sparklab_engine-{version}.dist-info/RECORD").decode()
         assert re.findall(r'^__version__ = "(.*)"$', init, re.M) == [version]
+        # Only the releases named as defective carry a defect; the sources carry none.
+        assert re.findall(r'^RELEASE_DEFECT = "(.*)"$', init, re.M) == [sparklab_build.RELEASE_DEFECTS.get(version, "")]
         # The RECORD's hash is of the file as packed.
         line = next(entry for entry in record.splitlines() if entry.startswith("sparklab_engine/__init__.py,"))
         assert line.endswith(f",{len(init.encode())}")

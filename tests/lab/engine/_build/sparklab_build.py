@@ -26,7 +26,10 @@ EPOCH = (1980, 1, 1, 0, 0, 0)
 # (tests/lab/profiles/lab-standin-b.yml) pins it, so a switch between the two lab profiles
 # puts a venv with another runtime version beside the first, at the cost of one more small
 # wheel rather than a second package to maintain.
-EXTRA_VERSIONS = ("0.3.1",)
+EXTRA_VERSIONS = ("0.3.1", "0.3.2")
+# Releases that carry a defect (sparklab_engine.RELEASE_DEFECT): a pin bump to one of them is
+# the lab's broken runtime upgrade, built and installed like any other, failing only at boot.
+RELEASE_DEFECTS = {"0.3.2": "crash-during-boot"}
 
 
 def _project():
@@ -62,6 +65,7 @@ def _zip_add(archive, name, data):
 # The package's __version__, rewritten in each wheel to that wheel's version.
 VERSION_SOURCE = "sparklab_engine/__init__.py"
 VERSION_LINE = re.compile(rb'^__version__ = ".*"$', re.M)
+DEFECT_LINE = re.compile(rb'^RELEASE_DEFECT = ".*"$', re.M)
 
 
 def versions():
@@ -86,6 +90,7 @@ def wheel_bytes(version=None):
         if rel == VERSION_SOURCE:
             # Every wheel is built from the same sources: each says its own version.
             data = VERSION_LINE.sub(b'__version__ = "%s"' % version.encode(), data)
+            data = DEFECT_LINE.sub(b'RELEASE_DEFECT = "%s"' % RELEASE_DEFECTS.get(version, "").encode(), data)
         entries.append((rel, data))
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nSummary: {description}\n"
     if requires:

@@ -7,3 +7,7 @@ vLLM's layout the venv runtime touches: a model registry in sparklab_engine/mode
 that an out-of-tree plugin replaces to register its architecture (tests/lab/plugins/sparklab_plugin)."""
 
 __version__ = "0.3.0"
+# A defect a release may carry, written per wheel by _build/sparklab_build.py: "" (none) or
+# "crash-during-boot" (every boot dies after loading, as an engine release with a boot
+# regression does): the lab's broken runtime upgrade is a pin bump to such a release.
+RELEASE_DEFECT = ""

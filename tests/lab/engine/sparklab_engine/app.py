@@ -163,7 +163,7 @@ class EngineServer:
         took = time.monotonic() - started
         if s.crash_during_boot:
             # A boot that dies after loading, as one whose kernels or weights fail does: the restart loop's test.
-            raise StartupError("crashing during boot on purpose (SPARKLAB_ENGINE_CRASH_DURING_BOOT is set)")
+            raise StartupError(f"crashing during boot on purpose ({s.crash_during_boot})")
         # What each rank loaded, from the shards' headers and config.json, as vLLM places the tensors.
         per_rank_gib = memory.weights_per_rank(s.model_dir, checkpoint["shard_names"], checkpoint["config"], tp) / GIB
         for prefix in prefixes:

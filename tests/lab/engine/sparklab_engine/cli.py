@@ -44,7 +44,7 @@ class Settings:
     ray_watch_s: float = 5.0
     ray_address: str = "auto"
     hold_bytes: int = 0
-    crash_during_boot: bool = False
+    crash_during_boot: str = ""  # why every boot dies on purpose; "" boots
     comm: str = "sparklab-engine"
     # The compile step's variables (jit.py), for the ranks this process runs itself.
     jit_env: dict = field(default_factory=dict)
@@ -65,6 +65,18 @@ def parse_bytes(text):
     if result < 0:
         raise UsageError(f"not a byte count: {text!r}")
     return result
+
+
+def _crash_during_boot(env):
+    """Why every boot should die after loading ("" when it should not): the environment asks
+    for it, or this release carries that defect."""
+    from sparklab_engine import RELEASE_DEFECT, __version__
+
+    if (env.get("SPARKLAB_ENGINE_CRASH_DURING_BOOT") or "0").strip().lower() in ("1", "true", "yes"):
+        return "SPARKLAB_ENGINE_CRASH_DURING_BOOT is set"
+    if RELEASE_DEFECT == "crash-during-boot":
+        return f"release {__version__} carries the defect {RELEASE_DEFECT!r}"
+    return ""
 
 
 def _env_float(env, name, default, minimum=0.0):
@@ -158,7 +170,7 @@ def parse_serve(argv, env=None):
         ray_watch_s=_env_float(env, "SPARKLAB_ENGINE_RAY_WATCH_S", 5.0),
         ray_address=env.get("RAY_ADDRESS") or "auto",
         hold_bytes=parse_bytes(env.get("SPARKLAB_ENGINE_HOLD_BYTES") or "0"),
-        crash_during_boot=(env.get("SPARKLAB_ENGINE_CRASH_DURING_BOOT") or "0").strip().lower() in ("1", "true", "yes"),
+        crash_during_boot=_crash_during_boot(env),
         comm=env.get("SPARKLAB_ENGINE_COMM", "sparklab-engine"),
         jit_env={name: env[name] for name in ("FLASHINFER_WORKSPACE_BASE", "SPARKLAB_ENGINE_COMPILE_S") if name in env},
         timing=timing,
