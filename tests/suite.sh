@@ -167,6 +167,10 @@ PREPARED_ROLE_SCENARIOS=(engine_image fabric_test)
 # The teardown's, last on the twin: it takes everything off (tests/integration/test_lab_teardown.py
 # runs its check mode before it and a half-failed first run after it).
 LAST_ROLE_SCENARIOS=(teardown)
+# The observe stage's, last on the first lab, after its lab test (test_lab_observe.py) has turned
+# the stage on: Prometheus and node exporter stay installed and their ports open, which any later
+# converge without spark_observe and the twin's teardown comparison would trip on.
+OBSERVE_ROLE_SCENARIOS=(observe)
 SCENARIO_RESULTS=$COUNTS_DIR/scenarios.txt
 # role_scenarios full|converged SCENARIO...: `full` is molecule's whole test sequence with each
 # role's prepare (--quick; the image runtime, whose prerequisites the whole-site converge does
@@ -323,6 +327,12 @@ stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p 
   --junitxml="$COUNTS_DIR/integration.xml"
 stage day-two python -m pytest tests/integration/test_lab_model_switch.py tests/integration/test_lab_rollback.py -q -p no:cacheprovider \
   -m "model_switch or rollback" --durations=15 --junitxml="$COUNTS_DIR/day-two.xml"
+# The observe stage last (OBSERVE_ROLE_SCENARIOS above): its lab test converges site.yml with
+# spark_observe on twice, breaks the cluster and watches the alerts fire and resolve; the role's
+# scenario then converges the stage a third time (held to changed=0) and runs its verify.
+stage observe python -m pytest tests/integration/test_lab_observe.py -q -p no:cacheprovider -m observe --durations=10 \
+  --junitxml="$COUNTS_DIR/observe.xml"
+stage observe-scenario role_scenarios converged "${OBSERVE_ROLE_SCENARIOS[@]}"
 # sparklab's own output (each step timed) shows in the log, which molecule's destroy hides;
 # molecule's destroy then finds the lab gone and resets its scenario state.
 lab_down() {

@@ -1,4 +1,4 @@
-"""The observe stage on the lab (marker `observe`; by hand or in a chain of its own, see
+"""The observe stage on the lab (marker `observe`; the suite's `observe` stage, see
 docs/observability.md): site.yml with spark_observe=true converges and a re-run changes nothing;
 Prometheus lists every target up; node exporter answers only with the password and only the
 Prometheus host reaches it; the stand-in's vLLM-named metrics arrive through the API proxy; the
@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 from labrun import management_address, node_exec, serving_venv
 
-# Not marked `lab`: the integration stage of tests/suite.sh leaves it out (its cost, measured, is in
-# docs/observability.md); run it by hand with -m observe on a converged lab.
+# Not marked `lab`: the integration stage of tests/suite.sh leaves it out and its `observe` stage runs
+# it last on the first lab, since the stage stays on afterwards (docs/observability.md); by hand,
+# -m observe on a converged lab.
 pytestmark = [pytest.mark.observe]
 
 OBSERVE = ("-e", "spark_observe=true")
