@@ -104,3 +104,31 @@ def test_the_steps_after_verify_are_only_the_checkpoint_and_venv_keeps():
     imports = [t["ansible.builtin.import_role"] for t in tasks if "ansible.builtin.import_role" in t]
     assert imports[-2:] == [{"name": "checkpoint", "tasks_from": "keep.yml"}, {"name": "engine_venv", "tasks_from": "keep.yml"}]
     assert [i["name"] for i in imports] == ["spark", "verify", "checkpoint", "engine_venv"]
+
+
+# What molecule is given another way: the role and collection paths in its environment, the lab's
+# inventory on ansible-playbook's command line (.config/molecule/config.yml).
+CFG_GIVEN_OTHERWISE = {("defaults", "roles_path"), ("defaults", "collections_path"), ("defaults", "inventory")}
+
+
+def test_the_scenarios_run_with_the_projects_ansible_cfg():
+    """Molecule writes an ansible.cfg of its own; every setting of the project's must be in it with
+    the same value (host keys checked, facts not injected as variables, the same SSH masters), so a
+    scenario runs a role as ansible-playbook runs it for a user."""
+    import configparser
+
+    project = configparser.ConfigParser(interpolation=None)
+    project.read(REPO / "ansible.cfg")
+    cfg = yaml.safe_load((REPO / ".config" / "molecule" / "config.yml").read_text())["ansible"]["cfg"]
+
+    def same(value):
+        text = str(value).strip()
+        return {"true": "True", "false": "False"}.get(text.lower(), text)
+
+    missing = [(section, key, value, cfg.get(section, {}).get(key))
+               for section in project.sections() for key, value in project.items(section)
+               if (section, key) not in CFG_GIVEN_OTHERWISE and same(cfg.get(section, {}).get(key)) != same(value)]
+    assert not missing, missing
+    # No control path of molecule's own: Ansible's default, as for the project's runs.
+    assert cfg["ssh_connection"]["control_path"] == "" and "control_path" not in project["ssh_connection"]
+
