@@ -240,9 +240,9 @@ TWIN_INVENTORY=$REPO/inventories/lab-twin/hosts.yml
 # starts its tests earlier (no fresh check, no role scenarios first) but runs the image
 # runtime's scenario and the fault catalogue, the longest test file, the firewall's tests (they
 # touch neither the runtime nor the checkpoint), then the runtime upgrade (a venv pin and an
-# image tag upgraded and rolled back: Docker and the lab's base image are already there), whose
-# leftovers the teardown stages after it take off too. The first lab runs the rest, then the model
-# switch and the rollbacks. (The kernel caches' tests
+# image tag upgraded and rolled back: Docker and the lab's base image are already there) and the
+# model switch, whose leftovers the teardown stages after them take off too. The first lab runs
+# the rest, then the rollbacks and the observe stage. (The kernel caches' tests
 # stay on the first lab: run on the twin right before the catalogue, its killed-engine batch's
 # repair run met a booting engine, changed what no fault of the batch owns, and once restarted Ray
 # with the engine at its start limit; docs/performance.md.)
@@ -300,8 +300,8 @@ twin_stages() {
     chain_stage scenarios-prepared role_scenarios full "${PREPARED_ROLE_SCENARIOS[@]}" &&
     chain_stage twin-integration python -m pytest "${TWIN_TESTS[@]}" -q -p no:cacheprovider -m lab --durations=15 \
       --junitxml="$COUNTS_DIR/integration-twin.xml" &&
-    chain_stage twin-upgrade python -m pytest tests/integration/test_lab_upgrade.py -q -p no:cacheprovider -m upgrade \
-      --durations=10 --junitxml="$COUNTS_DIR/upgrade-twin.xml" &&
+    chain_stage twin-day-two python -m pytest tests/integration/test_lab_upgrade.py tests/integration/test_lab_model_switch.py \
+      -q -p no:cacheprovider -m "upgrade or model_switch" --durations=10 --junitxml="$COUNTS_DIR/day-two-twin.xml" &&
     chain_stage twin-teardown twin_teardown &&
     if [[ "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then chain_stage twin-down python tests/lab/sparklab down; fi
 }
@@ -318,15 +318,16 @@ stage molecule molecule_converge
 stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"
 wait_chain side
 start_chain sanity sanity_stage
-# The day-two tests that change what the lab serves run after the others, in a stage of their own:
-# the upgrade (test_lab_upgrade.py) on the twin, above; here `model_switch`
-# (test_lab_model_switch.py: two whole-site runs switching the served model and back) and
-# `rollback` (test_lab_rollback.py: recorded deployments, two broken changes rolled back by
-# `sparkctl up` itself, `sparkctl rollback` to an older record). tests/lab/README.md has their times.
+# The day-two tests that change what the lab serves run after the others, in stages of their own:
+# the upgrade (test_lab_upgrade.py) and `model_switch` (test_lab_model_switch.py: two whole-site
+# runs switching the served model and back) on the twin, above; here `rollback`
+# (test_lab_rollback.py: recorded deployments, a broken change and a broken runtime upgrade rolled
+# back by `sparkctl up` itself, `sparkctl rollback` to an older record). tests/lab/README.md has
+# their times.
 stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p no:cacheprovider -m "lab and not model_switch and not rollback and not upgrade" --durations=30 \
   --junitxml="$COUNTS_DIR/integration.xml"
-stage day-two python -m pytest tests/integration/test_lab_model_switch.py tests/integration/test_lab_rollback.py -q -p no:cacheprovider \
-  -m "model_switch or rollback" --durations=15 --junitxml="$COUNTS_DIR/day-two.xml"
+stage day-two python -m pytest tests/integration/test_lab_rollback.py -q -p no:cacheprovider -m rollback --durations=15 \
+  --junitxml="$COUNTS_DIR/day-two.xml"
 # The observe stage last (OBSERVE_ROLE_SCENARIOS above): its lab test converges site.yml with
 # spark_observe on twice, breaks the cluster and watches the alerts fire and resolve; the role's
 # scenario then converges the stage a third time (held to changed=0) and runs its verify.

@@ -14,7 +14,7 @@ from pathlib import Path
 # The JUnit files tests/suite.sh has its pytest stages write, in the order they are reported
 # (tests/unit/test_suite_counts.py keeps the two lists in step).
 STAGES = ("timing", "unit", "real-server", "fresh-check", "integration", "day-two", "observe", "integration-twin",
-          "upgrade-twin", "teardown-twin", "teardown-twin-after")
+          "day-two-twin", "teardown-twin", "teardown-twin-after")
 
 
 def stage_counts(path: Path) -> dict[str, int]:
