@@ -175,6 +175,17 @@ def serving_venv(node: str = "spark1") -> str:
     raise AssertionError(f"{node}: no sparkctl unit names a venv ({', '.join(VENV_UNITS)})")
 
 
+# Where roles/engine_venv puts the venvs it creates (spark_engine_venv_path's parent).
+VENV_ROOT = "/opt/sparkctl/venvs"
+
+
+def standin_version(node: str, venv: str, check: bool = True) -> str:
+    """The lab stand-in engine's version installed in venv on node ("" when the venv holds none
+    and check is false)."""
+    return node_exec(node, f"{venv}/bin/python", "-c", "import importlib.metadata as m; print(m.version('sparklab-engine'))",
+                     check=check).stdout.strip()
+
+
 def node_args(node: str, args) -> list[str]:
     """A catalogue step's command line for node, its {serving_venv} placeholder filled (tests/catalogue/README.md)."""
     argv = [str(arg) for arg in args]

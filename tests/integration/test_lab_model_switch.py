@@ -21,7 +21,7 @@ import json
 import time
 
 import pytest
-from labrun import JIT_CACHE_ROOT, jit_boots, jit_identity, jit_kernel, node_exec, serving_venv
+from labrun import JIT_CACHE_ROOT, VENV_ROOT, jit_boots, jit_identity, jit_kernel, node_exec, serving_venv, standin_version
 
 pytestmark = [pytest.mark.lab, pytest.mark.model_switch]
 
@@ -46,11 +46,6 @@ def _served_model() -> str:
     return node_exec("spark1", "python3", "-c", code).stdout.strip()
 
 
-def _engine_version(host: str, venv: str) -> str:
-    return node_exec(host, f"{venv}/bin/python", "-c",
-                     "import importlib.metadata as m; print(m.version('sparklab-engine'))").stdout.strip()
-
-
 def _switch(run_site, result_table, profile: str, *extra: str):
     caches = {host: jit_identity(host) for host in HOSTS}
     t0 = time.monotonic()
@@ -67,10 +62,10 @@ def _switch(run_site, result_table, profile: str, *extra: str):
     assert _served_model() == profile
     want = PROFILES[profile]
     VENVS[profile] = serving_venv("spark1")
-    assert VENVS[profile].startswith(f"/opt/sparkctl/venvs/{profile}"), VENVS
+    assert VENVS[profile].startswith(f"{VENV_ROOT}/{profile}"), VENVS
     for host in HOSTS:
         assert serving_venv(host) == VENVS[profile], host
-        assert _engine_version(host, VENVS[profile]) == want["version"]
+        assert standin_version(host, VENVS[profile]) == want["version"]
         # What every node verified (the head also keeps the hub's manifest).
         assert json.loads(node_exec(host, "cat", f"{want['checkpoint']}/{STAMP}").stdout), host
     assert json.loads(node_exec("spark1", "cat", f"{want['checkpoint']}/.sparkctl-manifest.json").stdout)

@@ -29,7 +29,7 @@ import sys
 import time
 
 import pytest
-from labrun import LAB_INVENTORY_DIR, REPO, node_exec, serving_venv
+from labrun import LAB_INVENTORY_DIR, REPO, VENV_ROOT, node_exec, serving_venv, standin_version
 
 pytestmark = [pytest.mark.lab, pytest.mark.rollback]
 
@@ -47,7 +47,6 @@ BROKEN = {"spark_profile_overrides": {"engine": {"args": {"max_num_seqs": 3, "ma
 # RELEASE_DEFECTS): the serve stage's health wait fails (systemd's start limit).
 BROKEN_RELEASE = "0.3.2"
 BROKEN_UPGRADE = {"spark_profile_overrides": {"runtime": {"venv": {"packages": [f"sparklab-engine=={BROKEN_RELEASE}"]}}}}
-VENVS = "/opt/sparkctl/venvs"
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +83,6 @@ def history(sparkctl) -> list[dict]:
     proc = sparkctl("history", "history", "--json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
-
-
-def installed_version(host: str, venv: str, check: bool = True) -> str:
-    """The stand-in's version installed in venv ("" when the venv has none and check is false)."""
-    return node_exec(host, f"{venv}/bin/python", "-c", "import importlib.metadata as m; print(m.version('sparklab-engine'))",
-                     check=check).stdout.strip()
 
 
 def engine_started_at() -> str:
@@ -143,9 +136,9 @@ def test_a_broken_change_rolls_back_by_itself_and_rollback_returns_to_an_older_r
     assert served_id() == second
     for host in HOSTS:
         assert serving_venv(host) == serving[host], host
-        assert installed_version(host, serving[host]) == "0.3.0", host
-        built = [venv for venv in node_exec(host, "ls", VENVS).stdout.split() if f"{VENVS}/{venv}" != serving[host]
-                 and installed_version(host, f"{VENVS}/{venv}", check=False) == BROKEN_RELEASE]
+        assert standin_version(host, serving[host]) == "0.3.0", host
+        built = [venv for venv in node_exec(host, "ls", VENV_ROOT).stdout.split() if f"{VENV_ROOT}/{venv}" != serving[host]
+                 and standin_version(host, f"{VENV_ROOT}/{venv}", check=False) == BROKEN_RELEASE]
         assert len(built) == 1, (host, built)  # beside, kept for a retry
     failed = json.loads((report_dir / "verify-failed.json").read_text())
     assert failed["status"] == "failed" and failed["intended"]["profile"]["sha256"] != \

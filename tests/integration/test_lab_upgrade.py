@@ -32,7 +32,7 @@ import threading
 import time
 
 import pytest
-from labrun import LAB_INVENTORY_DIR, REPO, api_call, lab, management_address, node_exec, serving_venv
+from labrun import LAB_INVENTORY_DIR, REPO, VENV_ROOT, api_call, lab, management_address, node_exec, serving_venv, standin_version
 
 pytestmark = [pytest.mark.lab, pytest.mark.upgrade]
 
@@ -40,7 +40,6 @@ HOSTS = ("spark1", "spark2")
 OLD, NEW = "0.3.0", "0.3.1"
 ENGINE_UNIT = "sparkctl-engine.service"
 RAY_UNITS = {"spark1": "sparkctl-ray-head.service", "spark2": "sparkctl-ray-worker.service"}
-VENVS = "/opt/sparkctl/venvs"
 IMAGE_CONTEXT = REPO / "tests" / "lab" / "profiles" / "contexts" / "lab-image"
 OLD_TAG, NEW_TAG = "sparklab/engine:local", "sparklab/engine:bumped"
 # The lab's base with the engine in it (tests/lab/sparklab.py, ENGINE_BASE_TAG).
@@ -63,11 +62,6 @@ def served_version() -> str:
     return node_exec("spark1", "python3", "-c", code).stdout.strip()
 
 
-def installed_version(host: str, venv: str) -> str:
-    return node_exec(host, f"{venv}/bin/python", "-c",
-                     "import importlib.metadata as m; print(m.version('sparklab-engine'))").stdout.strip()
-
-
 def started(host: str, unit: str) -> str:
     return node_exec(host, "systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", unit).stdout.strip()
 
@@ -79,8 +73,8 @@ def marks(host: str, venvs: list[str]) -> list[str]:
 
 def lock_venvs(host: str) -> list[str]:
     """The lab profile's per-lock venvs on host (roles/spark: <profile>-<12 hex digits>)."""
-    names = node_exec(host, "ls", VENVS).stdout.split()
-    return sorted(f"{VENVS}/{n}" for n in names if re.fullmatch(r"lab-standin-[0-9a-f]{12}", n))
+    names = node_exec(host, "ls", VENV_ROOT).stdout.split()
+    return sorted(f"{VENV_ROOT}/{n}" for n in names if re.fullmatch(r"lab-standin-[0-9a-f]{12}", n))
 
 
 def node_records() -> list[dict]:
@@ -174,19 +168,21 @@ def start_record(site_converged, sparkctl):
 
 def test_a_pin_bump_is_built_beside_the_serving_venv_then_switched_to_and_rolled_back(start_record, sparkctl):
     old = serving_venv("spark1")
-    assert re.fullmatch(rf"{VENVS}/lab-standin-[0-9a-f]{{12}}", old), old
+    assert re.fullmatch(rf"{VENV_ROOT}/lab-standin-[0-9a-f]{{12}}", old), old
     assert served_version() == OLD
     engine_before = started("spark1", ENGINE_UNIT)
     ray_before = {host: started(host, RAY_UNITS[host]) for host in HOSTS}
 
     # The runtime stage builds the new lock's venv beside the serving one; nothing serving moves.
+    # (Another test on this lab may have left a venv of its own: only the ones this step adds count.)
+    present = {host: lock_venvs(host) for host in HOSTS}
     output, down = sparkctl(f"pin {NEW}: runtime (beside the serving venv)", "up", "--tags", "runtime", "-e", _pin(NEW))
     assert down == [], down
-    built = {host: [v for v in lock_venvs(host) if v != old] for host in HOSTS}
+    built = {host: [v for v in lock_venvs(host) if v not in present[host]] for host in HOSTS}
     assert built["spark1"] == built["spark2"] and len(built["spark1"]) == 1, built
     new = built["spark1"][0]
     for host in HOSTS:
-        assert installed_version(host, new) == NEW and installed_version(host, old) == OLD, host
+        assert standin_version(host, new) == NEW and standin_version(host, old) == OLD, host
         assert serving_venv(host) == old, host
     assert started("spark1", ENGINE_UNIT) == engine_before and served_version() == OLD
 
