@@ -207,6 +207,8 @@ SGLANG_ARGS = ("[2026-12-01 10:00:00] server_args=ServerArgs(model_path='/srv/m'
 @pytest.mark.parametrize("line", [
     SGLANG_ARGS,
     f'server_args=ServerArgs(api_key="{KEY}")',
+    # Later 0.5 releases log a dict of the resolved arguments.
+    f"server_args={{'model_path': '/srv/m', 'api_key': '{KEY}', 'admin_api_key': None, 'tp_size': 2}}",
     f"args: --api-key {KEY} --port 8001",
     f"args: --api-key={KEY}",
     f"VLLM_API_KEY={KEY}",
@@ -222,6 +224,14 @@ def test_the_key_is_scrubbed_from_log_lines(line):
     # The known spellings go even when the key itself is not known.
     if "plain mention" not in line:
         assert KEY not in scrub_lines([line])[0]
+
+
+def test_a_hugging_face_token_is_scrubbed_from_log_lines():
+    from ansible_collections.sparkctl.spark.plugins.module_utils.log_scrub import scrub_lines
+
+    token = "hf_" + "Q7x" * 12
+    assert scrub_lines([f"downloading with token {token}", "hf_transfer enabled"]) == [
+        "downloading with token <redacted by sparkctl>", "hf_transfer enabled"]
 
 
 def test_scrubbing_keeps_the_rest_of_the_line():

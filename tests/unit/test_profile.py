@@ -437,7 +437,8 @@ def test_sglang_ranks_join_the_head_link_address():
         unit = out["units"][host]["sparkctl-sglang-rank.service"]
         assert f"--node-rank {rank} " in unit and "--nnodes 3 " in unit
         assert "--dist-init-addr 192.168.100.10:25000" in unit
-        assert ("--config /etc/sparkctl/sglang-api.yaml" in unit) == (rank == 0)
+        # Behind the API proxy no rank is given the key (test_secrets_in_logs.py).
+        assert "--config" not in unit and "sglang-api.yaml" not in unit
     assert "sparkctl-sglang-router.service" in out["units"]["spark1"]
     assert "sparkctl-sglang-router.service" not in out["units"]["spark2"]
 
@@ -653,8 +654,11 @@ def test_every_unit_names_the_files_it_reads_at_start(name):
     readers = {(h, u) for h, units in out["inputs"].items() for u, files in units.items() if key in files}
     image = profile["runtime"]["kind"] == "image"
     if profile["topology"]["kind"] == "sglang_ranks":
-        # --config <key file> on rank 0 only.
-        assert readers == {("spark1", "sparkctl-sglang-rank.service")}
+        # Behind the API proxy SGLang is given no key; without it, rank 0 reads it with --config.
+        assert readers == set()
+        alone = P.render(profile, dict(c, api_proxy=False))
+        assert {(h, u) for h, units in alone["inputs"].items() for u, files in units.items() if key in files} == {
+            ("spark1", "sparkctl-sglang-rank.service")}
     else:
         # An image's API server runs inside the head's Ray container, which took the key at its start.
         assert readers == {("spark1", "sparkctl-ray-head.service" if image else "sparkctl-engine.service")}
@@ -1022,8 +1026,12 @@ def test_sglang_and_ngc_renders_carry_the_key_file_never_a_key(name):
     assert "--api-key" not in rendered and "VLLM_API_KEY" not in rendered and "api_key" not in rendered
     readers = sorted((h, u) for h, units in out["units"].items() for u, text in units.items() if c["api_key_file"] in text)
     if name.endswith("sglang"):
-        # rank 0 reads it with --config (and a container gets it mounted read-only).
-        assert readers == [("spark1", "sparkctl-sglang-rank.service")]
+        # Behind the API proxy no unit names it; without the proxy rank 0 reads it with --config
+        # (and a container gets it mounted read-only).
+        assert readers == []
+        alone = P.render(profile, dict(c, api_proxy=False))
+        assert sorted((h, u) for h, units in alone["units"].items() for u, text in units.items()
+                      if c["api_key_file"] in text) == [("spark1", "sparkctl-sglang-rank.service")]
     else:
         # The image's Ray head container takes it with --env-file; the API server runs inside it.
         assert readers == [("spark1", "sparkctl-ray-head.service")]

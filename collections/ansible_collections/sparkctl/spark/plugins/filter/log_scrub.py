@@ -12,9 +12,9 @@ name: log_scrub
 short_description: Journal lines without the API key or URL credentials
 version_added: 0.1.0
 description:
-  - Replaces the known spellings of an API key in a log line (an C(api_key='...') field as SGLang prints its
-    C(ServerArgs), C(--api-key VALUE), C(VLLM_API_KEY=), C(api-key:), a C(Bearer) header), credentials inside URLs,
-    and every exact secret given, with C(<redacted by sparkctl>).
+  - Replaces the known spellings of an API key in a log line (an C(api_key='...') field or dict entry as
+    SGLang prints its server arguments, C(--api-key VALUE), C(VLLM_API_KEY=), C(api-key:), a C(Bearer) header), a
+    Hugging Face token (C(hf_...)), credentials inside URLs, and every exact secret given, with C(<redacted by sparkctl>).
   - The same code scrubs the lines C(sparkctl.spark.engine_health) returns.
 options:
   _input:

@@ -37,7 +37,7 @@ from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_traps impor
     trap_problems, uses_cuda_graphs,
 )
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_render import (
-    ENGINE_BIND_BEHIND_PROXY, NETWORKD_WAIT_ONLINE, api_endpoints, args_argv, engine_argv, engine_port,
+    ENGINE_BIND_BEHIND_PROXY, NETWORKD_WAIT_ONLINE, api_endpoints, args_argv, engine_argv, engine_port, engine_takes_key,
     environment, link_wait_argv, list_argv, profile_digest, ray_argv, render, render_digest, router_argv,
     secret_files, serving_split, systemd_quote, unit_inputs, unit_names, venv_digest,
 )
@@ -53,7 +53,7 @@ __all__ = [
     "schema_problems", "DEFAULT_NODE_BUDGET_BYTES", "GIB", "NCCL_GRAPH_FIX", "context_tokens",
     "node_memory_bytes", "speculative_method", "trap_problems", "uses_cuda_graphs",
     "ENGINE_BIND_BEHIND_PROXY", "NETWORKD_WAIT_ONLINE", "api_endpoints", "args_argv", "engine_argv",
-    "engine_port", "environment", "link_wait_argv", "list_argv", "profile_digest", "ray_argv", "render",
+    "engine_port", "engine_takes_key", "environment", "link_wait_argv", "list_argv", "profile_digest", "ray_argv", "render",
     "render_digest", "router_argv", "secret_files", "serving_split", "systemd_quote", "unit_inputs", "unit_names",
     "venv_digest", "profile_problems", "resolve",
 ]

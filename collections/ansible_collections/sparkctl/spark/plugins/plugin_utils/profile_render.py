@@ -109,6 +109,21 @@ def api_endpoints(profile, cluster):
     return {"proxy": proxy, "public": public, "engine": engine}
 
 
+def engine_takes_key(profile, cluster):
+    """Whether the engine process is given the API key. vLLM always is (VLLM_API_KEY, from its
+    environment file). SGLang logs its parsed server arguments at every start, the key among
+    them, whichever way the key came: sglang/srt/entrypoints/engine.py logs
+    f"{server_args=}" (0.5.4: the dataclass's repr, `api_key='...'`; later 0.5 releases a dict,
+    `'api_key': '...'`), and --config's YAML is merged into argv before parsing
+    (server_args_config_parser.py), so the journal would hold a key given to it. Behind the API
+    proxy SGLang's router and rank 0 listen on loopback only and nginx requires the key on every
+    route but /health, so SGLang is given none; without the proxy SGLang's own check is the only
+    one, so it takes the key from its --config file (and logs it: sparkctl scrubs what it shows)."""
+    if profile["engine"]["kind"] == "vllm":
+        return True
+    return not api_endpoints(profile, cluster)["proxy"]
+
+
 def engine_argv(profile, cluster, node_rank=0):
     """The argv of the engine process on node `node_rank` (0 = head)."""
     engine = profile["engine"]["kind"]
@@ -145,14 +160,17 @@ def engine_argv(profile, cluster, node_rank=0):
         argv += list_argv("logits_processors", parsers.get("logits_processors") or [], engine)
         return argv
     # SGLang: every node runs one rank of the same command; rank 0 serves HTTP on
-    # loopback behind the router, and reads its API key from a --config file.
+    # loopback behind the router, and reads the API key from a --config file only when
+    # no API proxy holds it (engine_takes_key).
     argv += ["--served-model-name", api["served_model_name"], "--tp-size", str(topo["tensor_parallel"])]
     if topo.get("expert_parallel", 1) > 1:
         argv += ["--ep-size", str(topo["expert_parallel"])]
     argv += ["--nnodes", str(topo["nodes"]), "--node-rank", str(node_rank),
              "--dist-init-addr", f"{head_ip}:{topo.get('dist_init_port', 25000)}"]
     if node_rank == 0:
-        argv += ["--host", "127.0.0.1", "--port", str(topo.get("rank0_port", 30000)), "--config", cluster["api_key_file"]]
+        argv += ["--host", "127.0.0.1", "--port", str(topo.get("rank0_port", 30000))]
+        if engine_takes_key(profile, cluster):
+            argv += ["--config", cluster["api_key_file"]]
     argv += args_argv(profile["engine"].get("args") or {}, engine)
     if parsers.get("tool_call"):
         argv += ["--tool-call-parser", parsers["tool_call"]]
@@ -206,11 +224,13 @@ def environment(profile):
 
 
 def secret_files(profile, cluster):
-    """How the API key reaches the engine without appearing on argv (`ps`)."""
+    """How the API key reaches the engine without appearing on argv (`ps`). The file is written
+    whether or not the engine reads it (engine_takes_key): the API proxy, the probes and
+    Prometheus read the key from it."""
     if profile["engine"]["kind"] == "vllm":
         # vLLM reads VLLM_API_KEY when --api-key is absent (docs: OpenAI-compatible server).
         return {cluster["api_key_file"]: {"format": "env", "key": "VLLM_API_KEY", "mode": "0600"}}
-    # SGLang reads server arguments from a YAML file given with --config.
+    # SGLang reads server arguments from a YAML file given with --config (without the API proxy).
     return {cluster["api_key_file"]: {"format": "yaml", "key": "api-key", "mode": "0600"}}
 
 
@@ -398,13 +418,14 @@ def render(profile, cluster):
         for rank, node in enumerate([cluster["head"]] + workers):
             host = node["name"]
             rank_argv = argv if rank == 0 else engine_argv(profile, cluster, rank)
-            # SGLang's key arrives through --config <file>, so no rank needs it in its environment.
+            # SGLang's key arrives through --config <file> (rank 0, without the API proxy only),
+            # so no rank needs it in its environment.
             files = [fabric_env, engine_env]
             unit = UNITS["sglang_rank"]
             exec_argv = rank_argv
             if image:
                 exec_argv = _docker_run(profile, cluster, unit_stem(unit), rank_argv, files)
-                if rank == 0:
+                if rank == 0 and engine_takes_key(profile, cluster):
                     # --config reads the key file inside the container: mount it read-only.
                     idx = exec_argv.index(cluster["image"])
                     exec_argv = exec_argv[:idx] + ["-v", f"{key_file}:{key_file}:ro"] + exec_argv[idx:]
@@ -449,7 +470,8 @@ def unit_inputs(profile, cluster):
     key_file = cluster["api_key_file"]
     head = cluster["head"]["name"]
     workers = [w["name"] for w in cluster["workers"]]
-    inputs = _unit_inputs(profile, head, workers, image, fabric_env, engine_env, key_file)
+    inputs = _unit_inputs(profile, head, workers, image, fabric_env, engine_env, key_file,
+                          engine_takes_key(profile, cluster))
     if not image and cluster.get("venv_path"):
         marker = change_marker(cluster["venv_path"])
         for units in inputs.values():
@@ -458,7 +480,7 @@ def unit_inputs(profile, cluster):
     return inputs
 
 
-def _unit_inputs(profile, head, workers, image, fabric_env, engine_env, key_file):
+def _unit_inputs(profile, head, workers, image, fabric_env, engine_env, key_file, takes_key):
     inputs = {host: {} for host in [head] + workers}
     if profile["topology"]["kind"] in ("ray_tp", "ray_tp_ep"):
         # The API server of an image runs inside the head's Ray container: its key is that container's.
@@ -468,7 +490,7 @@ def _unit_inputs(profile, head, workers, image, fabric_env, engine_env, key_file
         inputs[head][UNITS["engine"]] = [] if image else [fabric_env, engine_env, key_file]
     else:
         for host in [head] + workers:
-            inputs[host][UNITS["sglang_rank"]] = [fabric_env, engine_env] + ([key_file] if host == head else [])
+            inputs[host][UNITS["sglang_rank"]] = [fabric_env, engine_env] + ([key_file] if host == head and takes_key else [])
         inputs[head][UNITS["sglang_router"]] = []
     return inputs
 
