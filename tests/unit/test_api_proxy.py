@@ -12,7 +12,8 @@ answers 401 without the key, streams arrive token by token, the verify probe pas
 the validate commands accept good files and refuse broken ones, a reload takes a new key, and the
 per-client limits hold: half-sent requests neither starve an authenticated stream nor stay open past
 the header timeout, a 401 closes its connection, concurrent streams pass the defaults, and a
-client over its connection limit or request rate gets 429."""
+client over its connection limit or request rate gets 429, whether it sends the key, none or a
+wrong one."""
 
 from __future__ import annotations
 
@@ -62,8 +63,10 @@ CASES = {
                                                  "dir_name": "solar-open-100b-fp8", "shards": None}},
     "lab-standin": {},
 }
+# The location auth_request asks for the key check (the golden configurations show it).
+KEY_CHECK_LOCATION = "sparkctl-api-key-check"
 ROUTES = ["/v1/models", "/v1/completions", "/v1/chat/completions", "/version", "/ping", "/metrics", "/tokenize",
-          "/invocations", "/_standin/stats", "/anything"]
+          "/invocations", "/_standin/stats", "/anything", "/" + KEY_CHECK_LOCATION]
 
 
 def load(name, overrides=None):
@@ -344,6 +347,19 @@ def test_without_the_key_every_route_but_health_answers_401(proxied):
     assert request(proxy.url, "POST", "/health")[0] == 403
     assert request(proxy.url, "GET", "/v1/../health")[0] == 200
     assert request(proxy.url, "GET", "/health/../version")[0] == 401
+    # The key check's own location answers auth_request's subrequest only: a request line naming
+    # it is malformed, and in absolute form its path is an ordinary route that needs the key.
+    raw = "GET %s HTTP/1.1\r\nHost: spark\r\n\r\n"
+    assert _raw_status(proxy.port, raw % KEY_CHECK_LOCATION) == 400
+    assert _raw_status(proxy.port, raw % ("http://127.0.0.1:%d/%s" % (proxy.port, KEY_CHECK_LOCATION))) == 401
+
+
+def _raw_status(port, request_text):
+    """The status of the answer to a request sent byte for byte as given."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request_text.encode())
+        status_line = sock.makefile("rb").readline()
+    return int(status_line.split()[1])
 
 
 @needs_nginx
@@ -588,6 +604,46 @@ def test_a_client_over_its_request_rate_gets_429_after_the_burst(tmp_path_factor
         assert headers["Retry-After"] == "1" and json.loads(body)["error"]["type"] == "rate_limit_error"
         time.sleep(1.5)  # the bucket drains at 20 requests a second
         assert request(proxy.url, "GET", "/v1/models", key=KEY)[0] == 200
+    finally:
+        proxy.stop()
+
+
+def _request_from(source, port, path, key=None):
+    """The status of one GET sent from the loopback address source (another client address to nginx)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
+    try:
+        conn.request("GET", path, headers={"Authorization": "Bearer " + key} if key else {})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+@needs_nginx
+def test_requests_without_the_right_key_meet_the_same_request_limit(tmp_path_factory, proxied):
+    engine, _ = proxied
+    # A bucket that refills once a second, with a burst of 5: six requests pass at once, then
+    # one more per second the loop takes. However slowly this machine sends the 30 requests
+    # (up to ~20 s), most of them arrive with the bucket empty, so the counts below hold.
+    proxy = Nginx(tmp_path_factory.mktemp("proxy_keyless_rate"), engine.port,
+                  options={"requests_per_second_per_client": 1, "request_burst_per_client": 5})
+    try:
+        wrong = "sk-wrong-0123456789abcdef0123456789abcdef"
+        started = time.monotonic()
+        answers = [request(proxy.url, "GET", path, key=key)
+                   for path in ("/v1/models", "/version", "/metrics") for key in (None, wrong) for _ in range(5)]
+        elapsed = time.monotonic() - started
+        statuses = [status for status, _, _ in answers]
+        assert statuses[:6] == [401] * 6, statuses
+        assert set(statuses) == {401, 429} and statuses.count(401) <= 7 + int(elapsed), (elapsed, statuses)
+        _, headers, body = next(answer for answer in answers if answer[0] == 429)
+        assert headers["Retry-After"] == "1" and json.loads(body)["error"]["code"] == "rate_limit_exceeded"
+        # One bucket per client address, with or without the key: the key buys this address no
+        # second bucket, and another address keeps its own.
+        assert _request_from("127.0.0.1", proxy.port, "/v1/models", key=KEY) == 429
+        assert _request_from("127.0.0.2", proxy.port, "/v1/models", key=KEY) == 200
+        assert _request_from("127.0.0.2", proxy.port, "/v1/models") == 401
     finally:
         proxy.stop()
 

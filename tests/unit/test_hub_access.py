@@ -7,6 +7,8 @@ token never appears in a result or message."""
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import module_runner
 import pytest
@@ -159,6 +161,84 @@ def test_an_unreachable_hub_is_a_warning():
     result, judged = _judge(type("Hub", (), {"url": "http://127.0.0.1:9"})())
     assert result["reachable"] is False
     assert judged["status"] == "warn" and "could not reach the hub" in judged["detail"]
+
+
+# -- 3xx answers the probe does not follow ----------------------------------------------------
+
+
+class _Answers(BaseHTTPRequestHandler):
+    """A hub on loopback that lists one LFS file and answers each path as the test sets it:
+    server.answers maps a path (query included) to (status, headers); /hop/N redirects to
+    /hop/N+1 for ever."""
+
+    def log_message(self, format, *args):  # noqa: A002 (signature of the base class)
+        pass
+
+    def do_GET(self):  # noqa: N802 (http.server naming)
+        answer = self.server.answers.get(self.path)
+        if answer is None and self.path.startswith("/hop/"):
+            answer = (302, {"Location": "/hop/%d" % (int(self.path.rsplit("/", 1)[1]) + 1)})
+        if answer is None and self.path.startswith("/api/models/"):
+            siblings = [{"rfilename": "config.json"}, {"rfilename": "model.safetensors", "lfs": {"size": 10}}]
+            body = json.dumps({"sha": "b" * 40, "gated": False, "siblings": siblings}).encode()
+            answer = (200, {"Content-Type": "application/json"}, body)
+        status, headers, body = (answer + (b"",))[:3] if answer else (404, {}, b"")
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def answers_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    server.answers = {}
+    server.url = "http://127.0.0.1:%d" % server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+@pytest.fixture
+def answering_hub(answers_server):
+    answers_server.answers.clear()
+    yield answers_server
+    answers_server.answers.clear()
+
+
+RESOLVE = "/sparklab/x/resolve/main/model.safetensors"
+INFO = "/api/models/sparklab/x/revision/main?blobs=true"
+
+
+@pytest.mark.parametrize("path, answer, answered_by, why", [
+    (RESOLVE, (304, {}), RESOLVE, "not a redirect"),
+    (RESOLVE, (300, {"Location": "/elsewhere"}), RESOLVE, "not a redirect"),
+    (RESOLVE, (305, {"Location": "http://127.0.0.1:9/"}), RESOLVE, "not a redirect"),
+    (RESOLVE, (302, {}), RESOLVE, "no Location"),
+    (RESOLVE, (307, {"Location": "file:///etc/passwd"}), RESOLVE, "file:///etc/passwd, which is not http"),
+    (RESOLVE, (308, {"Location": "ftp://127.0.0.1:9/model.safetensors"}), RESOLVE, "which is not http"),
+    (RESOLVE, (302, {"Location": "/hop/1"}), "/hop/5", "redirect 6 in a row, more than the 5"),
+    (RESOLVE, (302, {"Location": RESOLVE}), RESOLVE, "redirect 6 in a row, more than the 5"),
+    (INFO, (304, {}), INFO, "not a redirect"),
+], ids=["304", "300", "305", "302-without-location", "307-to-file", "308-to-ftp", "over-the-hop-limit", "a-loop",
+        "metadata-304"])
+def test_a_3xx_answer_the_probe_does_not_follow_fails_naming_the_url_and_status(answering_hub, path, answer,
+                                                                                  answered_by, why):
+    # The download follows 301, 302, 303, 307 and 308 with a Location to http(s), at most 5 of
+    # them: any other 3xx means it would not get the file, whatever the check made of it.
+    answering_hub.answers[path] = answer
+    result = probe("sparklab/x", "main", token=GRANTED, endpoint=answering_hub.url)
+    judged = verdict(result)
+    status = answer[0]
+    assert judged["status"] == "fail", (result, judged)
+    assert f"{answering_hub.url}{answered_by} answered {status}" in judged["detail"], judged["detail"]
+    assert why in judged["detail"] and "spark_hf_endpoint" in judged["fix"]
+    assert GRANTED not in json.dumps([result, judged])
 
 
 # -- the verdict on recorded answers --------------------------------------------------------

@@ -21,19 +21,26 @@ preflight runs before the checkpoint stage installs it):
    HEAD or an unfollowed 302 does not. The hub answers 401/403 ``X-Error-Code: GatedRepo``
    when the token may not download (metadata of a gated repo is public; its content is not).
 
+Only the redirects the download follows are followed: 301, 302, 303, 307 and 308 with a
+Location to http(s), at most MAX_REDIRECTS in a row. Any other 3xx (a 300, 304 or 305, one
+without a Location, one to another scheme, one past the limit or in a loop) fails the check
+naming the URL that answered it and its status: the download would not get the file either,
+so the answer can be neither a pass nor a hub that is merely out of reach.
+
 The token goes into the Authorization header for the endpoint's own origin only (a
 redirect to another host goes without it, as huggingface_hub does), never over cleartext
 HTTP to another machine (endpoint_problem), and no result or message holds it."""
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import json
 import os
 import socket
 import urllib.error
 import urllib.request
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 USER_AGENT = "sparkctl-hub-access/1"
@@ -44,6 +51,9 @@ LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", 
 INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
 # At most this many redirects between the hub and the byte (hub -> CDN or storage bridge).
 MAX_REDIRECTS = 5
+# What the download follows; every other 3xx answer is refused (unfollowed_redirect).
+FOLLOWED_REDIRECTS = (301, 302, 303, 307, 308)
+FOLLOWED_SCHEMES = ("http", "https")
 
 
 def _origin(url):
@@ -51,16 +61,49 @@ def _origin(url):
     return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
 
 
+class _UnfollowedRedirect(urllib.error.HTTPError):
+    """A redirect the probe refuses to follow, with why in words (unfollowed_redirect)."""
+
+    def __init__(self, url, code, why, headers, fp):
+        super().__init__(url, code, why, headers, fp)
+        self.why = why
+
+
 class _RedirectWithoutCredentials(urllib.request.HTTPRedirectHandler):
     """Follows the hub's redirects to where it keeps large files, and records each hop. The
     Authorization header stays with the origin it was given for: the CDN's pre-signed URL
-    needs no token, and another host must never see it (huggingface_hub behaves the same)."""
+    needs no token, and another host must never see it (huggingface_hub behaves the same).
 
-    max_redirections = MAX_REDIRECTS
+    A redirect the download would not follow is refused here with why: one with no Location
+    header (urllib would read a URI header instead, or give up without saying why), one to a
+    scheme other than http(s) (urllib would follow ftp:// too), one past MAX_REDIRECTS in a
+    row, loops included (urllib's own limits are set above these so the refusal is always
+    this one)."""
+
+    max_redirections = MAX_REDIRECTS + 1
+    max_repeats = MAX_REDIRECTS + 1
 
     def __init__(self):
         super().__init__()
         self.hops = []
+
+    def http_error_302(self, req, fp, code, msg, headers):
+        location = headers.get("Location")
+        if not location:
+            raise _UnfollowedRedirect(req.full_url, code, "a redirect with no Location header", headers, fp)
+        target = urljoin(req.full_url, location)
+        if urlsplit(target).scheme.lower() not in FOLLOWED_SCHEMES:
+            raise _UnfollowedRedirect(req.full_url, code, f"a redirect to {target}, which is not http(s)", headers,
+                                      fp)
+        followed = sum(getattr(req, "redirect_dict", {}).values())
+        if followed >= MAX_REDIRECTS:
+            raise _UnfollowedRedirect(req.full_url, code, f"redirect {followed + 1} in a row, more than the "
+                                      f"{MAX_REDIRECTS} the check follows (a loop, or a longer chain than a hub's)",
+                                      headers, fp)
+        return super().http_error_302(req, fp, code, msg, headers)
+
+    # urllib binds these to its own http_error_302: each must reach the checks above.
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D401 (urllib's signature)
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
@@ -134,7 +177,7 @@ def _default_opener(redirects=None):
     return urllib.request.build_opener(redirects or _RedirectWithoutCredentials())
 
 
-def _answer(status, headers, body=b"", url=None):
+def _answer(status, headers, body=b"", url=None, unfollowed_redirect=None):
     headers = headers or {}
     return {
         "status": status,
@@ -142,7 +185,23 @@ def _answer(status, headers, body=b"", url=None):
         "error_message": headers.get("X-Error-Message"),
         "body": body,
         "url": url,
+        "unfollowed_redirect": unfollowed_redirect,
     }
+
+
+def _unfollowed_redirect(err, url):
+    """{url, status, why} of a 3xx answer that ended a request unfollowed: refused by the redirect
+    handler (why given), or one urllib does not follow at all (300, 304, 305, ...)."""
+    why = getattr(err, "why", None)
+    if why is None:
+        if err.code not in FOLLOWED_REDIRECTS:
+            codes = ", ".join(str(code) for code in FOLLOWED_REDIRECTS[:-1])
+            why = (f"which is not a redirect the download follows ({codes} or {FOLLOWED_REDIRECTS[-1]} with a "
+                   "Location header)")
+        else:
+            why = "a redirect the check did not follow"
+    phrase = http.client.responses.get(err.code)
+    return {"url": url, "status": err.code, "why": f"({phrase}), {why}" if phrase else why}
 
 
 def _request(opener, method, url, token, timeout, extra_headers=None, read_limit=None):
@@ -161,7 +220,9 @@ def _request(opener, method, url, token, timeout, extra_headers=None, read_limit
                 body = response.read(read_limit) if read_limit is not None else response.read()
             return _answer(response.status, response.headers, body, response.geturl()), None
     except urllib.error.HTTPError as err:
-        answer = _answer(err.code, err.headers, url=getattr(err, "url", None) or url)
+        answered = getattr(err, "url", None) or url
+        unfollowed = _unfollowed_redirect(err, answered) if 300 <= err.code < 400 else None
+        answer = _answer(err.code, err.headers, url=answered, unfollowed_redirect=unfollowed)
         try:
             err.close()
         except (OSError, ValueError):
@@ -218,6 +279,7 @@ def probe(repo_id, revision, token=None, endpoint=None, timeout=15, opener=None)
         "content_error_message": None,
         "download_host": None,
         "redirects": 0,
+        "unfollowed_redirect": None,
     }
     if result["endpoint_problem"]:
         return result  # nothing is sent: the token would cross the network in clear text
@@ -226,7 +288,8 @@ def probe(repo_id, revision, token=None, endpoint=None, timeout=15, opener=None)
         result.update(reachable=False, reason=_scrub(reason, token))
         return result
     result.update(info_status=info["status"], info_error_code=info["error_code"],
-                  info_error_message=_scrub(info["error_message"], token))
+                  info_error_message=_scrub(info["error_message"], token),
+                  unfollowed_redirect=_scrubbed_redirect(info["unfollowed_redirect"], "info", token))
     if info["status"] != 200:
         return result
     try:
@@ -256,8 +319,17 @@ def probe(repo_id, revision, token=None, endpoint=None, timeout=15, opener=None)
         result.update(reachable=False, reason=_scrub(f"{reason}{where}", token))
         return result
     result.update(content_status=content["status"], content_error_code=content["error_code"],
-                  content_error_message=_scrub(content["error_message"], token))
+                  content_error_message=_scrub(content["error_message"], token),
+                  unfollowed_redirect=_scrubbed_redirect(content["unfollowed_redirect"], "content", token))
     return result
+
+
+def _scrubbed_redirect(unfollowed, request, token):
+    """unfollowed_redirect of one request for the result: which request, and no token in its text."""
+    if unfollowed is None:
+        return None
+    return {"request": request, "url": _scrub(unfollowed["url"], token), "status": unfollowed["status"],
+            "why": _scrub(unfollowed["why"], token)}
 
 
 def _page(result):
@@ -307,6 +379,16 @@ def _verdict(result):
             "detail": f"could not reach the hub at {result['endpoint']} to check {where}: {result['reason']}.",
             "fix": "Check the head's network, proxy and 'spark_hf_endpoint'; the checkpoint stage needs the hub "
                    "unless the checkpoint is already in place.",
+        }
+    unfollowed = result.get("unfollowed_redirect")
+    if unfollowed:
+        asked = "the metadata" if unfollowed["request"] == "info" else result["file"]
+        return {
+            "status": "fail",
+            "detail": f"the hub did not hand out {asked} of {where}: {unfollowed['url']} answered "
+                      f"{unfollowed['status']} {unfollowed['why']}.",
+            "fix": "Check spark_hf_endpoint and any proxy between the head and the hub: the download needs the file, "
+                   "or a plain redirect to it over http(s), and would stop at the same answer.",
         }
     refused = _refusal(result)
     if refused is None:

@@ -25,6 +25,10 @@ description:
     storage bridge), as the download does. The hub answers 401 or 403 with C(X-Error-Code: GatedRepo) when the
     token may not download (the metadata of a gated repo is public); any other 401, 403 or 404 on the file is a hub
     that refuses downloads."
+  - Only the redirects the download follows are followed (301, 302, 303, 307 and 308 with a C(Location) to http or
+    https, at most 5 in a row). Any other 3xx answer to either request (a 300, 304 or 305, a redirect without a
+    C(Location), to another scheme, past the limit or in a loop) is a failure naming the URL that answered it and
+    its status (RV(unfollowed_redirect)), never a pass.
   - The token is sent in the C(Authorization) header to the endpoint's own origin only (a redirect to another host
     goes without it), never over plain C(http://) to a host other than loopback (then nothing is sent and the
     result is a failure naming C(spark_hf_endpoint)); it is never part of the result or a message.
@@ -71,7 +75,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 status:
-  description: V(pass), V(fail) (the hub refused; fix the variable the message names) or V(warn) (unreachable).
+  description: V(pass), V(fail) (the hub refused, or answered a 3xx the download would not follow; fix the variable
+    the message names) or V(warn) (unreachable).
   type: str
   returned: always
   sample: fail
@@ -149,6 +154,28 @@ endpoint_problem:
   description: Why the endpoint was not asked at all (a token over plain http to another machine), else null.
   type: str
   returned: always
+unfollowed_redirect:
+  description: The 3xx answer that ended a request unfollowed, else null.
+  type: dict
+  returned: always
+  contains:
+    request:
+      description: V(info) (the metadata) or V(content) (the byte of a file).
+      type: str
+      sample: content
+    url:
+      description: The URL that answered it.
+      type: str
+      sample: https://hf-mirror.example.com/nota-ai/Solar-Open2-250B-Nota-NVFP4/resolve/main/model-00001-of-00051.safetensors
+    status:
+      description: Its HTTP status.
+      type: int
+      sample: 304
+    why:
+      description: Why it was not followed, in words.
+      type: str
+      sample: "(Not Modified), which is not a redirect the download follows (301, 302, 303, 307 or 308 with a Location
+        header)"
 """
 
 

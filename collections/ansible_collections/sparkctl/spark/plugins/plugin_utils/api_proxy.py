@@ -11,7 +11,15 @@ The engine listens on 127.0.0.1:api.engine_port (profile.api_endpoints); nginx l
 public api.bind:api.port, answers /health without a key (proxied to the engine's /health, always
 that path) and everything else only with `Authorization: Bearer <key>`, else 401 with an
 OpenAI-shaped JSON error. The Authorization header goes on to the engine, which checks the key
-too (defence in depth).
+too where it is given one (vLLM; SGLang behind the proxy gets none, since it logs the key it is
+given at every start: profile_render.engine_takes_key).
+
+The per-client limits (limit_conn, limit_req: nginx's preaccess phase) count every request, with
+the key or without it: the key is checked after them, in the access phase (auth_request asking a
+location no client can name), so a client sending no key or a wrong one meets the same 429 as one
+sending the right key, and one address has one bucket whatever it sends. A `return 401` in the
+location would answer in the rewrite phase, before the limits, and let anyone without the key
+send requests unlimited.
 
 Three texts are rendered here, each pure (no host is contacted):
 - config(): nginx's own main configuration (run by sparkctl-api-proxy.service, not the
@@ -33,6 +41,9 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.units import UNITS
 UNIT_NAME = UNITS["api_proxy"]
 # The variable the key include defines: "1" when the request carries the key, else "0".
 AUTH_VARIABLE = "$sparkctl_api_authorized"
+# The location auth_request asks whether a request carries the key. Without a leading '/', no
+# client's request can name it (nginx refuses a request line whose URI does not start with one).
+KEY_CHECK_URI = "sparkctl-api-key-check"
 
 DEFAULTS = {
     # nginx's main configuration and the key include, both read by the master (root) only.
@@ -55,11 +66,12 @@ DEFAULTS = {
     # to hold the connection), and between two reads of its body.
     "client_header_timeout_s": 10,
     "client_body_timeout_s": 30,
-    # Per client address ($binary_remote_addr): requests in progress at once (a stream counts
-    # for as long as it runs), and requests per second with the burst served at once beyond
-    # it. A user's 4-8 concurrent streams, a benchmark's sweep and health polling stay far
-    # below; a runaway script or a flood meets 429. 0 turns a limit off (clients behind one
-    # NAT or gateway share one address: raise them, or turn them off, for such a front).
+    # Per client address ($binary_remote_addr), every request with the key or without it:
+    # requests in progress at once (a stream counts for as long as it runs), and requests per
+    # second with the burst served at once beyond it. A user's 4-8 concurrent streams, a
+    # benchmark's sweep and health polling stay far below; a runaway script or a flood meets
+    # 429. 0 turns a limit off (clients behind one NAT or gateway share one address: raise
+    # them, or turn them off, for such a front).
     "max_connections_per_client": 64,
     "requests_per_second_per_client": 20,
     "request_burst_per_client": 80,
@@ -279,12 +291,21 @@ def config(profile, cluster=None, options=None):
         "            proxy_pass http://sparkctl_engine/health;",
         "        }",
         "",
-        "        # Everything else needs the key; the engine checks it again.",
+        "        # Everything else needs the key. It is checked in",
+        "        # the access phase, after the per-client limits: a `return 401` would answer in the",
+        "        # rewrite phase, before them, and leave requests without the key uncounted.",
         "        location / {",
+        f"            auth_request {KEY_CHECK_URI};",
+        "            proxy_pass http://sparkctl_engine;",
+        "        }",
+        "",
+        "        # auth_request's subrequest: 204 with the key, else 401. No client reaches it: every",
+        "        # URI a client sends starts with '/', this one does not.",
+        f"        location = {KEY_CHECK_URI} {{",
         f"            if ({AUTH_VARIABLE} != 1) {{",
         "                return 401;",
         "            }",
-        "            proxy_pass http://sparkctl_engine;",
+        "            return 204;",
         "        }",
         "",
         "        # Refused without the key: the connection is closed with the answer, so a client",
