@@ -296,7 +296,8 @@ def test_teardown_lists_follow_the_roles():
         value = _yaml(f"{role}/defaults/main.yml")[var]
         assert any(value == p or value.startswith(p + "/") for p in paths), var
     observe = _yaml("observe/defaults/main.yml")
-    for var in ("observe_password_file", "observe_node_exporter_web_config", "observe_prometheus_web_config",
+    for var in ("observe_password_file", "observe_node_exporter_password_file", "observe_grafana_datasource_password_file",
+                "observe_node_exporter_web_config", "observe_prometheus_web_config",
                 "observe_prometheus_rules_file", "observe_engine_key_file", "observe_node_exporter_textfile_dir",
                 "observe_grafana_password_file", "observe_grafana_dropin", "observe_grafana_datasource_file",
                 "observe_grafana_dashboards_provider_file", "observe_grafana_dashboards_dir"):

@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The observe stage's web authentication, and the live numbers `sparkctl status` reads from Prometheus.
+"""The observe stage's credentials and web authentication, and the live numbers `sparkctl status` reads from Prometheus.
+
+Credentials: each component (Prometheus's web pages, the node exporters, Grafana's admin, Grafana's
+data source) has its own password, chosen (vaulted), read back from the file that keeps it, or
+generated; two components with one password are refused, so one leaked file opens one door only.
 
 Web authentication: the bcrypt hash Prometheus and node exporter read from
 their web configuration (``basic_auth_users``), kept when it still matches the password.
@@ -11,6 +15,11 @@ password, so a re-run changes nothing and a new password (the vaulted ``observe_
 replaces it."""
 
 from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+import string
 
 import yaml
 from ansible.errors import AnsibleFilterError
@@ -29,6 +38,12 @@ description:
     (C(basic_auth_users)), and returns it when it verifies O(password); otherwise (no file, no such user, another
     password, text that is not the web configuration) returns a new bcrypt hash of O(password).
   - Needs the C(bcrypt) Python package on the control node (requirements/dev.txt).
+  - C(observe_web_configs) takes the node's texts (C(path), C(content)), per web configuration the users it lets in
+    (C(user), C(credential)) and the secrets by credential, and returns per web configuration each user's hash (as
+    C(observe_web_hash) chooses it); a user named twice in one configuration is refused.
+  - C(observe_secrets) takes the credentials (name to C(password), C(file)) and the registered C(results) of
+    C(ansible.builtin.slurp) looping over their names, and returns each credential's secret, the chosen password, else
+    the file's content (trimmed), else 32 generated letters and digits; two credentials with one secret are refused.
   - C(observe_status_queries) (input ignored) returns the queries C(sparkctl status) asks Prometheus, each C(name) and
     C(query); C(observe_status_lines) takes the registered C(results) of C(ansible.builtin.uri) looping over them
     against C(/api/v1/query) and returns the lines C(status) shows (tokens/s, running and waiting requests, KV cache
@@ -55,7 +70,7 @@ options:
 EXAMPLES = r"""
 - name: Keep the node's hash while it matches
   ansible.builtin.set_fact:
-    observe_hash: "{{ observe_node_web_text | sparkctl.spark.observe_web_hash(observe_secret, 'sparkctl') }}"
+    observe_hash: "{{ observe_node_web_text | sparkctl.spark.observe_web_hash(observe_secrets.prometheus, 'sparkctl') }}"
   no_log: true
 """
 
@@ -97,6 +112,59 @@ def observe_web_hash(web_config_text, password, user, rounds=10):
         except ValueError:
             pass
     return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=int(rounds))).decode()
+
+
+def observe_web_configs(texts, web_users, secrets_by_credential, rounds=10):
+    """Per web configuration path, {user: bcrypt hash} for the users it lets in."""
+    contents = {t.get("path"): t.get("content") or "" for t in texts or [] if isinstance(t, dict)}
+    out = {}
+    for path, users in (web_users or {}).items():
+        hashes = {}
+        for entry in users:
+            user, credential = entry["user"], entry["credential"]
+            if user in hashes:
+                raise AnsibleFilterError(f"observe_web_configs: {path} would let in the user {user!r} twice; give each "
+                                         "component its own user (observe_user, observe_node_exporter_user, "
+                                         "observe_grafana_datasource_user)")
+            if credential not in secrets_by_credential:
+                raise AnsibleFilterError(f"observe_web_configs: no secret for the credential {credential!r}")
+            hashes[user] = observe_web_hash(contents.get(path, ""), secrets_by_credential[credential], user, rounds)
+        out[path] = hashes
+    return out
+
+
+GENERATED_CHARS = string.ascii_letters + string.digits
+
+
+def _kept(result):
+    """The secret a slurp result read back from its file, or None (no file, unreadable, empty)."""
+    if not isinstance(result, dict) or result.get("failed") or "content" not in result:
+        return None
+    try:
+        text = base64.b64decode(result["content"]).decode().strip()
+    except (binascii.Error, UnicodeDecodeError, TypeError):
+        return None
+    return text or None
+
+
+def observe_secrets(credentials, read_results):
+    """Each credential's secret: chosen, else kept in its file, else generated."""
+    if not isinstance(credentials, dict):
+        raise AnsibleFilterError(f"observe_secrets: expected the credentials (a dict), got {type(credentials).__name__}")
+    kept = {r.get("item"): _kept(r) for r in read_results or [] if isinstance(r, dict)}
+    out = {}
+    for name, spec in credentials.items():
+        chosen = str(spec.get("password") or "")
+        out[name] = chosen or kept.get(name) or "".join(secrets.choice(GENERATED_CHARS) for _ in range(32))
+    by_secret = {}
+    for name, secret in out.items():
+        by_secret.setdefault(secret, []).append(name)
+    shared = [names for names in by_secret.values() if len(names) > 1]
+    if shared:
+        said = "; ".join(" and ".join(names) for names in shared)
+        raise AnsibleFilterError(f"observe_secrets: {said} have the same password; each component needs its own "
+                                 "(leave the password empty to have one generated)")
+    return out
 
 
 # What `sparkctl status` asks Prometheus for, by name (vLLM's metric names; the alerts are sparkctl's).
@@ -155,5 +223,6 @@ def observe_status_lines(results):
 
 class FilterModule:
     def filters(self):
-        return {"observe_web_hash": observe_web_hash, "observe_status_lines": observe_status_lines,
+        return {"observe_web_hash": observe_web_hash, "observe_web_configs": observe_web_configs,
+                "observe_secrets": observe_secrets, "observe_status_lines": observe_status_lines,
                 "observe_status_queries": observe_status_queries}
