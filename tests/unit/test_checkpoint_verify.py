@@ -603,6 +603,77 @@ def test_extra_file_fails_when_asked(ckpt):
     assert result["stamp_written"] is False
 
 
+@pytest.fixture
+def single_file_ckpt(tmp_path):
+    """A checkpoint of one model.safetensors and no index, as small models ship."""
+    root = tmp_path / "single"
+    write(root / "model.safetensors", safetensors_bytes(shard_tensors(1)))
+    write(root / "config.json", b'{"architectures": ["LlamaForCausalLM"]}\n')
+    return root, file_manifest(root, ["model.safetensors", "config.json"])
+
+
+def test_stray_safetensors_is_refused_where_no_index_filters_them(single_file_ckpt):
+    """Without an index the engines load every *.safetensors at the top of the directory."""
+    root, manifest = single_file_ckpt
+    write(root / "adapter.safetensors", safetensors_bytes({"w": ("F32", [2])}))
+
+    result = verify(root, manifest)
+
+    assert result["ok"] is False
+    assert kinds(result) == [("adapter.safetensors", "stray")]
+    detail = result["problems"][0]["detail"]
+    assert "every *.safetensors" in detail and "move %s out of %s" % (root / "adapter.safetensors", root) in detail
+
+
+@pytest.mark.parametrize(
+    "rel, kind",
+    [
+        # The engines' glob falls through to *.bin and *.pt only when no *.safetensors is at the top.
+        ("pytorch_model.bin", "extra"),
+        ("consolidated.00.pth", "extra"),
+        ("model-q4_k_m.gguf", "extra"),
+        ("lora/adapter_model.safetensors", "extra"),
+        # vLLM takes a consolidated*.safetensors anywhere in the tree for a Mistral-format checkpoint.
+        ("original/consolidated.safetensors", "stray"),
+        ("mtp.safetensors", "stray"),
+    ],
+)
+def test_only_weights_an_engine_would_load_are_stray(single_file_ckpt, rel, kind):
+    root, manifest = single_file_ckpt
+    write(root / rel, b"x" * 16)
+
+    result = verify(root, manifest)
+
+    assert kinds(result) == [(rel, kind)]
+    assert result["ok"] is (kind == "extra")
+
+
+def test_bin_and_pt_files_are_stray_in_a_checkpoint_without_safetensors(tmp_path):
+    root = tmp_path / "bin"
+    write(root / "pytorch_model.bin", b"torch pickle")
+    write(root / "config.json", b"{}")
+    manifest = file_manifest(root, ["pytorch_model.bin", "config.json"])
+    for rel in ("pytorch_model-old.bin", "quantized.pt", "training_args.bin", "optimizer.pt", "sub/other.bin"):
+        write(root / rel, b"theirs")
+
+    result = verify(root, manifest)
+
+    assert kinds(result) == [("optimizer.pt", "extra"), ("pytorch_model-old.bin", "stray"), ("quantized.pt", "stray"),
+                             ("sub/other.bin", "extra"), ("training_args.bin", "extra")]
+
+
+def test_stray_symlink_to_weights_is_refused(single_file_ckpt, tmp_path):
+    """The engines' glob follows a symlink."""
+    root, manifest = single_file_ckpt
+    write(tmp_path / "elsewhere.safetensors", safetensors_bytes({"w": ("F32", [2])}))
+    (root / "more.safetensors").symlink_to(tmp_path / "elsewhere.safetensors")
+
+    result = verify(root, manifest)
+
+    assert kinds(result) == [("more.safetensors", "stray")]
+    assert result["problems"][0]["detail"].startswith("symlink to %s, not in the manifest; " % (tmp_path / "elsewhere.safetensors"))
+
+
 def test_default_ignores_hub_bookkeeping_and_own_files(ckpt):
     root, manifest = ckpt
     write(root / ".cache/huggingface/download/model-00001-of-00003.safetensors.incomplete", b"")
@@ -674,14 +745,15 @@ def test_stale_shard_beside_the_index_is_named(ckpt):
     assert INDEX in result["problems"][0]["detail"]
 
 
-def test_stale_shard_with_a_manifest_is_also_extra(ckpt):
+def test_stale_shard_with_a_manifest_is_stray(ckpt):
     root, manifest = ckpt
     write(root / "model-00004-of-00004.safetensors", safetensors_bytes({"w": ("F32", [2])}))
 
     result = verify(root, manifest)
 
     assert result["ok"] is False
-    assert kinds(result) == [("model-00004-of-00004.safetensors", "extra"), ("model-00004-of-00004.safetensors", "index")]
+    assert kinds(result) == [("model-00004-of-00004.safetensors", "stray")]
+    assert "not in the weight_map of %s" % INDEX in result["problems"][0]["detail"]
 
 
 def test_manifest_may_list_a_safetensors_file_the_index_does_not(ckpt):
@@ -1010,6 +1082,39 @@ def test_module_reads_a_manifest_file_and_warns_about_extra_files(ckpt, tmp_path
 
     assert (rc, result["ok"], result["changed"]) == (0, True, True)
     assert warnings == ["1 file in %s not in the manifest, left in place: README.md" % root]
+
+
+def test_module_keeps_the_users_other_files_with_a_warning(ckpt, capsys, no_racy_window, monkeypatch):
+    """A LoRA adapter directory and notes beside the checkpoint are no engine's weights: they stay,
+    named in the warning, and the verification passes."""
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning, **kwargs: warnings.append(warning))
+    root, manifest = ckpt
+    write(root / "notes.md", b"# what I tried\n")
+    write(root / "lora/adapter_model.safetensors", safetensors_bytes({"lora_A": ("BF16", [4, 2])}))
+    write(root / "lora/adapter_config.json", b"{}")
+
+    rc, result = run_module({"path": str(root), "manifest": manifest}, capsys)
+
+    assert (rc, result["ok"]) == (0, True), result.get("msg")
+    assert result["foreign"] == ["lora/adapter_config.json", "lora/adapter_model.safetensors", "notes.md"]
+    assert warnings == ["3 files in %s not in the manifest, left in place: "
+                        "lora/adapter_config.json, lora/adapter_model.safetensors, notes.md" % root]
+
+
+def test_module_refuses_a_stray_shard_naming_it_and_the_fix(ckpt, capsys, no_racy_window):
+    root, manifest = ckpt
+    write(root / "notes.md", b"mine")
+    write(root / "model-00009-of-00009.safetensors", safetensors_bytes({"w": ("F32", [2])}))
+
+    rc, result = run_module({"path": str(root), "manifest": manifest}, capsys)
+
+    assert (rc, result["ok"]) == (1, False)
+    assert "move %s out of %s" % (root / "model-00009-of-00009.safetensors", root) in result["msg"]
+    assert "model-00009-of-00009.safetensors: stray: " in result["msg"]
+    assert [line.split(": ")[:2] for line in result["summary"]] == [
+        ["model-00009-of-00009.safetensors", "stray"], ["notes.md", "extra"]]
+    assert result["foreign"] == ["notes.md"]
 
 
 def test_module_extra_files_fail(ckpt, capsys, no_racy_window):

@@ -285,6 +285,44 @@ def test_a_directory_below_them_is_fine(ckpt_dir):
     assert inventory_problems(groups, hostvars) == []
 
 
+def _unit_path_problems(name, value):
+    groups, hostvars = _cluster_with(**{name: value})
+    return [p for p in inventory_problems(groups, hostvars) if f"'{name}'" in p]
+
+
+@pytest.mark.parametrize("venv, said", [
+    ("/opt/sparkctl/venvs/$(touch /tmp/x)", "holds ' ' '$' '(' ')', which a shell or systemd reads as more than part of a path"),
+    ("/opt/sparkctl/venvs/mine\nExecStartPre=/bin/true", "holds a control character ('\\n'): written into a systemd unit, "
+                                                         "a line break starts a new directive"),
+    ("venvs/mine", "is not an absolute path"),
+], ids=["command-substitution", "newline", "relative"])
+def test_an_engine_venv_path_unfit_for_a_unit_is_refused_naming_the_variable(venv, said):
+    problems = _unit_path_problems("spark_engine_venv_path", venv)
+    assert problems == [f"spark1, spark2: 'spark_engine_venv_path' {venv!r} {said}: set it to an absolute path of letters, "
+                        "digits and _ . / @ + - only, e.g. /opt/sparkctl/venvs/mine."], problems
+
+
+@pytest.mark.parametrize("name, value, said", [
+    ("spark_checkpoint_dir", "/srv/models/x;id", "holds ';'"),
+    ("spark_checkpoint_dir", "/srv/models/./x", "is not in normal form ('/srv/models/x' is)"),
+    ("spark_checkpoint_dir", "/srv/models/x:/etc", "holds ':'"),
+    ("spark_api_key_file", "/etc/sparkctl/key%h.env", "holds '%'"),
+    ("checkpoint_rsyncd_config_file", "/etc/sparkctl/rsyncd.conf --address=0.0.0.0", "holds ' ' '='"),
+], ids=["checkpoint-dir-semicolon", "checkpoint-dir-dot", "checkpoint-dir-colon", "api-key-file-specifier", "rsyncd-config-space"])
+def test_other_paths_written_into_units_are_refused_naming_the_variable(name, value, said):
+    problems = _unit_path_problems(name, value)
+    assert len(problems) == 1 and problems[0].startswith(f"spark1, spark2: '{name}' {value!r} {said}"), problems
+    assert "set it to an absolute path of letters, digits and _ . / @ + - only, e.g. /" in problems[0]
+
+
+@pytest.mark.parametrize("name, value", [("spark_engine_venv_path", "/opt/sparkctl/venvs/mine-2.1_rc@x+y"),
+                                         ("spark_api_key_file", "/etc/sparkctl/api-key.env"),
+                                         ("checkpoint_rsyncd_config_file", "/etc/sparkctl/checkpoint-rsyncd.conf")],
+                         ids=["venv", "api-key-file", "rsyncd-config"])
+def test_plain_absolute_paths_pass(name, value):
+    assert _unit_path_problems(name, value) == []
+
+
 def _load_inventory(path):
     """Flatten a YAML inventory and its group_vars into (groups, hostvars), as Ansible would for these files."""
     data = yaml.safe_load((path / "hosts.yml").read_text())

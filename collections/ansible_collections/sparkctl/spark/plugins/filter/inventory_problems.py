@@ -15,6 +15,7 @@ from ansible_collections.sparkctl.spark.plugins.module_utils import hub_access
 from ansible_collections.sparkctl.spark.plugins.module_utils import link_address
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import known_bad
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile_schema
 
 DOCUMENTATION = r"""
 name: inventory_problems
@@ -35,6 +36,10 @@ description:
     stage; the key never appears in a message.
   - A hub endpoint (C(spark_hf_endpoint)) that is not an http(s) URL, or plain C(http://) to another machine while
     C(spark_hf_token) is set (the token would cross the network in clear text; loopback is accepted), is refused.
+  - Paths written into sparkctl's systemd units (C(spark_engine_venv_path), C(spark_checkpoint_dir), C(spark_api_key_file),
+    C(checkpoint_rsyncd_config_file)), where a host sets them, must be absolute, in normal form, and hold only letters,
+    digits and C(_ . / @ + -); a shell metacharacter, a C(%) or a line break there would run as a command or start a
+    new unit directive.
   - The firewall role's variables a host sets (C(firewall_api_allowed_cidrs), C(firewall_extra_allowed_tcp_ports),
     C(firewall_ssh_ports), C(ansible_port), ...) are checked as the role's C(firewall_ruleset) filter checks them.
   - The user's own known-bad platform entries (C(preflight_known_bad_platforms_extra)) are checked as the preflight
@@ -235,6 +240,39 @@ def _checkpoint_dir_problem(ckpt_dir, vars_):
     return None
 
 
+# Paths an inventory may set that sparkctl writes into systemd units (the engine's and Ray's
+# ExecStart= and EnvironmentFile=, the /bin/sh line putting the venv on PATH, docker -v, the rsync
+# daemon's ExecStart=), each with a plain path to suggest instead.
+UNIT_PATHS = {
+    "spark_engine_venv_path": "/opt/sparkctl/venvs/mine",
+    "spark_checkpoint_dir": "/srv/sparkctl/models/mine",
+    "spark_api_key_file": "/etc/sparkctl/api-key.env",
+    "checkpoint_rsyncd_config_file": "/etc/sparkctl/checkpoint-rsyncd.conf",
+}
+
+
+def _unit_path_problems(cluster, hostvars):
+    """Each of UNIT_PATHS a host sets must stand in a unit as one plain word, as the profile's own
+    strings must (profile_schema.unit_path_problem): a '$(...)', ';' or line break there would run
+    as a command or start a new directive. One line per problem with the hosts it concerns."""
+    hosts_of = {}
+    for host in cluster:
+        vars_ = hostvars[host]
+        for name, example in UNIT_PATHS.items():
+            if name not in vars_:
+                continue
+            value = vars_[name]
+            # The checkpoint directory's own rule (no system directory, not a home) says it better.
+            if name == "spark_checkpoint_dir" and _checkpoint_dir_problem(value, vars_):
+                continue
+            reason = profile_schema.unit_path_problem(value)
+            if reason:
+                problem = (f"'{name}' {value!r} {reason}: set it to an absolute path of "
+                           f"{profile_schema.UNIT_PATH_CHARACTERS} only, e.g. {example}.")
+                hosts_of.setdefault(problem, []).append(host)
+    return [f"{', '.join(hosts)}: {problem}" for problem, hosts in hosts_of.items()]
+
+
 def _is_count(value):
     """A whole number >= 0, as YAML or -e gives it (an int, or a string of digits)."""
     if isinstance(value, bool):
@@ -404,6 +442,7 @@ def inventory_problems(groups, hostvars):
         )
 
     problems.extend(_checkpoint_problems(any_vars))
+    problems.extend(_unit_path_problems(cluster, hostvars))
     venv_keep = any_vars.get("engine_venv_keep")
     if venv_keep is not None and not _is_count(venv_keep):
         problems.append(f"'engine_venv_keep' {venv_keep!r} must be a whole number: how many of the profile's per-lock "

@@ -19,6 +19,7 @@ Nothing here modifies the checkpoint; the only file ever written is the stamp.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -35,10 +36,27 @@ STAMP_VERSION = 1
 STAMP_MODE = 0o644
 DEFAULT_IGNORE = (".sparkctl-*", ".cache/**")
 
-PROBLEM_KINDS = ("missing", "size", "sha256", "header", "incomplete", "symlink", "extra", "index")
+PROBLEM_KINDS = ("missing", "size", "sha256", "header", "incomplete", "symlink", "extra", "stray", "index")
 
 INDEX_SUFFIX = ".safetensors.index.json"
 SAFETENSORS_SUFFIX = ".safetensors"
+INDEX_NAME = "model" + INDEX_SUFFIX
+
+# What vLLM and SGLang load from a checkpoint directory with their default load format
+# (DefaultModelLoader._prepare_weights in both): they glob the top of the directory, never a
+# subdirectory, for *.safetensors, then *.bin, then *.pt, and take the first pattern that matches
+# anything (vLLM, finding no *.safetensors there, first takes the shards the index names in
+# subdirectories). Safetensors files are then kept only when the weight_map of
+# model.safetensors.index.json names them, if that index exists; without it every *.safetensors at
+# the top is loaded (SGLang drops consolidated.safetensors only when the one other file is
+# model.safetensors). *.bin and *.pt files are loaded less the files trainers leave (the names
+# below). vLLM also takes a checkpoint with a consolidated*.safetensors file anywhere in its tree for
+# a Mistral-format one, and then loads only the top's consolidated*.safetensors. Neither globs *.pth
+# or *.gguf in a directory (GGUF is loaded from the file's own path). Any other file of the user's
+# in the directory is never read by them, and is left where it is.
+TRAINER_FILES = ("training_args.bin", "optimizer.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
+MISTRAL_PATTERN = "consolidated*" + SAFETENSORS_SUFFIX
+
 # Names download tools and copiers give a file that is still being written.
 LEFTOVER_SUFFIXES = (".incomplete", ".part", ".tmp")
 # rsync --delay-updates stages into .~tmp~; .rsync-partial is the conventional --partial-dir.
@@ -671,7 +689,6 @@ def _check_indexes(root, scan, present, manifest, problems):
         expected = expected_by_dir.setdefault(base, {})
         for shard in shards:
             expected.setdefault(posixpath.normpath(posixpath.join(base, shard)), index_rel)
-    listed = set(manifest or ())
     for base, expected in sorted(expected_by_dir.items()):
         for shard, index_rel in sorted(expected.items()):
             if shard in scan.symlinks:
@@ -681,9 +698,10 @@ def _check_indexes(root, scan, present, manifest, problems):
         beside = [rel for rel in present if rel.endswith(SAFETENSORS_SUFFIX) and posixpath.dirname(rel) == base]
         names = sorted(set(expected.values()))
         for rel in sorted(beside):
-            # A manifest is the authority on what belongs; e.g. Mistral repos ship
-            # consolidated.safetensors next to the indexed shards.
-            if rel not in expected and rel not in listed:
+            # A manifest is the authority on what belongs (e.g. Mistral repos ship
+            # consolidated.safetensors next to the indexed shards); what it does not list is
+            # judged as someone else's (extra or stray).
+            if rel not in expected and manifest is None:
                 problems.add(rel, "index", "not in the weight_map of %s (stale shard from another revision?)" % ", ".join(names))
 
 
@@ -744,13 +762,13 @@ def verify_checkpoint(
 
     scan = scan_tree(root, ignored, stamp_matcher(root, stamp_file))
     names = set(manifest or ())
-    _judge_unusable(scan, manifest, names, problems)
-    present = _present_files(scan, manifest, names, problems)
+    _judge_unusable(root, scan, manifest, names, problems)
+    present = _present_files(root, scan, manifest, names, problems)
     result["files"] = len(present)
     result["bytes"] = sum(info.size for info in present.values())
 
     _check_indexes(root, scan, present, manifest, problems)
-    _check_membership(scan, present, manifest, problems)
+    _check_membership(root, scan, present, manifest, problems)
     sized = _check_sizes(scan, present, manifest, problems)
     to_hash = sized if hash_files else []
     _check_headers(root, present, manifest, names, problems)
@@ -788,18 +806,55 @@ def _foreign(manifest, names, rel):
     return manifest is not None and rel not in names
 
 
-def _judge_unusable(scan, manifest, names, problems):
+def engine_load_reason(rel, names):
+    """Why vLLM or SGLang would read rel, a path the manifest (names) does not list, as weights of
+    the checkpoint; None when neither would (their rules are described above TRAINER_FILES)."""
+    base = posixpath.basename(rel)
+    if fnmatch.fnmatchcase(base, MISTRAL_PATTERN) and not any(
+        fnmatch.fnmatchcase(posixpath.basename(name), MISTRAL_PATTERN) for name in names
+    ):
+        return "vLLM takes a checkpoint with a %s file anywhere in it for a Mistral-format one and loads only those" % MISTRAL_PATTERN
+    if "/" in rel:
+        return None
+    top = [name for name in names if "/" not in name]
+    if base.endswith(SAFETENSORS_SUFFIX):
+        if INDEX_NAME in top:
+            # Both engines skip a shard the index does not name, yet one there is refused all the
+            # same: it is most likely a shard of another revision of this checkpoint, and the index
+            # spares only some names (vLLM's consolidated*.safetensors above, the mtp.safetensors
+            # SGLang adds for GLM-4 MoE models with MTP layers when the index omits it).
+            return ("not in the weight_map of %s (a shard of another revision?), at the top of the directory, where the engines "
+                    "look for weights" % INDEX_NAME)
+        return "vLLM and SGLang load every *.safetensors file at the top of the directory when no %s names the shards" % INDEX_NAME
+    if base.endswith((".bin", ".pt")) and not base.endswith(TRAINER_FILES) and not any(name.endswith(SAFETENSORS_SUFFIX) for name in top):
+        return "with no *.safetensors at the top of the directory, vLLM and SGLang load its *.bin and *.pt files"
+    return None
+
+
+def _add_foreign(problems, root, names, rel, detail):
+    """A path the manifest does not list: stray when an engine would load it as weights (refused,
+    with the fix), extra otherwise (someone else's, kept with a warning)."""
+    reason = engine_load_reason(rel, names)
+    if reason is None:
+        problems.add(rel, "extra", detail + ", not in the manifest")
+    else:
+        problems.add(rel, "stray", "%s, not in the manifest; %s: move %s out of %s (to a directory of its own), then run again"
+                     % (detail, reason, os.path.join(root, *rel.split("/")), root))
+
+
+def _judge_unusable(root, scan, manifest, names, problems):
     """What the scan could not use: unreadable paths, symlinks and rsync's partial directories,
-    judged as sparkctl's (broken) or someone else's (extra)."""
+    judged as sparkctl's (broken) or someone else's (extra, or stray when an engine would load it)."""
     own_dirs = manifest_dirs(names)
     for rel, reason in sorted(scan.unreadable.items()):
         if _foreign(manifest, names, rel) and rel != ".":
-            problems.add(rel, "extra", "cannot be read (%s), not in the manifest" % reason)
+            _add_foreign(problems, root, names, rel, "cannot be read (%s)" % reason)
         else:
             problems.add(rel, "missing", "cannot read: %s" % reason)
     for rel, target in sorted(scan.symlinks.items()):
         if _foreign(manifest, names, rel):
-            problems.add(rel, "extra", "symlink to %s, not in the manifest" % target)
+            # The engines' glob follows a symlink.
+            _add_foreign(problems, root, names, rel, "symlink to %s" % target)
         else:
             problems.add(
                 rel, "symlink", "symlink to %s; copies of a symlinked tree can ship empty files, the tree must hold real files" % target
@@ -811,9 +866,9 @@ def _judge_unusable(scan, manifest, names, problems):
             problems.add(rel, "incomplete", "rsync partial/staging directory left by an interrupted transfer")
 
 
-def _present_files(scan, manifest, names, problems):
+def _present_files(root, scan, manifest, names, problems):
     """{rel: info} of the regular files that count as the checkpoint's: the scan's files less
-    the transfer leftovers (reported as incomplete); special files are reported as extra."""
+    the transfer leftovers (reported as incomplete); special files are reported as extra (or stray)."""
     # Names that may legitimately exist per directory, to tell rsync temp files from hidden files.
     known = {}
     for rel in list(scan.files) + list(manifest or ()):
@@ -826,19 +881,22 @@ def _present_files(scan, manifest, names, problems):
         else:
             present[rel] = info
     for rel, kind in sorted(scan.special.items()):
-        if manifest is None or rel not in manifest:
+        if manifest is None:
             problems.add(rel, "extra", "%s, not a regular file" % kind)
+        elif rel not in manifest:
+            _add_foreign(problems, root, names, rel, "%s, not a regular file" % kind)
     return present
 
 
-def _check_membership(scan, present, manifest, problems):
-    """Without a manifest, some *.safetensors must be there; with one, every file it does not list is extra."""
+def _check_membership(root, scan, present, manifest, problems):
+    """Without a manifest, some *.safetensors must be there; with one, every file it does not list
+    is extra, or stray when an engine would load it."""
     if manifest is None:
         if not any(rel.endswith(SAFETENSORS_SUFFIX) for rel in present) and not scan.symlinks:
             problems.add(".", "missing", "no *.safetensors files, and no manifest says what else belongs here")
     else:
         for rel in sorted(set(present) - set(manifest)):
-            problems.add(rel, "extra", "%d bytes, not in the manifest" % present[rel].size)
+            _add_foreign(problems, root, set(manifest), rel, "%d bytes" % present[rel].size)
 
 
 def _check_sizes(scan, present, manifest, problems):

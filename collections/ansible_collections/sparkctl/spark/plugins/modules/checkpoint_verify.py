@@ -62,6 +62,15 @@ options:
         C(.part), C(.tmp), rsync's temporary name, a partial directory beside them) are judged. Anything else
         in the directory belongs to someone else (kind C(extra), listed in RV(foreign)), never a problem a
         caller would repair by deleting.
+      - Such a path that vLLM or SGLang would load as weights of the checkpoint is kind C(stray) instead, and
+        always a problem, whose detail names the fix (move it out of O(path)); at the top of O(path), a
+        C(*.safetensors) file (every one is loaded where no C(model.safetensors.index.json) names the shards; beside
+        that index it is most likely a shard of another revision), and C(*.bin) and C(*.pt) files when the
+        manifest lists no C(*.safetensors) there (the engines' glob falls through to them; C(training_args.bin),
+        C(optimizer.bin), C(optimizer.pt), C(scheduler.pt) and C(scaler.pt) excepted); anywhere, a
+        C(consolidated*.safetensors) file when the manifest has none (vLLM then takes the checkpoint for a
+        Mistral-format one). Anything else, a subdirectory such as a LoRA adapter's, notes, C(*.pth) or
+        C(*.gguf) files, is C(extra).
       - A mapping with a C(files) key holding such a mapping (for example a stamp written by this module on
         another node) is accepted too; other keys per file are ignored.
       - Without O(manifest) and O(manifest_file) only the index, leftover, symlink and header checks run, and
@@ -96,7 +105,8 @@ options:
     default: false
   extra_files:
     description:
-      - What a file present in the tree but not in the manifest means.
+      - What a file present in the tree but not in the manifest means, unless an engine would load it (kind
+        C(stray), always a problem).
       - V(report) lists it in RV(problems) with kind C(extra) and warns, without making RV(ok) false.
       - V(fail) makes RV(ok) false.
     type: str
@@ -124,7 +134,8 @@ options:
     description:
       - Whether the task fails when RV(ok) is false, with one line per problem in the message.
       - V(false) returns the report instead, for a caller that repairs what is named (re-copies files with kind
-        C(missing), C(size), C(sha256), C(header); removes C(extra) and C(incomplete) ones).
+        C(missing), C(size), C(sha256), C(header); removes C(incomplete) ones; leaves C(extra) and C(stray) ones,
+        which are someone else's, to their owner).
     type: bool
     default: true
 seealso:
@@ -190,9 +201,11 @@ problems:
         - C(missing) (a manifest or index file is absent), C(size), C(sha256) (mismatch or unreadable),
           C(header) (the safetensors header is malformed or does not fit the file), C(incomplete) (a leftover
           of an unfinished transfer, or a file that changed while it was verified), C(symlink),
-          C(extra) (not in the manifest), C(index) (unparsable index, or a shard the index does not list).
+          C(extra) (not in the manifest), C(stray) (not in the manifest, and weights an engine would load, see
+          O(manifest)), C(index) (unparsable index, or without a manifest a shard beside the index that it does
+          not list).
       type: str
-      choices: [missing, size, sha256, header, incomplete, symlink, extra, index]
+      choices: [missing, size, sha256, header, incomplete, symlink, extra, stray, index]
       sample: sha256
     detail:
       description: What is wrong, in one sentence.
@@ -238,7 +251,9 @@ stamp_file:
   returned: always
   sample: /srv/models/solar-open2-250b-nvfp4/.sparkctl-verified.json
 foreign:
-  description: Paths in the directory that the manifest does not list (problems of kind C(extra)); left in place.
+  description:
+    - Paths in the directory that the manifest does not list and no engine would load (problems of kind C(extra));
+      left in place. Those an engine would load are problems of kind C(stray), not listed here.
   type: list
   elements: str
   returned: always

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import os
+import posixpath
 import re
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import python_source
@@ -685,6 +686,34 @@ def _is_ip_address(text):
 
 
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+# What a path may hold to stand as one plain word wherever sparkctl writes it into a unit: an
+# ExecStart= argument, an EnvironmentFile=, the /bin/sh -c line that puts the venv first on PATH,
+# a docker -v SOURCE:TARGET. Anything else is read there as more than a letter of the name: a
+# shell's $ ` ; & | ( ) < > * ? # ~ quotes and spaces, systemd's % specifiers, docker's ':'.
+UNIT_PATH_CHARACTERS = "letters, digits and _ . / @ + -"
+_UNIT_PATH_RE = re.compile(r"^[A-Za-z0-9_./@+-]+$")
+
+
+def unit_path_problem(path):
+    """Why `path` cannot be written into a systemd unit as it is, or None: it must be absolute, in
+    normal form (no '.', '..', doubled or trailing '/'), and hold no control character (a
+    line break starts a new unit directive) and no character outside UNIT_PATH_CHARACTERS."""
+    if not isinstance(path, str) or not path:
+        return "is not a path"
+    control = _CONTROL_RE.search(path)
+    if control:
+        return (f"holds a control character ({control.group(0)!r}): written into a systemd unit, a line break "
+                "starts a new directive")
+    unsafe = sorted({char for char in path if not _UNIT_PATH_RE.match(char)})
+    if unsafe:
+        return f"holds {' '.join(repr(char) for char in unsafe)}, which a shell or systemd reads as more than part of a path"
+    if not path.startswith("/"):
+        return "is not an absolute path"
+    # normpath keeps a leading '//' (POSIX leaves its meaning to the system); Linux reads it as '/'.
+    normal = "/" + posixpath.normpath(path).lstrip("/")
+    if normal != path:
+        return f"is not in normal form ({normal!r} is)"
+    return None
 
 
 def _control_characters(c, node, path):
