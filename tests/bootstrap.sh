@@ -121,8 +121,9 @@ if [ "$with_venv" -eq 1 ]; then venv_stage; fi
 
 # --- apt ------------------------------------------------------------------------
 # rsync: the checkpoint mirror's unit tests run the real binary (>= 3.2.3 for --mkpath).
+# nftables: the firewall watcher's unit test runs the real nft in a network namespace of its own.
 t=$(now)
-packages=(rsync)
+packages=(rsync nftables)
 [ "$with_docker" -eq 1 ] && packages+=(docker.io mmdebstrap python3-yaml)
 missing=()
 for pkg in "${packages[@]}"; do

@@ -67,25 +67,31 @@ def _rendered_units():
 RENDERED = dict(_rendered_units())
 
 
-# --- Item: the firewall comes back with nftables, and nothing listens without it -----------
+# --- Item: the firewall stays loaded whatever deletes its table, and nothing listens without it
 
 
 def _firewall_unit() -> dict[str, list[str]]:
     return _sections(_render_template(ROLES / "firewall" / "templates" / "firewall.service.j2",
                                       firewall_family="inet", firewall_table="sparkctl",
-                                      firewall_config_file="/etc/sparkctl/firewall.nft", firewall_nft="/usr/sbin/nft"))
+                                      firewall_config_file="/etc/sparkctl/firewall.nft", firewall_nft="/usr/sbin/nft",
+                                      firewall_watch_python="/usr/bin/python3",
+                                      firewall_watch_path="/opt/sparkctl/libexec/sparkctl-firewall-watch"))
 
 
-def test_the_firewall_unit_follows_every_start_stop_restart_and_reload_of_nftables():
+def test_the_firewall_unit_loads_its_table_and_keeps_it_loaded_apart_from_nftables():
     unit = _firewall_unit()
+    # Loaded after nftables.conf's flush at boot ...
     assert "nftables.service" in _values(unit["Unit"], "After")
-    # restart/stop of nftables.service propagate (its ExecStart and ExecStop flush the ruleset) ...
-    assert _values(unit["Unit"], "PartOf") == ["nftables.service"]
-    # ... so does its reload (`nft -f /etc/nftables.conf`, which starts with `flush ruleset`) ...
-    assert _values(unit["Unit"], "ReloadPropagatedFrom") == ["nftables.service"]
-    # ... and a start of nftables.service after a stop pulls the firewall in again.
-    assert "nftables.service" in _values(unit["Install"], "WantedBy")
-    assert "multi-user.target" in _values(unit["Install"], "WantedBy")
+    assert " ".join(_values(unit["Service"], "ExecStartPre")) == "/usr/sbin/nft -f /etc/sparkctl/firewall.nft"
+    # ... then kept by its main process, which loads the file again whenever the table is deleted
+    # (files/sparkctl-firewall-watch): nftables.service's stop must not take the table with it, so
+    # the unit does not follow nftables.service.
+    assert " ".join(_values(unit["Service"], "ExecStart")) == (
+        "/usr/bin/python3 /opt/sparkctl/libexec/sparkctl-firewall-watch --nft /usr/sbin/nft --family inet "
+        "--table sparkctl --rules /etc/sparkctl/firewall.nft")
+    assert _values(unit["Service"], "Type") == ["simple"] and _values(unit["Service"], "Restart") == ["always"]
+    assert not _values(unit["Unit"], "PartOf") and not _values(unit["Unit"], "BindsTo")
+    assert _values(unit["Install"], "WantedBy") == ["multi-user.target"]
     # The firewall never needs fabric.env and never binds a stop to the engines.
     assert not _values(unit["Service"], "EnvironmentFile")
 

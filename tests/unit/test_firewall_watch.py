@@ -1,0 +1,143 @@
+"""roles/firewall/files/sparkctl-firewall-watch, the firewall unit's main process: it loads the rule
+set file again the moment the table is deleted (nftables.service's flush, `nft flush ruleset`), and
+only then; its stop deletes the table. Its nft is a recording stand-in here; the lab runs the real
+one (tests/catalogue/faults.yml, firewall_gone_after_nftables_stop_and_flush)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from importlib.machinery import SourceFileLoader
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "firewall" / "files" / "sparkctl-firewall-watch"
+
+
+def load_watch():
+    loader = SourceFileLoader("sparkctl_firewall_watch", str(SCRIPT))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+watch = load_watch()
+
+
+class FakeNft:
+    """nft's table as a flag: `list table` answers by it, `-f` sets it, `delete table` clears it."""
+
+    def __init__(self, loaded=True, load_rc=0):
+        self.loaded, self.load_rc, self.calls = loaded, load_rc, []
+
+    def __call__(self, argv, **kwargs):
+        self.calls.append(argv[1:])
+        if argv[1:3] == ["list", "table"]:
+            rc = 0 if self.loaded else 1
+        elif argv[1] == "-f":
+            rc = self.load_rc
+            self.loaded = self.loaded or rc == 0
+        elif argv[1:3] == ["delete", "table"]:
+            rc, self.loaded = (0 if self.loaded else 1), False
+        return subprocess.CompletedProcess(argv, rc, stdout="Error: syntax error" if rc else "")
+
+
+def keeper(nft, logs):
+    return watch.Keeper("/usr/sbin/nft", "inet", "sparkctl", "/etc/sparkctl/firewall.nft", run=nft, log=logs.append)
+
+
+@pytest.mark.parametrize("line, ours", [
+    ("delete table inet sparkctl\n", True),
+    ("delete table inet sparkctl2\n", False),
+    ("delete table ip nat\n", False),
+    ("# new generation 4 by process 25968 (nft)\n", False),
+    ("add table inet sparkctl\n", False),
+])
+def test_only_the_deletion_of_its_own_table_is_an_event(line, ours):
+    assert watch.deletion_event(line, "inet", "sparkctl") is ours
+
+
+def test_a_flushed_ruleset_loads_the_file_again_and_says_so():
+    nft, logs = FakeNft(), []
+
+    def events():
+        nft.loaded = False  # what `nft flush ruleset` did before the kernel told the monitor
+        yield "delete table ip nat\n"
+        yield "delete table inet sparkctl\n"
+
+    keeper(nft, logs).watch(events())
+    assert nft.loaded is True
+    assert ["-f", "/etc/sparkctl/firewall.nft"] in nft.calls
+    assert logs == ["table inet sparkctl was gone (deleted: delete table inet sparkctl): loaded "
+                    "/etc/sparkctl/firewall.nft again"]
+
+
+def test_a_reload_of_its_own_file_loads_nothing():
+    # `nft -f` of the rule set deletes and adds the table in one transaction: the monitor reports
+    # the deletion, but the table is there when it is checked.
+    nft, logs = FakeNft(), []
+    keeper(nft, logs).watch(iter(["delete table inet sparkctl\n"]))
+    assert ["-f", "/etc/sparkctl/firewall.nft"] not in nft.calls and logs == []
+
+
+def test_a_table_gone_before_the_watch_starts_is_loaded():
+    nft, logs = FakeNft(loaded=False), []
+    keeper(nft, logs).watch(iter([]))
+    assert nft.loaded is True and "deleted before the watch started" in logs[0]
+
+
+def test_a_rule_set_that_does_not_load_is_said_with_nfts_words():
+    nft, logs = FakeNft(loaded=False, load_rc=1), []
+    assert keeper(nft, logs).ensure("deleted: x") is True
+    assert "did not load: Error: syntax error" in logs[0]
+
+
+def test_its_stop_deletes_the_table_and_nothing_else():
+    nft, logs = FakeNft(), []
+    assert keeper(nft, logs).delete() is True
+    assert nft.calls == [["delete", "table", "inet", "sparkctl"]]
+
+
+RULES = """table inet sparkctl
+delete table inet sparkctl
+table inet sparkctl {
+  chain input {
+    type filter hook input priority filter; policy accept;
+    iifname "lo" accept
+  }
+}
+"""
+# In a network namespace of its own (nothing the machine's own ruleset holds is touched): the table
+# loaded, the watcher started, the whole ruleset flushed; the table must be back, then the watcher's
+# stop must delete it.
+NAMESPACE_SCRIPT = """
+set -e
+nft -f "$RULES"
+python3 "$WATCH" --rules "$RULES" > "$LOG" 2>&1 &
+watcher=$!
+sleep 0.5
+nft flush ruleset
+back=no
+for i in $(seq 50); do if nft list table inet sparkctl > /dev/null 2>&1; then back=yes; break; fi; sleep 0.1; done
+echo "back=$back"
+kill -TERM $watcher
+wait $watcher || true
+if nft list table inet sparkctl > /dev/null 2>&1; then echo after-stop=present; else echo after-stop=gone; fi
+"""
+
+
+@pytest.mark.skipif(not Path("/usr/sbin/nft").exists() or not Path("/usr/bin/unshare").exists(),
+                    reason="needs nft and unshare (tests/bootstrap.sh installs nftables)")
+def test_the_real_nft_a_flushed_ruleset_is_back_and_the_stop_deletes_the_table(tmp_path):
+    rules, log = tmp_path / "firewall.nft", tmp_path / "watch.log"
+    rules.write_text(RULES)
+    proc = subprocess.run(["/usr/bin/unshare", "--net", "sh", "-c", NAMESPACE_SCRIPT], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "RULES": str(rules),
+                                           "WATCH": str(SCRIPT), "LOG": str(log)})
+    if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
+        pytest.skip("no permission for a network namespace: " + proc.stderr.strip())
+    assert proc.returncode == 0, proc.stderr
+    assert "back=yes" in proc.stdout and "after-stop=gone" in proc.stdout, proc.stdout + log.read_text()
+    assert "table inet sparkctl was gone (deleted: delete table inet sparkctl)" in log.read_text()
