@@ -20,7 +20,7 @@ import yaml
 
 from . import __version__
 from .events import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from .project import deployment_dir, project_dir, report_dir
+from .project import collection_importable, deployment_dir, project_dir, report_dir
 from .report import REPORT_NAMES, report_path, show_preflight, show_report
 from .history import short
 from .result import StageResult, document, run_exit_code
@@ -278,6 +278,7 @@ def run_stages(args: argparse.Namespace, root: Path) -> int:
     try:
         options = run_options(args, root)
         if args.command == "rollback":
+            collection_importable(root)
             target = rollback_target(options.inventory, root, args.which)
             options.final_extravars = rollback_vars(target)
             err.print(f"returning to deployment {short(target.get('deployment_id'))} "
@@ -390,6 +391,7 @@ def auto_rollback(args: argparse.Namespace, root: Path, options, results: list[S
     name = short(target.get("deployment_id"))
     cause = "verify failed" if failed.name == "verify" else f"{failed.name} failed (the verify after it too)"
     try:
+        collection_importable(root)
         extravars = rollback_vars(target)
     except RollbackError as exc:
         return None, f"{cause} after this run changed the deployment; no automatic rollback: {exc}"
@@ -480,9 +482,7 @@ def run_report(args: argparse.Namespace, root: Path) -> int:
 
 def run_history(args: argparse.Namespace, root: Path) -> int:
     """`sparkctl history`: 0 with at least one record, 1 with none (--json prints [] then)."""
-    from .history import load_history, show_history
-
-    from .history import inventory_history
+    from .history import HISTORY_FILE_KEY, inventory_history, load_history, show_history
 
     try:
         directory = inventory_history(deployment_dir(root), resolve_inventory(args.inventory, root))
@@ -493,6 +493,7 @@ def run_history(args: argparse.Namespace, root: Path) -> int:
         records, problems = load_history(directory)
         for line in problems:
             print(f"sparkctl: skipped {line}", file=sys.stderr)
+        records = [{key: value for key, value in record.items() if key != HISTORY_FILE_KEY} for record in records]
         sys.stdout.write(json.dumps(records, indent=2) + "\n")
         return 0 if records else 1
     return show_history(directory)

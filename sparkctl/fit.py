@@ -14,14 +14,13 @@ huggingface_hub's get_safetensors_metadata)."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .project import COLLECTION, collections_path, is_checkout
+from .project import collection_importable
 
 GIB = 1024**3
 # The OOM guard's line (roles/oom_guard/defaults/main.yml, oom_guard_min_available_bytes).
@@ -30,20 +29,13 @@ GUARD_BYTES = 8 * GIB
 HUB_TIMEOUT = 15
 
 
-def _collection_importable(root: Path) -> None:
-    """Make ansible_collections.sparkctl.spark importable from a checkout or an installed collection."""
-    base = root / "collections" if is_checkout(root) else collections_path(root)
-    if base is not None and (base / COLLECTION).is_dir() and str(base) not in sys.path:
-        sys.path.insert(0, str(base))
-
-
 def fit_results(root: Path, names: list[str] | None, *, paths: list[str], context: int | None,
                 checkpoint_dir: str | None, offline: bool, node_available_bytes: int | None,
                 endpoint: str | None, token: str | None, kv_cache_dtype: str | None = None,
                 kv_pool_bytes: int | None = None) -> tuple[list[dict], list[str]]:
     """(one estimate per profile, errors). No profile named: every shipped one. kv_cache_dtype and
     kv_pool_bytes stand in for the profile's engine.args.kv_cache_dtype and memory.kv_pool_bytes."""
-    _collection_importable(root)
+    collection_importable(root)
     from ansible_collections.sparkctl.spark.plugins.module_utils import fit
     from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile_load
 

@@ -14,7 +14,10 @@ from pathlib import Path
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+# The key each loaded record gets for the file it was read from (for messages; not part of the record).
+HISTORY_FILE_KEY = "_history_file"
 # Enough of a sha256 or a commit to tell deployments apart in a table that fits 80 columns.
 SHORT = 8
 
@@ -47,6 +50,7 @@ def load_history(directory: Path) -> tuple[list[dict], list[str]]:
         if not isinstance(record, dict) or not record.get("deployment_id"):
             problems.append(f"{path}: not a deployment record")
             continue
+        record[HISTORY_FILE_KEY] = str(path)
         records.append(record)
     records.sort(key=lambda r: str(r.get("recorded_at") or ""), reverse=True)
     return records, problems
@@ -97,7 +101,7 @@ def show_history(directory: Path, console: Console | None = None) -> int:
     console = console or Console()
     records, problems = load_history(directory)
     for line in problems:
-        console.print(f"[yellow]skipped[/] {line}", markup=True, highlight=False)
+        console.print(Text.assemble(("skipped", "yellow"), " ", line), highlight=False)
     if not records:
         console.print(f"no deployment recorded in {directory}; a passing `sparkctl verify` (or `up`) records one.")
         return 1
@@ -108,7 +112,8 @@ def show_history(directory: Path, console: Console | None = None) -> int:
         # Times and digests stay whole; a long profile name or status folds.
         table.add_column(column, no_wrap=column not in ("profile", "verify"), overflow="fold")
     for row in history_rows(records):
-        table.add_row(*row)
+        # As plain text: a record is a file anyone with the user's rights can edit, never console markup.
+        table.add_row(*(Text(cell) for cell in row))
     console.print(table)
     console.print(f"history: {directory}")
     return 0

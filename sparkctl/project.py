@@ -66,6 +66,14 @@ def project_dir() -> Path:
     return installed
 
 
+def collection_importable(root: Path) -> None:
+    """Make the collection's Python (ansible_collections.sparkctl.spark) importable, from a checkout
+    or an installed collection: the wrapper reads the values the collection owns from it."""
+    base = root / "collections" if is_checkout(root) else collections_path(root)
+    if base is not None and (base / COLLECTION).is_dir() and str(base) not in sys.path:
+        sys.path.insert(0, str(base))
+
+
 def config_file(root: Path) -> Path:
     """The ansible.cfg the playbooks run with: a checkout's own, else the collection's."""
     return root / "ansible.cfg" if (root / "ansible.cfg").is_file() else root / COLLECTION_CONFIG

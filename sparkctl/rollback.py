@@ -3,20 +3,23 @@ to return to, and the variables that give it back to a run.
 
 The verify stage keeps, per inventory, one JSON file per deployment it proved (sparkctl/history.py),
 and beside each record the variables that reproduce it (its `reproduce` mapping; the collection's
-module_utils/deployment.py, REPRODUCE_VARS). Everything here is pure and decided on the control
-node, before any host is touched; playbooks/rollback.yml then reads the nodes and refuses when the
-record's checkpoint or runtime is gone from one of them."""
+module_utils/deployment.py, REPRODUCE_VARS, which owns the record's shape). Everything here is
+decided on the control node, before any host is touched; playbooks/rollback.yml then reads the
+nodes and refuses when the record's checkpoint or runtime is gone from one of them.
+
+A history file is data its user (or anything running as its user) can edit: a record whose values
+are not of their shape, or that holds a template delimiter anywhere, is refused here with the field
+named, and what a rollback gives the run reaches Ansible as data only (sparkctl/runner.py writes it
+marked unsafe, never templated)."""
 
 from __future__ import annotations
 
 import re
 
+from .history import HISTORY_FILE_KEY
+
 # The variable playbooks/rollback.yml reads for the record to return to.
 DEPLOYMENT_VAR = "sparkctl_rollback_deployment"
-# What a record must hold beside its identity to be served again (REPRODUCE_VARS of the collection's
-# module_utils/deployment.py; a unit test keeps the two in step).
-REPRODUCE_VARS = ("spark_model_profile", "spark_profile_overrides", "spark_profile_paths", "spark_checkpoint",
-                  "spark_checkpoint_dir", "spark_engine_venv_path", "spark_api_proxy")
 # An id prefix long enough to name one deployment (history shows 8 hex digits).
 MIN_ID_PREFIX = 4
 _HEX = re.compile(r"^[0-9a-f]+$")
@@ -24,6 +27,14 @@ _HEX = re.compile(r"^[0-9a-f]+$")
 
 class RollbackError(Exception):
     """Why no rollback is possible; the message names the record and the fix."""
+
+
+def _records():
+    """The collection's deployment record module (the caller made the collection importable:
+    project.collection_importable)."""
+    from ansible_collections.sparkctl.spark.plugins.module_utils import deployment
+
+    return deployment
 
 
 def _id(record: dict) -> str:
@@ -70,15 +81,29 @@ def select(records: list[dict], which: str | None = None) -> dict:
 def rollback_vars(record: dict) -> dict:
     """The extra variables of a run that serves record's deployment again: the variables recorded
     beside it, and the record itself (without them) for playbooks/rollback.yml's checks."""
+    records = _records()
     reproduce = record.get("reproduce")
-    missing = [name for name in REPRODUCE_VARS if not isinstance(reproduce, dict) or name not in reproduce]
+    missing = [name for name in records.REPRODUCE_VARS if not isinstance(reproduce, dict) or name not in reproduce]
     if missing:
-        raise RollbackError(f"deployment {_id(record)[:8]} (recorded {record.get('recorded_at')}) was recorded without "
+        raise RollbackError(f"deployment {shown_id(record)} (recorded {record.get('recorded_at')}) was recorded without "
                             f"what reproduces it ({', '.join(missing)}): it was recorded by a sparkctl before "
                             "rollback existed; deploy it with `sparkctl up` and its variables instead.")
-    extravars = {name: reproduce[name] for name in REPRODUCE_VARS}
-    extravars[DEPLOYMENT_VAR] = {key: value for key, value in record.items() if key != "reproduce"}
+    data = {key: value for key, value in record.items() if key != HISTORY_FILE_KEY}
+    problems = records.record_problems(data)
+    if problems:
+        where = record.get(HISTORY_FILE_KEY) or "the history"
+        raise RollbackError(f"deployment {shown_id(record)} in {where} is not a record sparkctl wrote: "
+                            + "; ".join(problems) + ". It was edited since it was recorded; nothing was run. "
+                            "Restore the file (or remove it and return to another deployment).")
+    extravars = {name: reproduce[name] for name in records.REPRODUCE_VARS}
+    extravars[DEPLOYMENT_VAR] = {key: value for key, value in data.items() if key != "reproduce"}
     return extravars
+
+
+def shown_id(record: dict) -> str:
+    """The record's id for a message: its first 8 hex digits, or its repr when it is not hex."""
+    ident = _id(record)
+    return ident[:8] if _HEX.match(ident[:8] or "-") else repr(ident[:40])
 
 
 def changed_deployment(verify_doc: dict | None, records: list[dict]) -> dict | None:

@@ -57,6 +57,30 @@ class RunOptions:
     final_extravars: dict = field(default_factory=dict)
 
 
+# How Ansible's JSON reading marks a string it must never template (its legacy JSON profile, the
+# form Ansible itself writes unsafe strings in): the value stays exactly the string it is.
+UNSAFE_KEY = "__ansible_unsafe"
+
+
+def _as_data(value):
+    """value with every string in it (mapping keys aside: variable names) marked as data."""
+    if isinstance(value, dict):
+        return {key: _as_data(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_data(item) for item in value]
+    return {UNSAFE_KEY: value} if isinstance(value, str) else value
+
+
+def data_vars_text(values: dict) -> str:
+    """Extra variables as Ansible reads them from an `-e @file`, every string marked unsafe: what a
+    node or a history file wrote (a rollback's record and the variables beside it) reaches the run
+    as the value it is. Ansible templates the strings of an extra-variables file it trusts, so a
+    Jinja expression in one would otherwise run on the control node. (YAML's !unsafe tag would do
+    it too, but Ansible resolves a tagged scalar's type: '0.1' or a timestamp would not stay a
+    string.)"""
+    return json.dumps(_as_data(values))
+
+
 def private_data_dir(root: Path) -> Path:
     return state_dir(root) / ".sparkctl" / "runner"
 
@@ -157,18 +181,33 @@ def redact_command_file(artifact_dir: str | os.PathLike) -> None:
     _rewrite_private(path, json.dumps(record, ensure_ascii=False))
 
 
-def redact_artifacts(artifact_dir: str | os.PathLike) -> None:
-    """The stage's log (stdout) and its recorded events without credentials inside URLs: a
-    module's output (pip's index, a proxy setting) can print one, and the wrapper points
-    people at the log."""
+def redact_artifacts(artifact_dir: str | os.PathLike, secrets=None) -> None:
+    """The stage's log (stdout) and its recorded events without secrets: credentials inside
+    URLs (pip's index, a proxy setting), the spellings of a key or token (an engine's log line
+    as `sparkctl logs` reads it, SGLang's server arguments among them; every module's
+    arguments, which -vvv records), and the exact values of the wrapper's secret-named
+    environment variables (`secrets`, by default from os.environ), which the play inherits.
+    An event keeps a task's whole result whatever the verbosity, so each one is read as
+    JSON and every value under a secret's name goes, not only the spellings in its text."""
     root = Path(artifact_dir)
+    secrets = redact.env_secrets(os.environ) if secrets is None else list(secrets)
     paths = [root / "stdout"] + (sorted((root / "job_events").glob("*.json")) if (root / "job_events").is_dir() else [])
     for path in paths:
         try:
             text = path.read_text(errors="surrogateescape")
         except (FileNotFoundError, IsADirectoryError):
             continue
-        clean = redact.redact_text(text)
+        clean = None
+        if path.suffix == ".json":
+            try:
+                event = json.loads(text)
+            except json.JSONDecodeError:
+                pass
+            else:
+                redacted = redact.redact_record(event, secrets)
+                clean = text if redacted == event else json.dumps(redacted)
+        if clean is None:
+            clean = redact.redact_text(text, secrets)
         if clean != text:
             _rewrite_private(path, clean)
 
@@ -256,13 +295,16 @@ def run_stage(stage: Stage, options: RunOptions, root: Path, on_event: Callable[
 
     with tempfile.TemporaryDirectory(prefix="sparkctl-") as private:
         extravars_file = final_file = None
-        for name, values in (("extravars.json", options.extravars), ("final-extravars.json", options.final_extravars)):
+        # The command line's own variables (the user's) as Ansible takes them from -e; the final ones
+        # (a rollback's record and its variables, read from a file) as data only.
+        for name, values, text in (("extravars.json", options.extravars, json.dumps),
+                                   ("final-extravars.json", options.final_extravars, data_vars_text)):
             if not values:
                 continue
             path = Path(private) / name
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as handle:
-                json.dump(values, handle)
+                handle.write(text(values))
             if values is options.extravars:
                 extravars_file = path
             else:

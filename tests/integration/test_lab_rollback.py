@@ -14,6 +14,9 @@ a venv install or a download. From the served lab-standin (record A):
      B's venv serves again, the new one stays built;
   4. `sparkctl rollback` (the previous distinct deployment) returns to A;
   5. a record whose runtime is gone from the nodes is refused before any change.
+Around them, what a node or a history file holds is data: a template in the head's checkpoint
+manifest fails verify (nothing recorded, nothing run), and a history record edited to hold one is
+refused by `sparkctl rollback` before any playbook runs.
 Each step's time goes in the session's report table. The history is the test's own directory
 ($SPARKCTL_DEPLOYMENT_DIR), so the steps' records are the only ones.
 
@@ -85,6 +88,11 @@ def history(sparkctl) -> list[dict]:
     return json.loads(proc.stdout)
 
 
+def node_write(host: str, path: str, text: str) -> None:
+    """Replace the content of path on host in place (its owner and mode stay)."""
+    node_exec(host, "python3", "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])", path, text)
+
+
 def engine_started_at() -> str:
     return node_exec("spark1", "systemctl", "show", "-p", "ActiveEnterTimestampMonotonic", "--value",
                      "sparkctl-engine.service").stdout.strip()
@@ -95,6 +103,23 @@ def test_a_broken_change_rolls_back_by_itself_and_rollback_returns_to_an_older_r
     proc = sparkctl("verify (records A)", "verify")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     first = served_id()
+
+    # The head's checkpoint manifest is written where the engine's service user writes: a template
+    # in its commit fails verify, naming the file and the field, records nothing and runs nothing.
+    manifest = f"{history(sparkctl)[0]['reproduce']['spark_checkpoint_dir']}/.sparkctl-manifest.json"
+    original = node_exec("spark1", "cat", manifest).stdout
+    marker = sparkctl.history / "ran-on-the-control-node"
+    hostile = "{{ lookup('pipe', 'touch %s') }}" % marker
+    node_write("spark1", manifest, json.dumps(dict(json.loads(original), commit=hostile)))
+    try:
+        proc = sparkctl("verify refuses a template in the manifest", "verify")
+    finally:
+        node_write("spark1", manifest, original)
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 1, said[-4000:]
+    assert f"{manifest}: commit: " in said and "is not a 40-hex-digit git commit" in said, said[-4000:]
+    assert not marker.exists()
+    assert [r["deployment_id"] for r in history(sparkctl)] == [first]
 
     since = node_exec("spark1", "date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
     proc = sparkctl("good change (B)", "up", "--tags", "serve,verify", "-e", json.dumps(GOOD))
@@ -151,7 +176,8 @@ def test_a_broken_change_rolls_back_by_itself_and_rollback_returns_to_an_older_r
 
     # A record whose runtime is gone from the nodes: refused before any change.
     gone = dict(history(sparkctl)[-1])
-    gone["runtime"] = dict(gone["runtime"], id="sha256:" + "0" * 64)
+    # An id of the record's shape (a venv's lock hash is bare hex, an image's id a digest).
+    gone["runtime"] = dict(gone["runtime"], id=("" if gone["runtime"]["kind"] == "venv" else "sha256:") + "0" * 64)
     gone["recorded_at"] = "2000-01-01T00:00:00Z"
     sys.path.insert(0, str(REPO / "collections"))
     from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import deployment_id, history_name
@@ -164,4 +190,17 @@ def test_a_broken_change_rolls_back_by_itself_and_rollback_returns_to_an_older_r
     said = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 1, said[-4000:]
     assert "the venv of the recorded runtime is not the recorded one" in said and "nothing was changed" in said
+    assert engine_started_at() == before and served_id() == first
+
+    # A history record edited to hold a template (its id made again, so it names a deployment of its
+    # own): refused by the wrapper with the field named, before any playbook runs.
+    edited = dict(history(sparkctl)[-1], recorded_at="2000-01-02T00:00:00Z")
+    edited["checkpoint"] = dict(edited["checkpoint"], commit=hostile)
+    edited["deployment_id"] = deployment_id(edited)
+    (directory / history_name(edited)).write_text(json.dumps(edited))
+    proc = sparkctl("rollback refused (a template in the record)", "rollback", edited["deployment_id"][7:19])
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, said[-4000:]
+    assert "checkpoint.commit: " in said and "nothing was run" in said and history_name(edited) in said
+    assert not marker.exists()
     assert engine_started_at() == before and served_id() == first

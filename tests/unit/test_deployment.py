@@ -145,6 +145,24 @@ def test_an_image_runtime_records_the_image_id_and_the_engine_version_read_insid
     assert (record["engine"]["package"], record["engine"]["version"]) == ("vllm", None)
 
 
+@pytest.mark.parametrize("field, facts", [
+    ("checkpoint.commit", head_facts(commit="{{ lookup('pipe', 'id') }}")),
+    ("engine.version", head_facts(vllm="0.25.1{{ 7*7 }}")),
+    ("runtime.id", head_facts(lock="{% raw %}")),
+])
+def test_a_value_read_from_the_head_not_of_its_shape_is_never_recorded(field, facts):
+    with pytest.raises(AnsibleFilterError, match=r"not of their shape: .*\b%s: " % field.replace(".", r"\.")):
+        build(node=facts)
+
+
+def test_a_node_record_not_of_its_shape_lends_nothing():
+    first = build()
+    # A node's record of the same deployment with a time that is not one: the new record keeps its own.
+    forged = dict(first, recorded_at="{{ now() }}", verify_status="passed_with_warnings")
+    settled = build(now="2026-06-01T00:00:00Z", existing=[forged])
+    assert settled["recorded_at"] == "2026-06-01T00:00:00Z" and settled["verify_status"] == "passed"
+
+
 def test_a_passing_verify_without_a_runtime_identity_is_an_error():
     with pytest.raises(AnsibleFilterError, match="venv lock hash"):
         build(node=head_facts(lock=None))

@@ -3,6 +3,7 @@ rollback return to, the variables they give the run, and why playbooks/rollback.
 (a node without the recorded runtime or checkpoint, a profile that resolves to other content).
 Everything here is decided before any host is touched; nothing here runs a playbook."""
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -23,9 +24,19 @@ REPRODUCE = {"spark_model_profile": "lab-standin", "spark_profile_overrides": {}
              "spark_engine_venv_path": "/opt/sparkctl/venvs/lab-standin", "spark_api_proxy": True}
 
 
-def rec(ident, recorded_at, profile_sha="sha256:p1", config_sha="sha256:c1", reproduce=REPRODUCE, kind="venv",
-        runtime_id="sha256:lock1", commit="c" * 40):
-    record = {"deployment_id": "sha256:" + ident * 8, "recorded_at": recorded_at, "verify_status": "passed",
+def dg(label):
+    """A digest of sparkctl's shape (sha256:<64 hex>) standing for label."""
+    return "sha256:" + hashlib.sha256(label.encode()).hexdigest()
+
+
+LOCK1 = hashlib.sha256(b"lock1").hexdigest()
+P1, C1 = dg("p1"), dg("c1")
+
+
+def rec(ident, recorded_at, profile_sha=P1, config_sha=C1, reproduce=REPRODUCE, kind="venv",
+        runtime_id=LOCK1, commit="c" * 40):
+    record = {"schema_version": 1, "deployment_id": "sha256:" + ident * 8, "recorded_at": recorded_at,
+              "verify_status": "passed", "sparkctl_version": "0.1.0",
               "profile": {"name": "lab-standin", "sha256": profile_sha},
               "checkpoint": {"source": "hub", "repo_id": "org/model", "revision": "main", "commit": commit},
               "runtime": {"kind": kind, "id": runtime_id, **({"image": "img:1"} if kind == "image" else {})},
@@ -82,20 +93,50 @@ def test_a_record_without_what_reproduces_it_is_refused(reproduce):
         rollback.rollback_vars(rec("aaaa1111", "2026-05-01T00:00:00Z", reproduce=reproduce))
 
 
-def test_the_wrapper_and_the_collection_name_the_same_variables():
-    assert rollback.REPRODUCE_VARS == records.REPRODUCE_VARS
+# A history file is the control node user's to edit, and a record's values were read from nodes:
+# a template in any of them is refused with the field named, before anything runs.
+PIPE = "{{ lookup('pipe', 'touch /tmp/sparkctl-owned') }}"
+
+
+@pytest.mark.parametrize("where, edit", [
+    ("checkpoint.commit", lambda r: r["checkpoint"].update(commit=PIPE)),
+    ("checkpoint.revision", lambda r: r["checkpoint"].update(revision=PIPE)),
+    ("checkpoint.repo_id", lambda r: r["checkpoint"].update(repo_id=PIPE)),
+    ("recorded_at", lambda r: r.update(recorded_at=PIPE)),
+    ("reproduce.spark_checkpoint_dir", lambda r: r["reproduce"].update(spark_checkpoint_dir="/srv/" + PIPE)),
+    ("reproduce.spark_profile_overrides.engine.args.x",
+     lambda r: r["reproduce"].update(spark_profile_overrides={"engine": {"args": {"x": PIPE}}})),
+    ("runtime.id", lambda r: r["runtime"].update(id="sha256:" + "a" * 64)),  # an image id on a venv record
+])
+def test_a_hand_edited_record_is_refused_naming_the_field(where, edit):
+    record = json.loads(json.dumps(rec("aaaa1111", "2026-05-01T00:00:00Z")))
+    edit(record)
+    record[history.HISTORY_FILE_KEY] = "/home/op/.sparkctl/deployments/lab-1234/x.json"
+    with pytest.raises(rollback.RollbackError) as raised:
+        rollback.rollback_vars(record)
+    message = str(raised.value)
+    assert f"{where}:" in message and "/home/op/.sparkctl/deployments/lab-1234/x.json" in message
+    assert "nothing was run" in message
+
+
+def test_the_file_a_record_came_from_is_not_given_to_the_run(tmp_path):
+    (tmp_path / "20260501T000000Z-aaaa.json").write_text(json.dumps(rec("aaaa1111", "2026-05-01T00:00:00Z")))
+    records_read, problems = history.load_history(tmp_path)
+    assert problems == [] and records_read[0][history.HISTORY_FILE_KEY].endswith("aaaa.json")
+    given = rollback.rollback_vars(records_read[0])[rollback.DEPLOYMENT_VAR]
+    assert history.HISTORY_FILE_KEY not in given and records.record_problems(dict(given, reproduce=REPRODUCE)) == []
 
 
 # --- When `up` rolls back by itself ------------------------------------------------------------
 
-def failed_verify(profile_sha="sha256:p1", config_sha="sha256:c1", reproduce=REPRODUCE, status="failed"):
+def failed_verify(profile_sha=P1, config_sha=C1, reproduce=REPRODUCE, status="failed"):
     return {"status": status, "intended": {"profile": {"name": "lab-standin", "sha256": profile_sha},
                                            "engine_config_sha256": config_sha, "reproduce": reproduce}}
 
 
 @pytest.mark.parametrize("doc", [
-    failed_verify(profile_sha="sha256:p2"),                        # a new venv lock is a new profile content
-    failed_verify(config_sha="sha256:c2"),                         # other engine arguments
+    failed_verify(profile_sha=dg("p2")),                        # a new venv lock is a new profile content
+    failed_verify(config_sha=dg("c2")),                         # other engine arguments
     failed_verify(reproduce=dict(REPRODUCE, spark_engine_venv_path="/opt/sparkctl/venvs/x")),
 ])
 def test_a_failed_verify_after_a_change_returns_to_the_last_record(doc):
@@ -104,9 +145,9 @@ def test_a_failed_verify_after_a_change_returns_to_the_last_record(doc):
 
 @pytest.mark.parametrize("doc, history_records", [
     (failed_verify(), [C, B]),                                     # the recorded deployment itself failed: no change
-    (failed_verify(profile_sha="sha256:p2", status="passed"), [C]),
+    (failed_verify(profile_sha=dg("p2"), status="passed"), [C]),
     ({"status": "failed"}, [C]),                                   # a verify.json of a sparkctl without `intended`
-    (failed_verify(profile_sha="sha256:p2"), []),                  # nothing recorded to return to
+    (failed_verify(profile_sha=dg("p2")), []),                  # nothing recorded to return to
     (None, [C]),
 ])
 def test_no_automatic_rollback_without_a_change_or_a_record(doc, history_records):
@@ -115,7 +156,7 @@ def test_no_automatic_rollback_without_a_change_or_a_record(doc, history_records
 
 # --- What the nodes must still hold (playbooks/rollback.yml) ------------------------------------
 
-def read(lock="sha256:lock1", image_id=None, commit="c" * 40, manifest=True):
+def read(lock=LOCK1, image_id=None, commit="c" * 40, manifest=True):
     return {"versions": {"venv_lock_sha256": lock, "image_id": image_id},
             "checkpoint_manifest": {"source": "hub", "commit": commit} if manifest else None}
 
@@ -139,10 +180,10 @@ def test_every_node_missing_a_piece_is_named(reads, expected):
 
 
 def test_an_image_deployment_needs_the_recorded_image_id():
-    image = rec("eeee5555", "2026-05-01T00:00:00Z", kind="image", runtime_id="sha256:img1")
-    assert records.rollback_node_problems(image, {"spark1": read(image_id="sha256:img1")}) == []
-    gone, other = (records.rollback_node_problems(image, {"spark1": read(image_id=i)}) for i in (None, "sha256:img2"))
-    assert "img:1 (id sha256:img1) is gone" in gone[0] and "now another image (id sha256:img2)" in other[0]
+    image = rec("eeee5555", "2026-05-01T00:00:00Z", kind="image", runtime_id=dg("img1"))
+    assert records.rollback_node_problems(image, {"spark1": read(image_id=dg("img1"))}) == []
+    gone, other = (records.rollback_node_problems(image, {"spark1": read(image_id=i)}) for i in (None, dg("img2")))
+    assert f"img:1 (id {dg('img1')}) is gone" in gone[0] and f"now another image (id {dg('img2')})" in other[0]
 
 
 def test_a_worker_proves_its_copy_with_its_verification_stamp():

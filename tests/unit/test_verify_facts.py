@@ -10,6 +10,7 @@ import sys
 import module_runner
 import pytest
 from ansible.module_utils import basic
+from ansible_collections.sparkctl.spark.plugins.module_utils import deployment as records
 from ansible_collections.sparkctl.spark.plugins.modules import verify_facts
 from test_host_facts import make_proc
 
@@ -107,8 +108,18 @@ def test_rules_need_a_unit(node, capsys):
     assert rc == 1 and "startup_rules needs startup_unit" in result["msg"]
 
 
+def a_record():
+    """A record as the verify stage builds one."""
+    return records.build_record(
+        profile_name="lab-standin", profile_digest="sha256:" + "2" * 64,
+        checkpoint={"source": "hub", "repo_id": "org/model", "revision": "main"}, checkpoint_commit="a" * 40,
+        runtime_kind="venv", versions={"venv_lock_sha256": "3" * 64, "packages": {"vllm": "0.25.1"}}, image_ref="",
+        engine_kind="vllm", engine_package_name="vllm", engine_config_digest="sha256:" + "4" * 64,
+        sparkctl_version="0.1.0", verify_status="passed", now="2026-05-04T10:11:12Z")
+
+
 def test_the_node_record_and_the_heads_checkpoint_manifest_are_read(node, capsys, tmp_path):
-    record = {"deployment_id": "sha256:" + "1" * 64, "recorded_at": "2026-05-04T10:11:12Z"}
+    record = a_record()
     (tmp_path / "deployment.json").write_text(json.dumps(record))
     manifest = {"version": 1, "source": "hub", "repo_id": "org/model", "revision": "main", "commit": "a" * 40,
                 "total_bytes": 3, "files": {"model.safetensors": {"size": 3, "sha256": "b" * 64}}}
@@ -132,3 +143,50 @@ def test_no_record_no_manifest_and_a_broken_record(node, capsys, tmp_path):
     rc, result = run(capsys, deployment_file=str(tmp_path / "broken.json"))
     assert rc == 0 and result["deployment"] is None and "not JSON" in result["deployment_problem"]
     assert result["checkpoint_manifest"] is None
+
+
+# The checkpoint directory is the engine's service user's to write: what the record takes from its
+# manifest is checked against its shape, and a value that is not of it fails the read, naming the
+# file and the field, before anything records it.
+HOSTILE = "{{ lookup('pipe', 'id > /tmp/owned') }}"
+
+
+@pytest.mark.parametrize("field", ["commit", "revision", "repo_id"])
+def test_a_manifest_value_not_of_its_shape_fails_the_read_naming_file_and_field(node, capsys, tmp_path, field):
+    manifest = {"version": 1, "source": "hub", "repo_id": "org/model", "revision": "main", "commit": "a" * 40,
+                "total_bytes": 3, "files": {}}
+    manifest[field] = HOSTILE
+    path = tmp_path / ".sparkctl-manifest.json"
+    path.write_text(json.dumps(manifest))
+
+    rc, result = run(capsys, checkpoint_manifest_file=str(path))
+
+    assert rc == 1 and result["failed"] is True
+    assert f"{path}: {field}: " in result["msg"] and "nothing was recorded" in result["msg"]
+    assert result["problems"] == [f"{path}: {field}: {records.shapes.shown(HOSTILE)} is not "
+                                  f"{records.shapes.SHAPE_WORDS[dict(records.MANIFEST_SHAPES)[field]]}"]
+
+
+def test_a_path_sources_manifest_without_a_commit_is_read(node, capsys, tmp_path):
+    path = tmp_path / ".sparkctl-manifest.json"
+    path.write_text(json.dumps({"version": 1, "source": "path", "path": "/srv/m", "commit": None, "files": {}}))
+    rc, result = run(capsys, checkpoint_manifest_file=str(path))
+    assert rc == 0 and result["checkpoint_manifest"]["commit"] is None
+
+
+def test_a_distributions_version_not_of_its_shape_fails_the_read(node, capsys, monkeypatch):
+    def versions(module, **kwargs):
+        return {"versions": {"venv_lock_sha256": "3" * 64, "packages": {"vllm": HOSTILE}}, "problems": [],
+                "nccl_preload": None}
+
+    monkeypatch.setattr(verify_facts, "read_runtime_versions", versions)
+    rc, result = run(capsys, packages=["vllm"])
+    assert rc == 1 and "the runtime's versions (/nonexistent): packages.vllm: " in result["msg"]
+
+
+def test_a_node_record_not_of_its_shape_is_no_record(node, capsys, tmp_path):
+    record = dict(a_record(), recorded_at=HOSTILE)
+    (tmp_path / "deployment.json").write_text(json.dumps(record))
+    rc, result = run(capsys, deployment_file=str(tmp_path / "deployment.json"))
+    assert rc == 0 and result["deployment"] is None
+    assert "recorded_at: " in result["deployment_problem"] and "not a record of sparkctl's" in result["deployment_problem"]

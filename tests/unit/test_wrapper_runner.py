@@ -343,3 +343,55 @@ def test_the_schema_names_every_command_that_prints_a_document():
     # api-key prints the key alone, never a document (run_api_key).
     commands = json.loads(SCHEMA_PATH.read_text())["properties"]["command"]["enum"]
     assert sorted(commands) == sorted({"up", *COMMAND_STAGES} - {"api-key"})
+
+
+# A rollback gives the run a record read from a history file, and its values from nodes: a Jinja
+# expression in one must reach the play as the text it is. The playbook uses the values as
+# playbooks/rollback.yml does (a module argument, a message built from them).
+DATA_PLAYBOOK = """
+- name: Use a rollback's record
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Show the record's commit and directory
+      ansible.builtin.debug:
+        msg: "{{ 'Returning to ' ~ sparkctl_rollback_deployment.checkpoint.commit ~ ' in ' ~ spark_checkpoint_dir }}"
+    - name: Pass the commit to a module as an argument
+      ansible.builtin.set_fact:
+        seen_commit: "{{ sparkctl_rollback_deployment.checkpoint.commit }}"
+        seen_list: "{{ spark_profile_paths }}"
+    - name: Check what the play saw
+      ansible.builtin.assert:
+        that:
+          - seen_commit.startswith("{" ~ "{ lookup('pipe', 'touch ")
+          - seen_list[0] == seen_commit
+          - sparkctl_rollback_deployment.schema_version == 1
+          # Strings stay strings whatever they look like; other JSON values keep their type.
+          - sparkctl_rollback_deployment.recorded_at is string
+          - sparkctl_rollback_deployment.recorded_at == "2026-05-01T00:00:00Z"
+          - spark_profile_overrides.engine.env.TTFT is string and spark_profile_overrides.engine.env.TTFT == "0.1"
+          - spark_profile_overrides.engine.env.FLAG is string and spark_profile_overrides.engine.env.FLAG == "true"
+          - spark_profile_overrides.engine.args.max_num_seqs == 3 and spark_api_proxy is true
+"""
+
+
+@pytest.mark.parametrize("as_data", [True, False], ids=["as-data", "as-json-the-way-before"])
+def test_a_rollbacks_variables_reach_the_run_as_data_never_templated(project, tmp_path, as_data, monkeypatch):
+    marker = tmp_path / "ran-on-the-control-node"
+    hostile = "{{ lookup('pipe', 'touch %s') }}" % marker
+    (project / "playbooks" / "data.yml").write_text("---\n" + textwrap.dedent(DATA_PLAYBOOK))
+    final = {"sparkctl_rollback_deployment": {"schema_version": 1, "checkpoint": {"commit": hostile},
+                                              "recorded_at": "2026-05-01T00:00:00Z"},
+             "spark_checkpoint_dir": "/srv/" + hostile, "spark_profile_paths": [hostile], "spark_api_proxy": True,
+             "spark_profile_overrides": {"engine": {"env": {"TTFT": "0.1", "FLAG": "true"}, "args": {"max_num_seqs": 3}}}}
+    if not as_data:
+        # The JSON file the wrapper wrote before: Ansible trusts an extra-variables file and templates it.
+        monkeypatch.setattr(runner, "data_vars_text", json.dumps)
+    options = runner.RunOptions(inventory=project / "inventories" / "local", final_extravars=final)
+    result = runner.run_stage(Stage("data", project / "playbooks" / "data.yml"), options, project)
+    if as_data:
+        assert result.exit_code == 0, result
+        assert not marker.exists()
+    else:
+        # What the test guards against is real: the old way ran the command.
+        assert marker.exists()

@@ -160,7 +160,8 @@ def deployment(node, profile, rendered, checkpoint, status, now, packages=None, 
         )
     except (records.RecordError, KeyError, TypeError) as exc:
         raise AnsibleFilterError("deployment: %s" % exc) from exc
-    return records.settle(record, [r for r in existing or [] if r])
+    # A node's record lends its first-recorded time and status only when it is of the record's shape.
+    return records.settle(record, [r for r in existing or [] if r and not records.record_problems(r)])
 
 
 def deployment_history_name(record):

@@ -13,6 +13,7 @@ from ansible_collections.sparkctl.spark.plugins.plugin_utils import api_proxy
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall
 from ansible_collections.sparkctl.spark.plugins.module_utils import hub_access
 from ansible_collections.sparkctl.spark.plugins.module_utils import link_address
+from ansible_collections.sparkctl.spark.plugins.module_utils import shapes
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import known_bad
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile_schema
@@ -209,9 +210,6 @@ def _fabric_problems(cluster, hostvars):
     return []
 
 
-_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
 # Directories that hold the system or other people's data: the checkpoint stage writes, verifies
 # and cleans its directory, so it never takes one of these itself (a directory below them is fine).
 _SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/boot", "/root", "/home", "/opt", "/srv")
@@ -302,7 +300,7 @@ def _checkpoint_problems(vars_):
     kind = source.get("source")
     if kind == "hub":
         repo = source.get("repo_id")
-        if not isinstance(repo, str) or not _REPO_ID_RE.match(repo):
+        if not isinstance(repo, str) or not shapes.REPO_ID.match(repo):
             problems.append(f"'spark_checkpoint.repo_id' {repo!r} is not a hub repo id like 'org/name'.")
         revision = source.get("revision")
         if not isinstance(revision, str) or not revision.strip():

@@ -155,7 +155,7 @@ def observe_secrets(credentials, read_results):
     out = {}
     for name, spec in credentials.items():
         chosen = str(spec.get("password") or "")
-        out[name] = chosen or kept.get(name) or "".join(secrets.choice(GENERATED_CHARS) for _ in range(32))
+        out[name] = chosen or kept.get(name) or "".join(secrets.choice(GENERATED_CHARS) for _position in range(32))
     by_secret = {}
     for name, secret in out.items():
         by_secret.setdefault(secret, []).append(name)

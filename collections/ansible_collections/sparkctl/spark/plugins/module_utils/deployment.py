@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 
+from ansible_collections.sparkctl.spark.plugins.module_utils import shapes
 from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import canonical_name, distribution_name
 
 SCHEMA_VERSION = 1
@@ -106,7 +107,102 @@ def build_record(profile_name, profile_digest, checkpoint, checkpoint_commit, ru
         "verify_status": verify_status,
     }
     record["deployment_id"] = deployment_id(record)
+    problems = record_problems(record)
+    if problems:
+        raise RecordError("the values read for the record are not of their shape: " + "; ".join(problems))
     return record
+
+
+# --- Shapes ---------------------------------------------------------------------------------
+# A record's values come from files and reads of the nodes (the checkpoint's manifest, the
+# runtime's versions, an earlier record) and from the control node's history, which its user can
+# edit: each is checked against its shape before it is recorded and before a rollback gives it
+# to a run. (field, shape, None allowed); a runtime id's shape depends on its kind.
+RECORD_SHAPES = (
+    ("deployment_id", shapes.DIGEST, False),
+    ("profile.name", shapes.PROFILE_NAME, False),
+    ("profile.sha256", shapes.DIGEST, False),
+    ("checkpoint.source", shapes.WORD, False),
+    ("checkpoint.repo_id", shapes.REPO_ID, True),
+    ("checkpoint.revision", shapes.REVISION, True),
+    ("checkpoint.commit", shapes.COMMIT, True),
+    ("checkpoint.path", shapes.ABSOLUTE_PATH, True),
+    ("runtime.kind", shapes.WORD, False),
+    ("runtime.venv_lock_sha256", shapes.HEX_SHA256, True),
+    ("runtime.image", shapes.IMAGE_REF, True),
+    ("runtime.image_context_hash", shapes.DIGEST, True),
+    ("engine.kind", shapes.WORD, False),
+    ("engine.package", shapes.DISTRIBUTION, True),
+    ("engine.version", shapes.VERSION, True),
+    ("engine.config_sha256", shapes.DIGEST, False),
+    ("sparkctl_version", shapes.VERSION, False),
+    ("recorded_at", shapes.TIMESTAMP, False),
+)
+RUNTIME_ID_SHAPES = {"venv": shapes.HEX_SHA256, "image": shapes.DIGEST}
+# The fields of a checkpoint manifest (or a worker's verification stamp) a record takes.
+MANIFEST_SHAPES = (
+    ("source", shapes.WORD),
+    ("repo_id", shapes.REPO_ID),
+    ("revision", shapes.REVISION),
+    ("commit", shapes.COMMIT),
+)
+
+
+def _field(record, dotted):
+    value = record
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def record_problems(record):
+    """Why record is not a deployment record of sparkctl's shape, one line per field (none: []):
+    every identity field of its shape, no template delimiter in any string it holds (the
+    variables that reproduce it included)."""
+    if not isinstance(record, dict):
+        return ["the record is not a mapping"]
+    problems = []
+    if record.get("schema_version") != SCHEMA_VERSION:
+        problems.append("schema_version: %s is not %d" % (shapes.shown(record.get("schema_version")), SCHEMA_VERSION))
+    for dotted, shape, optional in RECORD_SHAPES:
+        problem = shapes.shape_problem(dotted, _field(record, dotted), shape, optional)
+        if problem:
+            problems.append(problem)
+    kind = _field(record, "runtime.kind")
+    if kind not in RUNTIME_ID_SHAPES:
+        problems.append("runtime.kind: %s is not one of %s" % (shapes.shown(kind), ", ".join(sorted(RUNTIME_ID_SHAPES))))
+    else:
+        problem = shapes.shape_problem("runtime.id", _field(record, "runtime.id"), RUNTIME_ID_SHAPES[kind])
+        if problem:
+            problems.append(problem)
+    if record.get("verify_status") not in RECORDED_STATUSES:
+        shown = shapes.shown(record.get("verify_status"))
+        problems.append("verify_status: %s is not one of %s" % (shown, ", ".join(RECORDED_STATUSES)))
+    shaped = set(dotted for dotted, _shape, _optional in RECORD_SHAPES) | {"runtime.id"}
+    problems.extend(p for p in shapes.template_problems(record) if p.split(":", 1)[0] not in shaped)
+    return problems
+
+
+def versions_problems(versions):
+    """Why the runtime's identity and the distributions' versions a node's read found (what a
+    record takes of them) are not of their shape, one line per value; absent ones are not."""
+    versions = versions or {}
+    problems = [shapes.shape_problem(name, versions.get(name), shape, optional=True)
+                for name, shape in (("venv_lock_sha256", shapes.HEX_SHA256), ("image_id", shapes.DIGEST),
+                                    ("image_context_hash", shapes.DIGEST))]
+    packages = versions.get("packages") or {}
+    problems += [shapes.shape_problem("packages.%s" % name, packages[name], shapes.VERSION, optional=True)
+                 for name in sorted(packages, key=str)]
+    return [p for p in problems if p]
+
+
+def manifest_problems(manifest):
+    """Why the origin fields of a checkpoint manifest (or a verification stamp) are not of their
+    shape, one line per field; an absent field is not a problem (a path source has no commit)."""
+    if not isinstance(manifest, dict):
+        return ["the manifest is not a mapping"]
+    return [p for p in (shapes.shape_problem(name, manifest.get(name), shape, optional=True)
+                        for name, shape in MANIFEST_SHAPES) if p]
 
 
 def settle(record, existing):

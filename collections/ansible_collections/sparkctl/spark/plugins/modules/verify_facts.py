@@ -26,6 +26,11 @@ description:
     endpoint).
   - A missing C(nvidia-smi), venv, docker or image is not a module failure either; RV(problems) says why, as
     M(sparkctl.spark.runtime_versions) does.
+  - What a deployment record takes from this read is data written where the engine's service user may write (the
+    checkpoint's manifest, the venv's distributions, an image's labels). The module fails, naming the file (or the
+    runtime) and the field, when one of those values is not of its shape (a 40-hex-digit commit, a hub repo id, a
+    revision, a version, a digest), so a template or a command in one is never recorded. A node's record whose values
+    are not of their shape is returned as no record, with RV(deployment_problem) saying why.
   - Reads only.
 author:
   - sparkctl developers (!UNKNOWN)
@@ -162,7 +167,12 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import read_record
+from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import (
+    manifest_problems,
+    read_record,
+    record_problems,
+    versions_problems,
+)
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_gate import read_state
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_json_object
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_startup import read_unit_startup
@@ -205,12 +215,41 @@ def main():
                                                   params["startup_log_lines"], check_mode=module.check_mode)
         result.update(unit=dict(name=params["startup_unit"], active_state=state), startup=startup, startup_error=error)
     result["deployment"], result["deployment_problem"] = (
-        read_record(params["deployment_file"]) if params["deployment_file"] else (None, None))
+        node_record(params["deployment_file"]) if params["deployment_file"] else (None, None))
     result["engine_gate"] = read_state(read_text(params["engine_gate_file"])) if params["engine_gate_file"] else None
     manifest_file = params["checkpoint_manifest_file"]
     result["checkpoint_manifest"] = checkpoint_manifest(manifest_file) if manifest_file else None
     result["fit_estimate"] = read_json_object(params["fit_file"]) if params["fit_file"] else None
+    problems = read_problems(result, params)
+    if problems:
+        module.fail_json(msg="This node holds values sparkctl did not write in that shape (whoever can write these "
+                             "files, the engine's service user among them, may have changed them); nothing was "
+                             "recorded. Find out who changed them, then run the stage that writes each again: "
+                             + "; ".join(problems), problems=problems)
     module.exit_json(changed=False, **result)
+
+
+def read_problems(result, params):
+    """Why a value this read returns, which the verify stage records (or a rollback compares), is not
+    of its shape: one line per value, naming the file (or the runtime) and the field."""
+    where = params["venv_path"] or params["image"] or params["image_container"] or params["runtime_kind"]
+    problems = ["the runtime's versions (%s): %s" % (where, p) for p in versions_problems(result.get("versions"))]
+    if result.get("checkpoint_manifest") is not None:
+        problems += ["%s: %s" % (params["checkpoint_manifest_file"], p)
+                     for p in manifest_problems(result["checkpoint_manifest"])]
+    return problems
+
+
+def node_record(path):
+    """(record, problem) of the node's record file, as read_record gives them; a record whose values
+    are not of their shape is no record (its first-recorded time and status are not taken over, and
+    the next write replaces it)."""
+    record, problem = read_record(path)
+    if record is not None:
+        problems = record_problems(record)
+        if problems:
+            return None, "%s: not a record of sparkctl's: %s" % (path, "; ".join(problems))
+    return record, problem
 
 
 def checkpoint_manifest(path):

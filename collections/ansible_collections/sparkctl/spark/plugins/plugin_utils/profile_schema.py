@@ -13,7 +13,7 @@ import os
 import posixpath
 import re
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import python_source
+from ansible_collections.sparkctl.spark.plugins.module_utils import python_source, shapes
 from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import requirement_extras, requirement_name
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_engine import (
     ENGINES, LIST_ARITIES, PARSER_SECTIONS, PLACEHOLDERS, RAY_REQUIREMENT, _MODULE_RE, _PLACEHOLDER_RE,
@@ -69,7 +69,6 @@ MANAGED_ARGS = {
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ARG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
-_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _PYTHON_RE = re.compile(r"^3(\.[0-9]+)?$")
 _CLASS_PATH_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # What an engine build adds over the release engine.version names (a fork in an image),
@@ -493,7 +492,7 @@ def _check_checkpoint(c):
         return
     c.unknown("checkpoint", ckpt, ("repo_id", "revision", "shards", "size_bytes", "precision", "dir_name",
                                    "quantized_alternatives"))
-    c.string("checkpoint.repo_id", pattern=_REPO_ID_RE, hint=" (a hub repo id like 'org/name')")
+    c.string("checkpoint.repo_id", pattern=shapes.REPO_ID, hint=" (a hub repo id like 'org/name')")
     c.string("checkpoint.revision")
     c.integer("checkpoint.shards", required=False, minimum=1)
     c.integer("checkpoint.size_bytes", minimum=1)
