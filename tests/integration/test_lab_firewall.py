@@ -8,8 +8,8 @@ them. ssh and the head's API port answer from the control node. A table deleted
 by hand is back after one run of playbooks/provision.yml, which changes nothing
 but the firewall on that node and nothing at all on the next run (check mode on the
 converged lab is the whole-site one of test_lab_check_mode.py). Other tables (docker's DNS NAT inside the
-nodes) are never touched. A `systemctl restart nftables` (whose config flushes the
-whole ruleset) brings the table back within seconds without a run; the rsync
+nodes) are never touched. A `systemctl restart nftables` or reload (whose config flushes the
+whole ruleset) brings the table back within moments without a run, Ray untouched; the rsync
 daemon's socket refuses to start while the firewall is on but its table is not
 loaded; a rule set that drops sshd (firewall_ssh_ports without its port) reverts by
 itself and the run fails naming firewall_ssh_ports.
@@ -217,9 +217,9 @@ def test_a_deleted_table_is_back_after_one_provision_run(converged, run_site):
     assert all(quiet.changed(h) == 0 for h in HOSTS), {h: quiet.changed_tasks(h) for h in HOSTS}
 
 
-# The table is loaded by a unit in nftables.service's own transaction (PartOf=, WantedBy=,
-# ReloadPropagatedFrom=): it is back when `systemctl` returns, and the wait only keeps a
-# broken unit from failing the test on a busy machine for the wrong reason.
+# The firewall unit's main process loads the table again the moment nftables.service's flush
+# deletes it (roles/firewall/files/sparkctl-firewall-watch): it is back within milliseconds, and
+# the wait only keeps a broken watcher from failing the test on a busy machine for the wrong reason.
 TABLE_BACK_SECONDS = 30.0
 
 
@@ -234,7 +234,8 @@ def _wait_for_table(node: str, seconds: float = TABLE_BACK_SECONDS) -> bool:
 
 def _restore_after_nftables(node: str, nat: str) -> None:
     """Put the lab back as site.yml left it: nftables.service inactive (its stop flushes the
-    ruleset again, and stops the firewall with it), docker's DNS NAT table, the firewall."""
+    ruleset again; the firewall's watcher loads its table back), docker's DNS NAT table, the
+    firewall."""
     node_exec(node, "systemctl", "stop", "nftables.service", check=False)
     node_exec(node, "sh", "-c", 'printf "%s" "$1" | nft -f -', "sh", nat)
     node_exec(node, "systemctl", "start", "sparkctl-firewall.service")
@@ -266,9 +267,11 @@ def test_the_rsync_daemon_does_not_start_without_the_table(converged):
     node, socket_unit = "spark2", "sparkctl-rsyncd.socket"
     try:
         node_exec(node, "systemctl", "stop", socket_unit)
-        # A firewall that cannot load (masked here; at boot: a failed unit) and no table.
+        # A firewall that cannot load (masked here; at boot: a failed unit) and no table: the
+        # unit's stop deletes the table (a running firewall would load it back at once).
+        node_exec(node, "systemctl", "stop", "sparkctl-firewall.service")
         node_exec(node, "systemctl", "mask", "--runtime", "sparkctl-firewall.service")
-        node_exec(node, "nft", "delete", "table", "inet", "sparkctl")
+        assert not _table_loaded(node)
         started = node_exec(node, "systemctl", "start", socket_unit, check=False)
         assert started.returncode != 0
         journal = node_exec(node, "journalctl", "-u", socket_unit, "-n", "20", "--no-pager").stdout
