@@ -5,8 +5,8 @@ addresses, the lab's docker bridge, 172.30.77.0/24 in the default lab) Ray's GCS
 the dashboard agents' ports time out (dropped, and counted by the drop rule),
 although they listen on every address; over the cable the other node reaches
 them. ssh and the head's API port answer from the control node. A table deleted
-by hand is back after one run of playbooks/provision.yml, which changes nothing
-but the firewall on that node and nothing at all on the next run (check mode on the
+by hand is back by itself at once; a firewall unit stopped is back after one run of
+playbooks/provision.yml, which changes nothing but the firewall on that node and nothing at all on the next run (check mode on the
 converged lab is the whole-site one of test_lab_check_mode.py). Other tables (docker's DNS NAT inside the
 nodes) are never touched. A `systemctl restart nftables` or reload (whose config flushes the
 whole ruleset) brings the table back within moments without a run, Ray untouched; the rsync
@@ -195,11 +195,15 @@ def test_ssh_and_the_api_answer_from_the_control_node(converged):
         assert answer.status == 200
 
 
-def test_a_deleted_table_is_back_after_one_provision_run(converged, run_site):
+def test_a_deleted_table_is_back_by_itself_and_a_stopped_firewall_after_one_provision_run(converged, run_site):
     others = {node: _other_tables(node) for node in HOSTS}
     raylet = _ray_ports("spark2", kinds=("raylet",))[0]
+    # Deleted by hand: the firewall unit's watcher loads it again at once, without a run.
     node_exec("spark2", "nft", "delete", "table", "inet", "sparkctl")
-    # Without the table the raylet is open to the management network: the firewall is what closed it.
+    assert _wait_for_table("spark2") and _probe(MGMT["spark2"], raylet) == "timeout"
+    # The unit stopped (its stop deletes the table): the raylet is open to the management network,
+    # the firewall is what closed it, and one run of the provision stage starts it again.
+    node_exec("spark2", "systemctl", "stop", "sparkctl-firewall.service")
     assert _probe(MGMT["spark2"], raylet) == "open"
 
     repair = _provision(run_site)
@@ -263,21 +267,29 @@ def test_a_restarted_nftables_brings_the_table_back_without_a_run(converged):
     assert _table_loaded(node) and _probe(MGMT[node], gcs) == "timeout"
 
 
+# A firewall whose start fails (at boot: a rule set the kernel refuses), as a runtime drop-in; a
+# runtime mask would not do: the unit's file in /etc/systemd/system wins over /run.
+FIREWALL_BROKEN = "/run/systemd/system/sparkctl-firewall.service.d/sparklab-broken.conf"
+
+
 def test_the_rsync_daemon_does_not_start_without_the_table(converged):
     node, socket_unit = "spark2", "sparkctl-rsyncd.socket"
     try:
         node_exec(node, "systemctl", "stop", socket_unit)
-        # A firewall that cannot load (masked here; at boot: a failed unit) and no table: the
-        # unit's stop deletes the table (a running firewall would load it back at once).
+        # The firewall stopped (its stop deletes the table) and unable to start again: the socket's
+        # Wants= tries it first, then its own check refuses.
         node_exec(node, "systemctl", "stop", "sparkctl-firewall.service")
-        node_exec(node, "systemctl", "mask", "--runtime", "sparkctl-firewall.service")
+        node_exec(node, "sh", "-c", f"mkdir -p {FIREWALL_BROKEN.rsplit('/', 1)[0]} && "
+                  f"printf '[Service]\\nExecStartPre=\\nExecStartPre=/bin/false\\n' > {FIREWALL_BROKEN} && systemctl daemon-reload")
         assert not _table_loaded(node)
         started = node_exec(node, "systemctl", "start", socket_unit, check=False)
         assert started.returncode != 0
+        assert not _table_loaded(node)
         journal = node_exec(node, "journalctl", "-u", socket_unit, "-n", "20", "--no-pager").stdout
         assert "the firewall is enabled but table inet sparkctl is not loaded" in journal
     finally:
-        node_exec(node, "systemctl", "unmask", "--runtime", "sparkctl-firewall.service")
+        node_exec(node, "sh", "-c", f"rm -f {FIREWALL_BROKEN} && systemctl daemon-reload")
+        node_exec(node, "systemctl", "reset-failed", "sparkctl-firewall.service", check=False)
         node_exec(node, "systemctl", "restart", "sparkctl-firewall.service")
         node_exec(node, "systemctl", "reset-failed", socket_unit, check=False)
         node_exec(node, "systemctl", "start", socket_unit)
