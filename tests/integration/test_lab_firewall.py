@@ -276,11 +276,12 @@ def test_the_rsync_daemon_does_not_start_without_the_table(converged):
     node, socket_unit = "spark2", "sparkctl-rsyncd.socket"
     try:
         node_exec(node, "systemctl", "stop", socket_unit)
-        # The firewall stopped (its stop deletes the table) and unable to start again: the socket's
-        # Wants= tries it first, then its own check refuses.
-        node_exec(node, "systemctl", "stop", "sparkctl-firewall.service")
+        # The firewall unable to start (first: any unit's Wants= may start it again at any moment),
+        # then stopped (its stop deletes the table): the socket's Wants= tries it, then its own
+        # check refuses.
         node_exec(node, "sh", "-c", f"mkdir -p {FIREWALL_BROKEN.rsplit('/', 1)[0]} && "
                   f"printf '[Service]\\nExecStartPre=\\nExecStartPre=/bin/false\\n' > {FIREWALL_BROKEN} && systemctl daemon-reload")
+        node_exec(node, "systemctl", "stop", "sparkctl-firewall.service")
         assert not _table_loaded(node)
         started = node_exec(node, "systemctl", "start", socket_unit, check=False)
         assert started.returncode != 0

@@ -1,7 +1,8 @@
 """roles/firewall/files/sparkctl-firewall-watch, the firewall unit's main process: it loads the rule
 set file again the moment the table is deleted (nftables.service's flush, `nft flush ruleset`), and
-only then; its stop deletes the table. Its nft is a recording stand-in here; the lab runs the real
-one (tests/catalogue/faults.yml, firewall_gone_after_nftables_stop_and_flush)."""
+only then; as the unit's ExecStopPost= it deletes the table after a clean stop only. Its nft is a
+recording stand-in here but in the last test, which runs the real nft in a network namespace; the
+lab runs it on the nodes (tests/catalogue/faults.yml, firewall_gone_after_nftables_stop_and_flush)."""
 
 from __future__ import annotations
 
@@ -94,10 +95,17 @@ def test_a_rule_set_that_does_not_load_is_said_with_nfts_words():
     assert "did not load: Error: syntax error" in logs[0]
 
 
-def test_its_stop_deletes_the_table_and_nothing_else():
+def test_a_clean_stop_deletes_the_table_and_nothing_else():
     nft, logs = FakeNft(), []
-    assert keeper(nft, logs).delete() is True
+    assert keeper(nft, logs).stop_post("success") is True
     assert nft.calls == [["delete", "table", "inet", "sparkctl"]]
+
+
+@pytest.mark.parametrize("result", ["exit-code", "signal", "core-dump", None])
+def test_a_watcher_that_died_leaves_the_table_loaded(result):
+    nft, logs = FakeNft(), []
+    assert keeper(nft, logs).stop_post(result) is False
+    assert nft.calls == [] and nft.loaded is True and "stays loaded" in logs[0]
 
 
 RULES = """table inet sparkctl
@@ -110,8 +118,9 @@ table inet sparkctl {
 }
 """
 # In a network namespace of its own (nothing the machine's own ruleset holds is touched): the table
-# loaded, the watcher started, the whole ruleset flushed; the table must be back, then the watcher's
-# stop must delete it.
+# loaded, the watcher started, the whole ruleset flushed; the table must be back. Then the watcher
+# is stopped as systemd stops it (SIGTERM), and its ExecStopPost= run: after a crash the table
+# stays, after a clean stop it goes.
 NAMESPACE_SCRIPT = """
 set -e
 nft -f "$RULES"
@@ -124,6 +133,9 @@ for i in $(seq 50); do if nft list table inet sparkctl > /dev/null 2>&1; then ba
 echo "back=$back"
 kill -TERM $watcher
 wait $watcher || true
+SERVICE_RESULT=exit-code python3 "$WATCH" --stop-post >> "$LOG" 2>&1
+if nft list table inet sparkctl > /dev/null 2>&1; then echo after-crash=present; else echo after-crash=gone; fi
+SERVICE_RESULT=success python3 "$WATCH" --stop-post >> "$LOG" 2>&1
 if nft list table inet sparkctl > /dev/null 2>&1; then echo after-stop=present; else echo after-stop=gone; fi
 """
 
@@ -139,5 +151,6 @@ def test_the_real_nft_a_flushed_ruleset_is_back_and_the_stop_deletes_the_table(t
     if proc.returncode != 0 and "Operation not permitted" in proc.stderr:
         pytest.skip("no permission for a network namespace: " + proc.stderr.strip())
     assert proc.returncode == 0, proc.stderr
-    assert "back=yes" in proc.stdout and "after-stop=gone" in proc.stdout, proc.stdout + log.read_text()
+    said = proc.stdout + log.read_text()
+    assert "back=yes" in proc.stdout and "after-crash=present" in proc.stdout and "after-stop=gone" in proc.stdout, said
     assert "table inet sparkctl was gone (deleted: delete table inet sparkctl)" in log.read_text()

@@ -90,6 +90,10 @@ def test_the_firewall_unit_loads_its_table_and_keeps_it_loaded_apart_from_nftabl
         "/usr/bin/python3 /opt/sparkctl/libexec/sparkctl-firewall-watch --nft /usr/sbin/nft --family inet "
         "--table sparkctl --rules /etc/sparkctl/firewall.nft")
     assert _values(unit["Service"], "Type") == ["simple"] and _values(unit["Service"], "Restart") == ["always"]
+    # Its stop deletes the table after a clean stop only (systemd's SERVICE_RESULT).
+    assert " ".join(_values(unit["Service"], "ExecStopPost")) == (
+        "/usr/bin/python3 /opt/sparkctl/libexec/sparkctl-firewall-watch --stop-post --nft /usr/sbin/nft --family inet "
+        "--table sparkctl")
     assert not _values(unit["Unit"], "PartOf") and not _values(unit["Unit"], "BindsTo")
     assert _values(unit["Install"], "WantedBy") == ["multi-user.target"]
     # The firewall never needs fabric.env and never binds a stop to the engines.
