@@ -16,11 +16,10 @@ import dataclasses
 import json
 import logging
 import shlex
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from wrapper_project import make_project
 import yaml
 from ansible_collections.sparkctl.spark.plugins.module_utils.api_key import key_file_text
 from ansible_collections.sparkctl.spark.plugins.module_utils.log_scrub import scrub_lines
@@ -255,22 +254,9 @@ LEAKY_LOGS = """
 def test_sparkctl_logs_at_vvvv_keeps_no_key_in_its_artifacts(tmp_path, monkeypatch, capsys):
     # A play that shows the engine's raw lines and holds the key in module arguments: whatever
     # a play lets through, the wrapper's artifacts and output keep none of it.
-    root = tmp_path / "project"
-    (root / "playbooks").mkdir(parents=True)
-    (root / "site.yml").write_text("---\n- ansible.builtin.import_playbook: playbooks/site.yml\n")
-    (root / "playbooks" / "site.yml").write_text("---\n- ansible.builtin.import_playbook: logs.yml\n")
-    (root / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = False\ninterpreter_python = auto_silent\n")
     journal = [line.replace('"', "'") for line in JOURNAL[:3]]
-    (root / "playbooks" / "logs.yml").write_text("---\n" + textwrap.dedent(LEAKY_LOGS).format(
-        journal0=journal[0], journal1=journal[1], journal2=journal[2], key=KEY, hf=HF))
-    inventory = root / "inventories" / "local"
-    inventory.mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(
-        f"all:\n  hosts:\n    node1:\n      ansible_connection: local\n      ansible_python_interpreter: {sys.executable}\n")
-    monkeypatch.setenv("SPARKCTL_PROJECT", str(root))
-    monkeypatch.setenv("SPARKCTL_REPORT_DIR", str(root / ".sparkctl" / "reports"))
-    (root / ".sparkctl" / "reports").mkdir(parents=True)
-    monkeypatch.chdir(root)
+    logs = LEAKY_LOGS.format(journal0=journal[0], journal1=journal[1], journal2=journal[2], key=KEY, hf=HF)
+    root = make_project(tmp_path / "project", monkeypatch, {"logs": logs}, ["logs"])
     code = cli.main(["--json", "logs", "-i", "inventories/local", "-vvvv"])
     out = capsys.readouterr()
     assert code == 0, out

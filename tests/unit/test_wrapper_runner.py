@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 import textwrap
@@ -18,6 +17,7 @@ from sparkctl import cli, runner
 from sparkctl.result import SCHEMA_PATH
 from sparkctl.stages import COMMAND_STAGES
 from sparkctl.stages import Stage
+from wrapper_project import make_project
 
 # In the whole unit run, other modules' loopback servers are still running threads
 # when ansible-runner forks ansible-playbook; the wrapper itself forks with none.
@@ -106,24 +106,8 @@ PLAYBOOKS = {
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
-    root = tmp_path / "project"
-    (root / "playbooks").mkdir(parents=True)
     # A site.yml of three stages: `up` runs what it imports.
-    (root / "site.yml").write_text("---\n- ansible.builtin.import_playbook: playbooks/site.yml\n")
-    (root / "playbooks" / "site.yml").write_text("---\n" + "".join(
-        f"- ansible.builtin.import_playbook: {name}.yml\n" for name in ("preflight", "provision", "checkpoint")))
-    (root / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = False\ninterpreter_python = auto_silent\n")
-    for name, text in PLAYBOOKS.items():
-        (root / "playbooks" / f"{name}.yml").write_text("---\n" + textwrap.dedent(text))
-    inventory = root / "inventories" / "local"
-    inventory.mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(
-        f"all:\n  hosts:\n    node1:\n      ansible_connection: local\n      ansible_python_interpreter: {sys.executable}\n")
-    monkeypatch.setenv("SPARKCTL_PROJECT", str(root))
-    monkeypatch.setenv("SPARKCTL_REPORT_DIR", str(root / ".sparkctl" / "reports"))
-    (root / ".sparkctl" / "reports").mkdir(parents=True)
-    monkeypatch.chdir(root)
-    return root
+    return make_project(tmp_path / "project", monkeypatch, PLAYBOOKS, ["preflight", "provision", "checkpoint"])
 
 
 def run_json(capsys, *argv):
