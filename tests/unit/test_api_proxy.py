@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from make_checkpoint import standin_checkpoint  # tests/lab/hub, on sys.path through conftest.py
 from standin_engine import start_standin
 from ansible.errors import AnsibleFilterError
@@ -220,12 +221,6 @@ def nginx_binary():
 
 NGINX = nginx_binary()
 needs_nginx = pytest.mark.skipif(NGINX is None, reason="no nginx binary ($SPARKCTL_NGINX, PATH, /usr/sbin/nginx)")
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Engine:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint_sync
 from role_templating import evaluate
 
@@ -45,12 +46,6 @@ def test_the_daemon_config_refuses_deleting_and_in_place_options(tmp_path):
     assert "!delete-missing-args" in refused
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def daemon(tmp_path):
     """The rendered config served by a real daemon on a free loopback port; yields (served
@@ -66,7 +61,7 @@ def daemon(tmp_path):
     conf = tmp_path / "rsyncd.conf"
     conf.write_text(conf_text)
     log = tmp_path / "rsyncd.log"
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(["rsync", "--daemon", "--no-detach", f"--port={port}", "--address=127.0.0.1",
                                 f"--config={conf}", f"--log-file={log}"])
     try:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import module_runner
 import pytest
+from ports import free_port
 from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint, checkpoint_sync
 from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_sync as checkpoint_sync_module
 
@@ -392,14 +393,6 @@ DAEMON_USER = "sparkctl-mirror"
 DAEMON_SECRET = "daemon-secret-4f9c1e"
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def daemons(tmp_path):
     import os
@@ -413,7 +406,7 @@ def daemons(tmp_path):
     secrets.chmod(0o600)
     running = []
     for index in range(2):
-        port = _free_port()
+        port = free_port()
         log = tmp_path / f"rsyncd-{index}.log"
         conf = tmp_path / f"rsyncd-{index}.conf"
         conf.write_text(
@@ -550,7 +543,7 @@ OFFLINE = "connection refused by 127.0.0.1"
 
 def _offline_source(server, revision="main"):
     # Any request would fail: the endpoint is a closed port (and the reason says the hub is out of reach).
-    return hub_source(server, revision=revision, endpoint=f"http://127.0.0.1:{_free_port()}")
+    return hub_source(server, revision=revision, endpoint=f"http://127.0.0.1:{free_port()}")
 
 
 def test_an_unreachable_hub_still_verifies_and_mirrors_a_complete_checkpoint(hub, ckpt, tmp_path):

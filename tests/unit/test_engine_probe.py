@@ -17,6 +17,7 @@ import time
 
 import module_runner
 import pytest
+from ports import free_port
 from make_checkpoint import standin_checkpoint  # tests/lab/hub, on sys.path through conftest.py
 from standin_engine import start_standin
 from sparklab_engine.server import Handler  # tests/lab/engine, on sys.path through standin_engine
@@ -296,12 +297,6 @@ def test_reasoning_and_tools_fail_without_the_parsers_with_the_servers_error(ser
 
 
 # --- nothing listening, and misbehaving servers ------------------------------------------------
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.timing
