@@ -8,13 +8,11 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from ports import free_port
+from ports import free_port, wait_listening
 from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint_sync
 from role_templating import evaluate
 
@@ -65,15 +63,8 @@ def daemon(tmp_path):
     process = subprocess.Popen(["rsync", "--daemon", "--no-detach", f"--port={port}", "--address=127.0.0.1",
                                 f"--config={conf}", f"--log-file={log}"])
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    pytest.fail("the rsync daemon did not start: %s" % (log.read_text() if log.exists() else "no log"))
-                time.sleep(0.05)
+        if not wait_listening(port, process):
+            pytest.fail("the rsync daemon did not start: %s" % (log.read_text() if log.exists() else "no log"))
         yield served, f"rsync://{USER}@127.0.0.1:{port}/{MODULE}/", log
     finally:
         process.terminate()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import module_runner
 import pytest
-from ports import free_port
+from ports import free_port, wait_listening
 from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint, checkpoint_sync
 from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_sync as checkpoint_sync_module
 
@@ -397,7 +397,6 @@ DAEMON_SECRET = "daemon-secret-4f9c1e"
 def daemons(tmp_path):
     import os
     import subprocess
-    import time
 
     served = tmp_path / "wd"
     served.mkdir()
@@ -417,18 +416,9 @@ def daemons(tmp_path):
         )
         process = subprocess.Popen(["rsync", "--daemon", "--no-detach", f"--config={conf}", "--address=127.0.0.1", f"--port={port}"])
         running.append((process, port, log))
-    deadline = time.monotonic() + 10
     for process, port, _ in running:
-        import socket
-
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    pytest.fail("the test rsync daemon did not start")
-                time.sleep(0.05)
+        if not wait_listening(port, process):
+            pytest.fail("the test rsync daemon did not start")
     yield served, [(port, log) for _, port, log in running]
     for process, _, _ in running:
         process.terminate()

@@ -19,6 +19,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from test_profile import cluster
 from wrapper_project import make_project
 import yaml
 from ansible_collections.sparkctl.spark.plugins.module_utils.api_key import key_file_text
@@ -31,20 +32,6 @@ KEY = "sk-SGLkey9f8e7d6c5b4a3210fedcba98765"
 HF = "hf_" + "Q7x" * 12
 ENV_SECRET = "vault-pass-7c1e9a44d2"
 SGLANG_PROFILES = ["qwen38-flash-next-nvfp4-sglang", "qwen38-flash-next-nvfp4-sglang-4x"]
-
-
-def cluster(profile, **extra):
-    nodes = profile["topology"]["nodes"]
-    return dict({
-        "head": {"name": "spark1", "link_ip": "192.168.100.10/24", "interface": "enp1s0f1np1"},
-        "workers": [{"name": f"spark{n}", "link_ip": f"192.168.100.{9 + n}/24", "interface": "enp1s0f1np1"}
-                    for n in range(2, nodes + 1)],
-        "service_user": "spark",
-        "checkpoint_dir": f"/srv/sparkctl/models/{profile['checkpoint']['dir_name']}",
-        "venv_path": f"/opt/sparkctl/venvs/{profile['name']}",
-        "image": (profile["runtime"].get("image") or {}).get("build", {}).get("tag"),
-        "api_key_file": "/etc/sparkctl/sglang-api.yaml",
-    }, **extra)
 
 
 # ----------------------------------------------------------------------------- SGLang's own start
@@ -119,7 +106,7 @@ def test_sglang_behind_the_api_proxy_never_logs_the_key(name):
 
 def test_sglang_without_the_proxy_logs_the_key_and_sparkctl_scrubs_it():
     profile = P.load_profile(SGLANG_PROFILES[0], [], {})
-    rendered = P.render(profile, cluster(profile, api_proxy=False))
+    rendered = P.render(profile, dict(cluster(profile), api_proxy=False))
     assert shlex.join(["--config", "/etc/sparkctl/sglang-api.yaml"]) in rendered["command_line"]
     logged = sglang_start_log(rendered["argv"], key_files(rendered))
     # SGLang's own check is the only one here, and SGLang logs the key with its arguments.
