@@ -73,6 +73,8 @@ for root in ROOTS:
                 entry.update(type="link", target=os.readlink(path))
             elif stat.S_ISDIR(info.st_mode):
                 entry.update(type="dir")
+            elif stat.S_ISSOCK(info.st_mode):
+                entry.update(type="socket")
             elif stat.S_ISREG(info.st_mode):
                 digest = hashlib.sha256()
                 try:
@@ -152,9 +154,12 @@ def snapshot(nodes, inventory: Path | None = None) -> dict[str, dict]:
 
 
 def _flatten(section: str, value) -> dict[str, str]:
-    """section's items as 'section KEY' -> a comparable text."""
+    """section's items as 'section KEY' -> a comparable text. Sockets are left out: one lives as
+    long as the process that listens on it (an SSH ControlMaster's ends on its own after
+    ControlPersist), so it comes and goes on an unchanged node; the units are compared."""
     if isinstance(value, dict):
-        return {f"{section} {key}": json.dumps(item, sort_keys=True) for key, item in value.items()}
+        return {f"{section} {key}": json.dumps(item, sort_keys=True) for key, item in value.items()
+                if not (isinstance(item, dict) and item.get("type") == "socket")}
     return {f"{section} {item}": "present" for item in value}
 
 
