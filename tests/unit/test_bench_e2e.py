@@ -118,11 +118,15 @@ def test_chat_reasoning_tokens_count_and_an_oversized_length_is_skipped(standin,
                          "--requests-per-stream", "2", "--warmup", "0", "--selftest-seconds", "0.2", monkeypatch=monkeypatch)
     assert code == 0, capsys.readouterr().err
     measured, skipped = doc["points"]
-    assert measured["status"] == "ok" and close(measured["summary"]["decode_tok_s"]["median"], TIMING["token_rate"])
+    # Bounds a loaded machine cannot break (it only makes the stand-in slower): the stand-in
+    # waits its TTFT and paces its tokens. How close the measurement comes is the timing
+    # test's (marked `timing`, run on a quiet machine).
+    decode, ttft = measured["summary"]["decode_tok_s"]["median"], measured["summary"]["ttft_s"]["median"]
+    assert measured["status"] == "ok" and 0 < decode <= TIMING["token_rate"] * (1 + TOLERANCE), decode
+    assert ttft >= (TIMING["ttft_s"] + 64 * TIMING["ttft_per_token_s"]) * (1 - TOLERANCE), ttft
     # The reasoning parser makes the first tokens reasoning deltas: they are tokens too.
     for record in doc["requests"]:
         assert record["content_chunks"] == record["completion_tokens"] == MAX_TOKENS
-    assert close(measured["summary"]["ttft_s"]["median"], TIMING["ttft_s"] + 64 * TIMING["ttft_per_token_s"])
     assert skipped["status"] == "skipped" and "maximum context length is 4096" in skipped["reason"]
 
 
