@@ -8,7 +8,8 @@ with it: the pure decisions the node_baseline and node_teardown modules share.
 The baseline is one JSON document, written once, before the first stage that changes a node
 (roles/spark/tasks/baseline.yml): the installed packages, whether each path sparkctl may
 create existed, a copy of each file sparkctl may replace or edit, the cable interfaces'
-MTU and addresses, and whether the service user lingered. A teardown removes only what
+MTU and addresses, whether the service user lingered, and whether the accounts sparkctl may
+create existed (and a group named like each). A teardown removes only what
 the baseline says was not there, and puts back what it says was.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import grp
 import os
+import pwd
 
 BASELINE_VERSION = 1
 
@@ -171,3 +173,108 @@ def read_addr_gen_mode(interface, proc_root="/proc"):
             return int(handle.read().strip())
     except (OSError, ValueError):
         return None
+
+
+def account(name):
+    """The passwd entry of the account name, or None when there is none."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
+def users_to_remove(requested, baseline_users, exists):
+    """The accounts among requested the record says did not exist (sparkctl created them) and
+    that exist now, in the order given. One the record says existed, or does not know, stays."""
+    return [name for name in dict.fromkeys(requested) if baseline_users.get(name) is False and exists(name)]
+
+
+def private_group(entry):
+    """The name of the account's own group (named like it, its primary group, without members,
+    the primary group of no other account): the one userdel takes along (USERGROUPS_ENAB).
+    None when it has none."""
+    try:
+        group = grp.getgrnam(entry.pw_name)
+    except KeyError:
+        return None
+    if group.gr_gid != entry.pw_gid or group.gr_mem:
+        return None
+    if any(other.pw_gid == group.gr_gid and other.pw_name != entry.pw_name for other in pwd.getpwall()):
+        return None
+    return group.gr_name
+
+
+def usergroups_enabled(login_defs="/etc/login.defs"):
+    """Whether login.defs sets USERGROUPS_ENAB (userdel then deletes the user's private group);
+    shadow's default, when it does not, is no."""
+    try:
+        with open(login_defs) as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) >= 2 and fields[0] == "USERGROUPS_ENAB":
+                    return fields[1].lower() == "yes"
+    except OSError:
+        pass
+    return False
+
+
+def user_pids(uid, proc_root="/proc"):
+    """The processes running as uid (real, effective, saved or file-system uid, as userdel
+    checks), by PID, sorted."""
+    pids = []
+    try:
+        names = os.listdir(proc_root)
+    except OSError:
+        return pids
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc_root, name, "status")) as handle:
+                for line in handle:
+                    if line.startswith("Uid:"):
+                        if str(uid) in line.split()[1:5]:
+                            pids.append(int(name))
+                        break
+        except OSError:
+            continue
+    return sorted(pids)
+
+
+HOME_ROOTS = ("/home", "/var/lib")
+
+
+def home_refusal(home, uid, other_homes=(), keep=(), record_path=None, roots=HOME_ROOTS):
+    """Why the home directory of an account sparkctl created must not go with it (userdel
+    --remove), or None when it may: it must be an absolute path strictly under one of roots
+    (never /), a directory and not a link, owned by the account, the home of no other account
+    (nor hold one), and hold neither a path the teardown keeps nor the record itself.
+    other_homes are the other accounts' (name, home)."""
+    if not home or not os.path.isabs(home):
+        return "%r is not an absolute path" % (home,)
+    norm = os.path.normpath(home)
+    if norm == "/":
+        return "it is /"
+    if not any(norm.startswith(root.rstrip("/") + "/") for root in roots):
+        return "it is not under %s" % " or ".join(roots)
+    if os.path.islink(norm):
+        return "it is a symbolic link"
+    if not os.path.isdir(norm):
+        return "it is not a directory"
+    owner = os.stat(norm).st_uid
+    if owner != uid:
+        return "uid %d owns it, not the account (uid %d)" % (owner, uid)
+
+    def holds(outer, inner):
+        inner = os.path.normpath(inner)
+        return inner == outer or inner.startswith(outer + "/")
+
+    for other, other_home in other_homes:
+        if other_home and os.path.isabs(other_home) and holds(norm, other_home):
+            return "it is, or holds, the home of %s" % other
+    for path in keep:
+        if path and os.path.lexists(path) and holds(norm, path):
+            return "it holds %s, which the teardown keeps" % path
+    if record_path and holds(norm, record_path):
+        return "it holds the baseline record %s" % record_path
+    return None

@@ -16,12 +16,16 @@ description:
   - When O(path) does not exist, records in it the node as it is now, before sparkctl changes it
     (C(playbooks/teardown.yml) reads it); the installed packages, whether each of O(paths) exists, a copy of
     each of O(files) that exists (under O(backup_dir), with its mode and owner), the MTU, addresses and
-    IPv6 address generation mode of each of O(interfaces), and which of O(linger_users) linger.
+    IPv6 address generation mode of each of O(interfaces), which of O(linger_users) linger, and which of O(users)
+    exist (with, for each, whether a group of the same name exists).
   - The parents of O(paths) are recorded apart; a teardown removes one that did not exist only once it is empty.
   - When O(path) exists, what it records stays as it is (the first record is the node before sparkctl). Only a path
     of O(paths) it does not know yet (another profile's checkpoint or venv, named by the step of the run that creates
     it, right before it does) is added, with its existence now and its parents it does not know; otherwise the module
     reports no change. O(deferred_paths) are not added to an existing record.
+  - Likewise an account of O(users) an existing record does not know (one written by a sparkctl that did not create
+    accounts) is added with its existence now, so a later stage that creates it (provision) finds it noted as absent;
+    an account the record knows keeps its first answer.
   - In check mode it reports the record it would write, and writes nothing.
 author:
   - sparkctl developers (!UNKNOWN)
@@ -77,6 +81,16 @@ options:
     type: list
     elements: str
     default: []
+  users:
+    description:
+      - Accounts sparkctl may create (its service user); whether each exists is recorded, and whether a group named
+        like it exists (the private group C(useradd) would make).
+      - M(sparkctl.spark.node_teardown) removes only an account recorded absent; for one that existed nothing else
+        is recorded, nothing of it is undone.
+      - An existing record learns each account it does not know yet (see above).
+    type: list
+    elements: str
+    default: []
 seealso:
   - module: sparkctl.spark.node_teardown
 """
@@ -88,13 +102,19 @@ EXAMPLES = r"""
     deferred_paths: [/srv/sparkctl/models/my-model]
     files: [/etc/default/earlyoom]
     interfaces: [enp1s0f1np1]
-    linger_users: [spark]
+    linger_users: [sparkctl]
     groups: [docker]
+    users: [sparkctl]
   become: true
 
 - name: Right before creating the checkpoint directory, note whether it was there
   sparkctl.spark.node_baseline:
     paths: [/srv/sparkctl/models/my-model]
+  become: true
+
+- name: Before provision creates the service user, note in an older record whether it was there
+  sparkctl.spark.node_baseline:
+    users: [sparkctl]
   become: true
 """
 
@@ -110,8 +130,20 @@ baseline:
     parents: {/srv/sparkctl: false}
     files: {}
     links: {}
-    linger: {spark: false}
+    linger: {sparkctl: false}
     groups: {docker: null}
+    users: {sparkctl: false}
+    user_groups: {sparkctl: false}
+added:
+  description:
+    - What an existing record learned (or would, in check mode) of O(paths) and O(users), each with its existence now.
+  type: dict
+  returned: when an existing record learned something
+  sample:
+    paths: {/srv/sparkctl/models/other: false}
+    parents: {}
+    users: {sparkctl: false}
+    user_groups: {sparkctl: false}
 recorded:
   description: Whether this run wrote the record (or would, in check mode).
   type: bool
@@ -127,6 +159,7 @@ from ansible.module_utils.common.text.converters import to_bytes
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
     BASELINE_VERSION,
+    account,
     backup_path,
     group_members,
     installed_packages,
@@ -163,6 +196,16 @@ def ancestors_of(paths):
     return found
 
 
+def added_users(baseline, users):
+    """What a record already written lacks of users: {'users': {name: exists now}, 'user_groups':
+    {name: a group of that name exists now}} for the accounts it does not know. A record without
+    users (an older sparkctl's) knows none; one it knows keeps its first answer."""
+    known = baseline.get("users") or {}
+    new = [name for name in dict.fromkeys(users) if name not in known]
+    return {"users": dict((name, account(name) is not None) for name in new),
+            "user_groups": dict((name, group_members(name) is not None) for name in new)}
+
+
 def added_paths(baseline, paths, exists):
     """What a record already written lacks of paths: {'paths': {path: exists now}, 'parents':
     {parent: exists now}} for the paths it does not know and their parents it knows in neither list."""
@@ -185,6 +228,7 @@ def main():
             interfaces=dict(type="list", elements="str", default=[]),
             linger_users=dict(type="list", elements="str", default=[]),
             groups=dict(type="list", elements="str", default=[]),
+            users=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -197,10 +241,12 @@ def main():
             module.fail_json(msg="%s is not a readable baseline (%s); sparkctl wrote it before its first change: "
                              "restore it from a backup, or remove it only on a node sparkctl never changed." % (p["path"], exc))
         added = added_paths(baseline, p["paths"], os.path.lexists)
-        if not added["paths"] and not added["parents"]:
+        added.update(added_users(baseline, p["users"]))
+        if not any(added.values()):
             module.exit_json(changed=False, recorded=False, baseline=baseline)
-        baseline.setdefault("paths", {}).update(added["paths"])
-        baseline.setdefault("parents", {}).update(added["parents"])
+        for key, learned in added.items():
+            if learned:
+                baseline.setdefault(key, {}).update(learned)
         if not module.check_mode:
             try:
                 write_file_atomic(p["path"], to_bytes(json.dumps(baseline, indent=1, sort_keys=True) + "\n"), 0o600)
@@ -244,6 +290,7 @@ def main():
         "linger": {user: os.path.exists("/var/lib/systemd/linger/%s" % user) for user in p["linger_users"]},
         "groups": {name: group_members(name) for name in p["groups"]},
     }
+    baseline.update(added_users({}, p["users"]))
     if not module.check_mode:
         try:
             for directory in sorted(parents, key=len):

@@ -15,7 +15,8 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     details:
-      - Lists every action it would take (removals, restores, packages, link changes) and changes nothing.
+      - Lists every action it would take (removals, restores, packages, link changes, accounts) and changes nothing;
+        RV(removed_users) names the accounts it would remove.
   diff_mode:
     support: full
     details:
@@ -39,6 +40,19 @@ description:
   - Purges each of O(packages) that was absent then and is installed now, then every package apt marked as
     installed automatically that was absent then (what came with them), each purge only when apt's simulation of it
     removes nothing else.
+  - Then removes each account of O(users) the record says did not exist and that exists now, as C(userdel --remove)
+    does; an account the record says existed, or does not know, is never removed. Its processes must be gone first
+    (the units were stopped, lingering turned off above); any left are ended with C(loginctl terminate-user), and
+    when some remain after a short wait the module fails naming the account and their PIDs (it never uses
+    C(userdel --force)). Its home directory (and mail spool) go with it (C(userdel --remove)) only when the home is an
+    absolute path strictly under C(/home) or C(/var/lib), a directory (not a link) the account owns, neither another
+    account's home nor holding one, and holds neither a path of O(keep) nor the record; otherwise the account goes
+    without them (C(userdel)) and RV(actions) says which home was left and why.
+  - Its private group (named like it, its primary group, without members, no other account's primary group) goes
+    with it when the record says no such group existed before sparkctl (C(userdel) takes it when C(USERGROUPS_ENAB)
+    is on in C(/etc/login.defs), C(groupdel) otherwise); when the record does not say so and C(userdel) would take
+    it, the account stays, with a warning.
+  - Then takes the user of each group of O(group_members) out of it, or deletes the group, as the record says.
   - Last, removes the record itself when O(remove_record) is true and it is under a path removed above.
   - Without a record (sparkctl never changed the node, or a run failed before its first change) it still deletes
     O(nft_tables) and reports that nothing else is known to be sparkctl's.
@@ -114,6 +128,14 @@ options:
     type: list
     elements: str
     default: []
+  users:
+    description:
+      - Accounts sparkctl may have created (its service user), as recorded by
+        M(sparkctl.spark.node_baseline)'s O(sparkctl.spark.node_baseline#module:users).
+      - Each that the record says did not exist and that exists now is removed (see above); the others are left alone.
+    type: list
+    elements: str
+    default: []
   group_members:
     description:
       - Group -> the user a role adds to it. After the packages, the user leaves the group when the record says it was not
@@ -146,7 +168,8 @@ EXAMPLES = r"""
   sparkctl.spark.node_teardown:
     keep: [/srv/sparkctl/models/solar]
     link_addresses: {enp1s0f1np1: 192.168.100.10/24}
-    linger_users: [spark]
+    linger_users: [sparkctl]
+    users: [sparkctl]
     packages: [nftables, earlyoom]
     nft_tables: [inet sparkctl]
   become: true
@@ -168,11 +191,19 @@ recorded:
   description: Whether the node had a record.
   type: bool
   returned: always
+removed_users:
+  description: The accounts of O(users) removed (or that would be, in check mode).
+  type: list
+  elements: str
+  returned: always
+  sample: [sparkctl]
 """
 
 import json
 import os
+import pwd
 import shutil
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
@@ -180,21 +211,33 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_store im
 from ansible_collections.sparkctl.spark.plugins.module_utils.served_record import read_served
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
+    account,
     dependencies_to_purge,
     group_members,
+    home_refusal,
     installed_packages,
     link_restore,
     packages_to_purge,
     parents_to_remove,
     paths_to_remove,
+    private_group,
     purge_is_contained,
     read_addr_gen_mode,
     simulated_purges,
     strip_text,
+    user_pids,
+    usergroups_enabled,
+    users_to_remove,
 )
 
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
 ADDR_GEN_MODES = {0: "eui64", 1: "none", 2: "stable_secret", 3: "random"}
+# Where an account's home may be for it to go with the account; where processes and login.defs are read;
+# how long an account's processes have to end after loginctl terminate-user (seconds).
+HOME_ROOTS = ("/home", "/var/lib")
+PROC_ROOT = "/proc"
+LOGIN_DEFS = "/etc/login.defs"
+TERMINATE_WAIT = 10.0
 
 
 class Teardown:
@@ -398,6 +441,59 @@ class Teardown:
             elif user in group_members_now and user not in recorded[group]:
                 self.act("take %s out of group %s" % (user, group), ["gpasswd", "-d", user, group])
 
+    def users(self, recorded, recorded_groups, names, keep, record_path):
+        """Remove the accounts of names the record says sparkctl created; returns their names."""
+        removed = []
+        for name in users_to_remove(names, recorded, lambda n: account(n) is not None):
+            entry = account(name)
+            group = private_group(entry)
+            # The record says whether a group of its name was there before sparkctl: only one that was not goes.
+            takes_group = group is not None and recorded_groups.get(name) is False
+            if group is not None and not takes_group and usergroups_enabled(LOGIN_DEFS):
+                self.module.warn("not removing the account %s: userdel would delete its group %s, which the record does not "
+                                 "say sparkctl created; remove the account yourself (userdel %s)" % (name, group, name))
+                continue
+            others = [(other.pw_name, other.pw_dir) for other in pwd.getpwall() if other.pw_name != name]
+            refusal = home_refusal(entry.pw_dir, entry.pw_uid, others, keep, record_path, HOME_ROOTS)
+            remove_home = refusal is None
+            self._end_processes(name, entry.pw_uid)
+            userdel = self.module.get_bin_path("userdel") or "userdel"
+            what = ", its home %s" % entry.pw_dir if remove_home else ""
+            what += ", its group %s" % group if takes_group else ""
+            self.act("remove the account %s%s (created by sparkctl)" % (name, what),
+                     [userdel] + (["--remove"] if remove_home else []) + [name])
+            if not remove_home and entry.pw_dir and os.path.lexists(entry.pw_dir):
+                self.actions.append("keep %s, the home of %s: %s" % (entry.pw_dir, name, refusal))
+            if takes_group and not self.check and group_members(group) == []:
+                # userdel leaves the private group when USERGROUPS_ENAB is off: it is sparkctl's all the same.
+                groupdel = self.module.get_bin_path("groupdel") or "groupdel"
+                rc, _out, err = self.module.run_command([groupdel, group])
+                if rc != 0:
+                    self.module.fail_json(msg="groupdel %s (the group of the account %s) failed: %s" % (group, name, err.strip()),
+                                          actions=self.actions)
+            removed.append(name)
+        return removed
+
+    def _end_processes(self, name, uid):
+        """The account's processes gone: loginctl terminate-user, then a short wait; a failure names those left."""
+        pids = user_pids(uid, PROC_ROOT)
+        if not pids:
+            return
+        loginctl = self.module.get_bin_path("loginctl") or "loginctl"
+        self.act("end the processes of %s (PIDs %s): loginctl terminate-user %s" % (name, " ".join(map(str, pids)), name),
+                 [loginctl, "terminate-user", name], ignore_rc=True)
+        if self.check:
+            return
+        deadline = time.monotonic() + TERMINATE_WAIT
+        while pids and time.monotonic() < deadline:
+            time.sleep(0.25)
+            pids = user_pids(uid, PROC_ROOT)
+        if pids:
+            self.module.fail_json(msg="the account %s still has processes (PIDs %s) after loginctl terminate-user and %gs: it is "
+                                  "not removed while in use (never userdel --force). Stop them (kill %s) and run the teardown "
+                                  "again." % (name, " ".join(map(str, pids)), TERMINATE_WAIT, " ".join(map(str, pids))),
+                                  actions=self.actions, pids=pids)
+
     def packages(self, requested, baseline_packages):
         installed = self._installed()
         purge = packages_to_purge(requested, baseline_packages, installed)
@@ -484,6 +580,7 @@ def main():
             linger_users=dict(type="list", elements="str", default=[]),
             packages=dict(type="list", elements="str", default=[]),
             group_members=dict(type="dict", default={}),
+            users=dict(type="list", elements="str", default=[]),
             nft_tables=dict(type="list", elements="str", default=[]),
             docker_image_label=dict(type="str"),
             remove_record=dict(type="bool", default=True),
@@ -495,7 +592,8 @@ def main():
     t.docker_images(p["docker_image_label"])
     t.nft_tables(p["nft_tables"])
     if not os.path.exists(p["path"]):
-        module.exit_json(changed=bool(t.actions), actions=t.actions, kept=[], recorded=False, **diff(module, t.actions))
+        module.exit_json(changed=bool(t.actions), actions=t.actions, kept=[], recorded=False, removed_users=[],
+                         **diff(module, t.actions))
     try:
         with open(p["path"]) as handle:
             baseline = json.load(handle)
@@ -527,13 +625,17 @@ def main():
     t.links(baseline.get("links", {}), p["link_addresses"])
     t.linger(baseline.get("linger", {}), p["linger_users"])
     t.packages(p["packages"], baseline.get("packages", []))
+    # After lingering is off (the user manager goes) and before the groups: userdel takes the account out of them.
+    removed_users = t.users(baseline.get("users") or {}, baseline.get("user_groups") or {}, p["users"],
+                            [k.rstrip("/") or "/" for k in p["keep"]], p["path"])
     t.groups(baseline.get("groups", {}), p["group_members"])
     if p["remove_record"]:
         outermost = sorted(record_dirs, key=len)[:1]
         for path in outermost or [p["path"]]:
             if os.path.lexists(path):
                 t.act("remove %s (the baseline record)" % path, fn=lambda q=path: remove_path(q))
-    module.exit_json(changed=bool(t.actions), actions=t.actions, kept=kept, recorded=True, **diff(module, t.actions))
+    module.exit_json(changed=bool(t.actions), actions=t.actions, kept=kept, recorded=True, removed_users=removed_users,
+                     **diff(module, t.actions))
 
 
 if __name__ == "__main__":
