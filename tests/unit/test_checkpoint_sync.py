@@ -1,8 +1,9 @@
 """sparkctl.spark.checkpoint_sync: hub stand-in -> head directory -> worker directories, real rsync.
 
 Everything stays on this machine: the hub is tests/lab/hub/hubstub.py on 127.0.0.1, the
-workers are local directories (or `fake:` targets reached through a shell script standing in
-for ssh, which runs rsync's server side locally). Checkpoints are a few MiB.
+workers are local directories (or `fake:` targets reached through a script standing in for ssh,
+which runs the mesh key's forced command locally, as a worker's sshd would, and through it rsync's
+server side or the relay). Checkpoints are a few MiB.
 """
 
 from __future__ import annotations
@@ -74,22 +75,29 @@ def content_gets(server) -> int:
     return sum(entry["gets"] for entry in server.stats()["files"].values())
 
 
-# A stand-in for ssh: drops the host and runs rsync's server side here. With a `cut` file next
-# to it holding a count, that many connections are cut: the server gets the first 200 kB of
-# the sender's stream and is then terminated, as when a link drops mid-file.
+# The mesh key's forced command (roles/ssh_mesh/files/sparkctl-mesh-command), as a worker runs it.
+MESH_COMMAND = Path(__file__).resolve().parents[2] / "roles" / "ssh_mesh" / "files" / "sparkctl-mesh-command"
+
+# A stand-in for ssh: drops the host and, as sshd does for the mesh key, runs the forced command
+# here with the command in SSH_ORIGINAL_COMMAND and the test's directory as its one root, so every
+# rsync server and relay the head starts passes the allow-list. With a `cut` file next to it holding
+# a count, that many connections are cut: the server gets the first 200 kB of the sender's stream
+# and is then terminated, as when a link drops mid-file.
 FAKE_RSH = """#!PYTHON
 import os, subprocess, sys, threading, time
 here = os.path.dirname(os.path.abspath(__file__))
 command = " ".join(sys.argv[2:])
+forced = [sys.executable, "MESH_COMMAND", "--root", os.path.dirname(here)]
+env = dict(os.environ, SSH_ORIGINAL_COMMAND=command)
 try:
     left = int(open(os.path.join(here, "cut")).read().strip() or 0)
 except OSError:
     left = 0
 if left <= 0:
-    os.execvp("sh", ["sh", "-c", command])
+    os.execve(sys.executable, forced, env)
 with open(os.path.join(here, "cut"), "w") as handle:
     handle.write(str(left - 1))
-server = subprocess.Popen(["sh", "-c", command], stdin=subprocess.PIPE)
+server = subprocess.Popen(forced, stdin=subprocess.PIPE, env=env)
 cut = threading.Event()
 
 
@@ -114,7 +122,7 @@ time.sleep(0.1)
 server.terminate()
 server.wait()
 os._exit(12)
-""".replace("PYTHON", sys.executable)
+""".replace("PYTHON", sys.executable).replace("MESH_COMMAND", str(MESH_COMMAND))
 
 
 @pytest.fixture

@@ -235,7 +235,7 @@ def test_the_cable_is_applied_without_netplan_apply():
 # --- Item: the SSH mesh authorizes head -> workers only, restricted --------------------------
 
 from ansible_collections.sparkctl.spark.plugins.filter.stale_mesh_keys import (  # noqa: E402
-    mesh_directions, mesh_key_options, stale_mesh_keys)
+    authorized_key_current, mesh_directions, mesh_key_options, stale_mesh_keys)
 
 GROUPS = {"spark_head": ["spark1"], "spark_workers": ["spark2", "spark3"]}
 
@@ -259,6 +259,25 @@ def test_the_key_line_is_restricted_to_the_sources_cable_addresses():
         mesh_key_options([], [])
     with pytest.raises(AnsibleFilterError, match="must be IP addresses"):
         mesh_key_options(["192.168.100.10\",command=\"sh"], [])
+
+
+def test_the_key_line_forces_the_mesh_command_onto_the_roots_given():
+    options = mesh_key_options(["192.168.100.10/24"], ["no-agent-forwarding"],
+                               ["/srv/sparkctl/models/x", "/var/cache/sparkctl/jit/", "/srv/sparkctl/models/x"])
+    assert options == ('restrict,from="192.168.100.10",command="/usr/local/libexec/sparkctl-mesh-command '
+                       '--root /srv/sparkctl/models/x --root /var/cache/sparkctl/jit",no-agent-forwarding')
+    # Without roots the line is as before; with an empty list the kernel caches' root is still added.
+    assert mesh_key_options(["192.168.100.10"]) == 'restrict,from="192.168.100.10"'
+    assert mesh_key_options(["192.168.100.10"], [], []).endswith(
+        ',command="/usr/local/libexec/sparkctl-mesh-command --root /var/cache/sparkctl/jit"')
+    # As authorized_key writes it, the line reads back as current (the options compared as written).
+    line = f"{options} ssh-ed25519 AAAAhead sparkctl-mesh@spark1"
+    assert authorized_key_current(line + "\n", "ssh-ed25519 AAAAhead sparkctl-mesh@spark1", options)
+    for bad in ['/srv/a"b', "/srv/a b", "/srv/a,b", "srv/models", "/srv/../etc", "/", "/srv/$(id)", "/srv/a;b", None]:
+        with pytest.raises(AnsibleFilterError, match=re.escape(str(bad))):
+            mesh_key_options(["192.168.100.10"], [], [bad])
+    with pytest.raises(AnsibleFilterError, match="must be a list"):
+        mesh_key_options(["192.168.100.10"], [], "/srv/x")
 
 
 def test_the_head_forgets_the_workers_keys_sparkctl_added_and_nothing_else():

@@ -6,7 +6,8 @@ Only lines whose comment carries the mesh's marker are ever considered, so the
 other keys in the file (an operator's, the management key) are never touched.
 
 Also who logs in to whom (mesh_directions: head -> workers only), the options of an
-authorized mesh key (mesh_key_options: restrict, from= the source's cable addresses), and
+authorized mesh key (mesh_key_options: restrict, from= the source's cable addresses and, given
+the directories the head writes to, command= the mesh key's forced command), and
 whether a key is authorized or a host key pinned as the writing modules would leave it
 (authorized_key_current, known_host_current), judged on the files' text read once, so
 those modules run only where something differs."""
@@ -21,6 +22,8 @@ from base64 import b64decode
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
+from ansible_collections.sparkctl.spark.plugins.module_utils.jit_cache import BASE_DIR as JIT_CACHE_DIR
+from ansible_collections.sparkctl.spark.plugins.module_utils.mesh_command import MESH_COMMAND_PATH, forced_command
 
 DOCUMENTATION = r"""
 name: stale_mesh_keys
@@ -148,16 +151,33 @@ def mesh_directions(groups, host, worker_to_worker=False):
     return {"targets": others, "sources": head + others}
 
 
-def mesh_key_options(source_addresses, extra_options=()):
+def mesh_key_options(source_addresses, extra_options=(), roots=None):
     """The options of an authorized mesh key: `restrict` (no forwarding of any kind, no
-    pty, no ~/.ssh/rc), `from=` the source's cable addresses, then extra_options."""
+    pty, no ~/.ssh/rc), `from=` the source's cable addresses, with roots (a list of
+    directories, to which the kernel caches' root is added) `command=` the mesh key's forced
+    command (module_utils/mesh_command.py: true, docker load, rsync receiving into one of the
+    roots, the checkpoint relay from them), then extra_options. Always in this order, so
+    authorized_key_current can compare them as written."""
     try:
         addresses = [bare_address(a) for a in source_addresses or []]
     except ValueError:
         addresses = []
     if not addresses:
         raise AnsibleFilterError(f"mesh_key_options: the source's cable addresses must be IP addresses, got {source_addresses!r}")
-    return ",".join(["restrict", 'from="' + ",".join(addresses) + '"'] + [str(o) for o in extra_options or []])
+    options = ["restrict", 'from="' + ",".join(addresses) + '"']
+    if roots is not None:
+        if isinstance(roots, str) or not isinstance(roots, (list, tuple)):
+            raise AnsibleFilterError(f"mesh_key_options: roots must be a list of directories, got {roots!r}")
+        try:
+            options.append('command="' + forced_command(list(roots) + [JIT_CACHE_DIR]) + '"')
+        except ValueError as exc:
+            raise AnsibleFilterError(f"mesh_key_options: the forced command's root {exc}") from exc
+    return ",".join(options + [str(o) for o in extra_options or []])
+
+
+def mesh_command_path(_ignored=None):
+    """Where the mesh key's forced command is installed (module_utils/mesh_command.py)."""
+    return MESH_COMMAND_PATH
 
 
 def _truthy(value):
@@ -229,4 +249,5 @@ def known_host_current(text, name, key):
 class FilterModule:
     def filters(self):
         return {"stale_mesh_keys": stale_mesh_keys, "mesh_directions": mesh_directions, "mesh_key_options": mesh_key_options,
+                "mesh_command_path": mesh_command_path,
                 "authorized_key_current": authorized_key_current, "known_host_current": known_host_current}

@@ -54,6 +54,7 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
     stamp_vouches,
 )
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
+from ansible_collections.sparkctl.spark.plugins.module_utils.mesh_command import relay_command
 
 MANIFEST_NAME = ".sparkctl-manifest.json"
 PROGRESS_NAME = ".sparkctl-progress.json"
@@ -83,7 +84,8 @@ HUB_DOWNLOAD_DIR = ".cache/huggingface/download"
 HUB_INCOMPLETE_SUFFIX = ".incomplete"
 # How many names a note about files that are not the checkpoint's spells out.
 FOREIGN_SHOWN = 5
-# The exit status of a relay whose feeding worker's copy does not match the manifest.
+# The exit status of a relay whose feeding worker's copy does not match the manifest (the mesh
+# key's forced command, roles/ssh_mesh/files/sparkctl-mesh-command, ends its relay form with it).
 RELAY_HASH_MISMATCH = 86
 
 
@@ -565,22 +567,19 @@ class Rsync:
 
     def relay_file(self, source, rel, sha256, target, extra=(), password_file=None):
         """Have a worker send its copy of one file to another worker: over ssh (rsh) to the feeding
-        worker, which hashes its copy against the manifest's sha256 and, only if it matches, runs
-        rsync to `target` (for a daemon target with the secret from `password_file` on the feeding
-        worker, never on a command line). Returns the itemized names copied."""
+        worker, which runs the mesh key's forced command (module_utils/mesh_command.py) in its relay
+        form: it hashes its copy against the manifest's sha256 and, only if it matches, runs rsync
+        to `target` (for a daemon target with the secret from `password_file` on the feeding worker,
+        never on a command line); a copy that differs ends it with RELAY_HASH_MISMATCH. Returns the
+        itemized names copied."""
         host, directory = split_relay_source(source)
         path = posixpath.join(directory, rel)
-        rsync = ["rsync"] + list(RSYNC_BASE) + ["--mkpath"] + list(extra)
+        options = list(RSYNC_BASE) + ["--mkpath"] + list(extra)
         if is_daemon_target(target):
-            rsync += ["--contimeout=%d" % DAEMON_CONNECT_TIMEOUT_S] + (["--password-file=" + password_file] if password_file else [])
-        else:
-            rsync += ["-e", self.rsh]
-        rsync += [path, _target_dir(target, posixpath.dirname(rel))]
-        quoted = shlex.quote(path)
-        check = ('[ "$(sha256sum < %s)" = %s ] || { echo %s >&2; exit %d; }'
-                 % (quoted, shlex.quote(sha256 + "  -"), shlex.quote("%s: the copy differs from the manifest's sha256" % path),
-                    RELAY_HASH_MISMATCH))
-        command = check + " && exec " + " ".join(shlex.quote(arg) for arg in rsync)
+            options += ["--contimeout=%d" % DAEMON_CONNECT_TIMEOUT_S] + (["--password-file=" + password_file] if password_file else [])
+        elif not target.startswith("/"):
+            options += ["-e", self.rsh]  # a local target (the feeding worker's own disk) needs no remote shell
+        command = relay_command(sha256, path, _target_dir(target, posixpath.dirname(rel)), options)
         argv = shlex.split(self.rsh) + [host, command]
         return parse_itemized(self._run(argv))[0]
 
