@@ -34,6 +34,15 @@ def lab_plan() -> sparklab.Plan:
     return sparklab.load_plan(LAB_INVENTORY)
 
 
+@functools.cache
+def service_user() -> str:
+    """The account Ray, the engines and the mirror run as on the lab: the cluster's default
+    (roles/spark, spark_service_user), as the lab's inventories leave it."""
+    import yaml
+
+    return yaml.safe_load((REPO / "roles" / "spark" / "defaults" / "main.yml").read_text())["spark_service_user"]
+
+
 def container(node: str) -> str:
     """The docker container of a node (spark1 in the default lab, twin-spark1 in the twin)."""
     return lab_plan().node(node).container

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from labrun import LAB_INVENTORY, REPO, lab, node_exec
+from labrun import LAB_INVENTORY, REPO, lab, node_exec, service_user
 
 pytestmark = pytest.mark.lab
 
@@ -142,7 +142,7 @@ def test_interrupted_mirror_is_resumed_by_the_next_run(converged, run_site, repo
             time.sleep(0.5)
         # Cut it: no new connections, and the copies in flight end (their PIDs, started by this run).
         node_exec("spark2", "systemctl", "stop", "sparkctl-rsyncd.socket")
-        pids = node_exec("spark2", "pgrep", "-u", "spark", "-x", "rsync", check=False).stdout.split()
+        pids = node_exec("spark2", "pgrep", "-u", service_user(), "-x", "rsync", check=False).stdout.split()
         if pids:
             node_exec("spark2", "kill", *pids)
         output, _ = run.communicate(timeout=600)

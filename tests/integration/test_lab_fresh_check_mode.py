@@ -21,7 +21,9 @@ HOSTS = (HEAD, WORKER)
 
 # Per node, a task of each role a first run changes there (roles in site.yml order).
 WOULD_CHANGE_ON_EVERY_NODE = {
-    "linger": "Enable lingering for the service user",
+    # The service user is provision's to create: the steps that act as it wait for it.
+    "linger": "Create the service user, unprivileged",
+    "ssh_mesh": "Say the mesh is made once the service user exists",
     "direct_link": "Write the netplan file of the direct cable",
     "fabric_env": "Write the fabric environment file",
     "firewall": "Write the rule set",
@@ -32,8 +34,6 @@ WOULD_CHANGE_ON_EVERY_NODE = {
     "engine_service": "Create the configuration directory",
 }
 WOULD_CHANGE_ON_THE_HEAD = {
-    # Only the head logs in to the others: the workers get no mesh key of their own.
-    "ssh_mesh": "Generate the service user's mesh key once",
     "checkpoint": "Say what check mode cannot show before the tools exist",
     "api_proxy": "Install nginx from the distribution",
     # The lab's profile is a Ray topology: the engine's own unit runs on the head only.

@@ -6,8 +6,10 @@ fault catalogue's (tests/catalogue/faults.yml, test_lab_faults.py)."""
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
-from labrun import node_exec
+from labrun import node_exec, service_user
 
 pytestmark = pytest.mark.lab
 
@@ -55,3 +57,46 @@ def test_only_ray_and_the_engine_read_the_fabric_environment(provisioned):
     # Ray's units name it themselves (the engine's unit too, where the serve stage wrote it).
     assert "/etc/sparkctl/fabric.env" in _environment_files("spark1", "sparkctl-ray-head.service")
     assert "/etc/sparkctl/fabric.env" in _environment_files("spark2", "sparkctl-ray-worker.service")
+
+
+def test_the_service_user_is_an_unprivileged_account_of_its_own(provisioned):
+    # The model's own code, Ray's jobs and the head's mesh key act as this account.
+    user = service_user()
+    for node in HOSTS:
+        fields = node_exec(node, "getent", "passwd", user).stdout.strip().split(":")
+        uid, home, shell = fields[2], fields[5], fields[6]
+        assert int(uid) < 1000, f"{user} on {node} is not a system account: uid {uid}"
+        assert home == f"/home/{user}" and shell == "/bin/sh", (node, home, shell)
+        assert node_exec(node, "getent", "shadow", user).stdout.split(":")[1] == "*", "an account with a password"
+        groups = node_exec(node, "id", "-Gn", user).stdout.split()
+        assert not {"sudo", "adm", "root", "wheel"} & set(groups), (node, groups)
+        tried = node_exec(node, "runuser", "-u", user, "--", "sudo", "-n", "true", check=False)
+        assert tried.returncode != 0, f"{user} ran sudo -n true on {node}"
+
+
+def _over_the_mesh(command: str, stdin: str = "") -> tuple[int, str]:
+    """command sent from the head to the worker over the cable with the mesh key, as the head's tools do."""
+    proc = node_exec("spark1", "sh", "-c", "printf %s {stdin} | runuser -u {user} -- ssh -o BatchMode=yes "
+                     "192.168.100.11 {command}".format(stdin=shlex.quote(stdin), user=service_user(),
+                                                       command=shlex.quote(command)), check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("command", [
+    "hostname",
+    "sh -c id",
+    "true; id",
+    "docker run --rm sparklab/engine:local id",
+    "rsync --server --sender -vlogDtpre.iLsfxCIvu . /etc/",
+    "rsync --server -vlogDtpre.iLsfxCIvu --delete . /home/{user}/.ssh/",
+    "rsync --server -vlogDtpre.iLsfxCIvu . /home/{user}/.ssh/",
+])
+def test_the_mesh_key_runs_only_what_the_head_runs_on_workers(provisioned, command):
+    code, said = _over_the_mesh(command.format(user=service_user()))
+    assert code != 0 and "refused" in said, (command, code, said)
+    assert "uid=" not in said, said
+
+
+def test_the_mesh_key_still_runs_the_heads_probe(provisioned):
+    code, said = _over_the_mesh("true")
+    assert code == 0, said

@@ -17,7 +17,7 @@ import re
 import time
 
 import pytest
-from labrun import node_exec, serving_venv
+from labrun import node_exec, service_user, serving_venv
 
 pytestmark = pytest.mark.lab
 
@@ -37,7 +37,7 @@ def _venv() -> str:
 
 def ray_status() -> str:
     """`ray status` on the head, as the service user (what an operator would type)."""
-    proc = node_exec("spark1", "runuser", "-u", "spark", "--", f"{_venv()}/bin/ray", "status", f"--address={GCS}", check=False)
+    proc = node_exec("spark1", "runuser", "-u", service_user(), "--", f"{_venv()}/bin/ray", "status", f"--address={GCS}", check=False)
     return proc.stdout + proc.stderr
 
 
@@ -78,8 +78,8 @@ def pids(node: str, *pgrep_args: str) -> list[int]:
 
 def start_fake_leftover(node: str) -> int:
     """A process titled like vLLM's engine core, outside every unit, as the service user."""
-    node_exec(node, "sh", "-c", "setsid -f runuser -u spark -- bash -c 'exec -a VLLM::EngineCore sleep 3600' "
-              ">/dev/null 2>&1 </dev/null")
+    node_exec(node, "sh", "-c", "setsid -f runuser -u %s -- bash -c 'exec -a VLLM::EngineCore sleep 3600' "
+              ">/dev/null 2>&1 </dev/null" % service_user())
     time.sleep(0.5)
     found = pids(node, "-x", "-f", "VLLM::EngineCore 3600")
     assert found, f"the fake leftover did not start on {node}"

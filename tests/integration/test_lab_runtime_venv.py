@@ -12,7 +12,7 @@ import functools
 import json
 
 import pytest
-from labrun import lab_profile_pins, node_exec, pep503_pin, serving_venv
+from labrun import lab_profile_pins, node_exec, pep503_pin, service_user, serving_venv
 
 pytestmark = pytest.mark.lab
 
@@ -59,7 +59,7 @@ def _exists(node: str, path: str) -> bool:
 def _archs(node: str) -> list[str]:
     code = "import json; from sparklab_engine.models.registry import get_supported_archs as g; print(json.dumps(g()))"
     # As the service user: the venv must be readable by the account that runs the engine.
-    return json.loads(node_exec(node, "runuser", "-u", "spark", "--", f"{_venv()}/bin/python", "-c", code).stdout)
+    return json.loads(node_exec(node, "runuser", "-u", service_user(), "--", f"{_venv()}/bin/python", "-c", code).stdout)
 
 
 def _quiet(run_site, *extra: str):

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from labrun import LAB_INVENTORY_DIR, REPO, management_address, node_exec
+from labrun import LAB_INVENTORY_DIR, REPO, management_address, node_exec, service_user
 
 pytestmark = pytest.mark.lab
 
@@ -94,10 +94,10 @@ def test_no_secret_in_the_journal_or_a_readable_file(secret_run, node):
     for path in files:
         mode, owner = node_exec(node, "stat", "-c", "%a %U", path).stdout.split()
         assert int(mode, 8) & 0o077 == 0, f"{path} on {node} holds a secret with mode {mode}"
-        assert owner in ("spark", "root"), (path, owner)
+        assert owner in (service_user(), "root"), (path, owner)
     if node == "spark1":
         assert KEY_FILE in files
-        assert node_exec(node, "stat", "-c", "%a %U", KEY_FILE).stdout.split() == ["600", "spark"]
+        assert node_exec(node, "stat", "-c", "%a %U", KEY_FILE).stdout.split() == ["600", service_user()]
     else:
         assert KEY_FILE not in files
 

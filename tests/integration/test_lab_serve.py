@@ -16,7 +16,7 @@ import subprocess
 import time
 
 import pytest
-from labrun import container, lab, node_exec, serving_venv
+from labrun import container, lab, node_exec, service_user, serving_venv
 
 pytestmark = pytest.mark.lab
 
@@ -69,7 +69,7 @@ def _wait_healthy(deadline_s=300):
 def _ray_nodes():
     code = ("import ray, json; ray.init(address='192.168.100.10:6379', logging_level='ERROR');"
             "print(json.dumps([n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']]))")
-    out = node_exec("spark1", "runuser", "-u", "spark", "--", f"{serving_venv('spark1')}/bin/python", "-c", code).stdout
+    out = node_exec("spark1", "runuser", "-u", service_user(), "--", f"{serving_venv('spark1')}/bin/python", "-c", code).stdout
     return sorted(json.loads(out.strip().splitlines()[-1]))
 
 
@@ -84,7 +84,7 @@ def test_the_api_requires_the_key(served):
     assert _api("/v1/models", key=False)["status"] == 401
     assert _api("/v1/models")["status"] == 200
     mode = node_exec("spark1", "stat", "-c", "%a %U", KEY_FILE).stdout.split()
-    assert mode == ["600", "spark"]
+    assert mode == ["600", service_user()]
 
 
 ENGINE = "sparkctl-engine.service"

@@ -215,16 +215,12 @@ def _fabric_problems(cluster, hostvars):
 _SYSTEM_DIRS = ("/", "/etc", "/usr", "/var", "/boot", "/root", "/home", "/opt", "/srv")
 
 
-def _service_user_home(vars_):
-    """The service user's home as the nodes give it to a user created the usual way (the account is
-    the inventory's ansible_user unless spark_service_user names another)."""
-    user = vars_.get("spark_service_user")
-    if not isinstance(user, str) or not user or "{" in user:
-        user = vars_.get("ansible_user") or "spark"
-    return "/root" if user == "root" else "/home/" + str(user)
+def _is_home(normalized):
+    """Whether a normalized path is an account's home as the nodes make one: /root or /home/<name>."""
+    return normalized == "/root" or posixpath.dirname(normalized) == "/home"
 
 
-def _checkpoint_dir_problem(ckpt_dir, vars_):
+def _checkpoint_dir_problem(ckpt_dir):
     fix = "point spark_checkpoint_dir at a directory of its own, e.g. /srv/sparkctl/models/<model>"
     if not isinstance(ckpt_dir, str) or not ckpt_dir.startswith("/") or ckpt_dir.rstrip("/") == "":
         return f"'spark_checkpoint_dir' {ckpt_dir!r} must be an absolute directory path other than '/': {fix}."
@@ -232,8 +228,8 @@ def _checkpoint_dir_problem(ckpt_dir, vars_):
     if normalized in _SYSTEM_DIRS:
         return (f"'spark_checkpoint_dir' {ckpt_dir!r} is the system directory {normalized}: the checkpoint stage writes "
                 f"and cleans its directory on every node; {fix}.")
-    if normalized == _service_user_home(vars_):
-        return (f"'spark_checkpoint_dir' {ckpt_dir!r} is the service user's home: the checkpoint stage writes and "
+    if _is_home(normalized):
+        return (f"'spark_checkpoint_dir' {ckpt_dir!r} is an account's home: the checkpoint stage writes and "
                 f"cleans its directory on every node; {fix}.")
     return None
 
@@ -261,7 +257,7 @@ def _unit_path_problems(cluster, hostvars):
                 continue
             value = vars_[name]
             # The checkpoint directory's own rule (no system directory, not a home) says it better.
-            if name == "spark_checkpoint_dir" and _checkpoint_dir_problem(value, vars_):
+            if name == "spark_checkpoint_dir" and _checkpoint_dir_problem(value):
                 continue
             reason = profile_schema.unit_path_problem(value)
             if reason:
@@ -285,7 +281,7 @@ def _checkpoint_problems(vars_):
     problems = []
     ckpt_dir = vars_.get("spark_checkpoint_dir")
     if ckpt_dir is not None:
-        problem = _checkpoint_dir_problem(ckpt_dir, vars_)
+        problem = _checkpoint_dir_problem(ckpt_dir)
         if problem:
             problems.append(problem)
     keep = vars_.get("checkpoint_keep")
