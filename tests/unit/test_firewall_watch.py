@@ -6,26 +6,19 @@ lab runs it on the nodes (tests/catalogue/faults.yml, firewall_gone_after_nftabl
 
 from __future__ import annotations
 
-import importlib.util
+
 import os
 import subprocess
-from importlib.machinery import SourceFileLoader
+
 from pathlib import Path
 
 import pytest
+import script_module
 
 SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "firewall" / "files" / "sparkctl-firewall-watch"
 
 
-def load_watch():
-    loader = SourceFileLoader("sparkctl_firewall_watch", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-watch = load_watch()
+watch = script_module.load("firewall", "sparkctl-firewall-watch")
 
 
 class FakeNft:

@@ -10,7 +10,7 @@ against what rsync really sends, not against a guess of it."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+
 import json
 import os
 import re
@@ -18,10 +18,11 @@ import shlex
 import shutil
 import subprocess
 import sys
-from importlib.machinery import SourceFileLoader
+
 from pathlib import Path
 
 import pytest
+import script_module
 from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint_sync, jit_cache, mesh_command
 from ansible_collections.sparkctl.spark.plugins.modules import jit_cache_mirror
 
@@ -29,15 +30,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "ssh_mesh" / "files" / 
 SHA_A = "a" * 64
 
 
-def load_program():
-    loader = SourceFileLoader("sparkctl_mesh_command", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-program = load_program()
+program = script_module.load("ssh_mesh", "sparkctl-mesh-command")
 needs_rsync = pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed (apt-get install rsync)")
 
 # What rsync 3.5's client sends to the server for the head's options (RSYNC_BASE and --mkpath, with
