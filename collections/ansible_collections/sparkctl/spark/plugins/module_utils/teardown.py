@@ -241,6 +241,7 @@ def user_pids(uid, proc_root="/proc"):
     return sorted(pids)
 
 
+# Where an account's home may be for it to go with the account.
 HOME_ROOTS = ("/home", "/var/lib")
 
 

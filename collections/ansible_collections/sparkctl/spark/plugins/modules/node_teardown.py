@@ -211,6 +211,7 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_store im
 from ansible_collections.sparkctl.spark.plugins.module_utils.served_record import read_served
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
+    HOME_ROOTS,
     account,
     dependencies_to_purge,
     group_members,
@@ -232,9 +233,8 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
 
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive"}
 ADDR_GEN_MODES = {0: "eui64", 1: "none", 2: "stable_secret", 3: "random"}
-# Where an account's home may be for it to go with the account; where processes and login.defs are read;
-# how long an account's processes have to end after loginctl terminate-user (seconds).
-HOME_ROOTS = ("/home", "/var/lib")
+# Where processes and login.defs are read; how long an account's processes have to end after
+# loginctl terminate-user (seconds). Where an account's home may be is module_utils.teardown's HOME_ROOTS.
 PROC_ROOT = "/proc"
 LOGIN_DEFS = "/etc/login.defs"
 TERMINATE_WAIT = 10.0
