@@ -30,7 +30,9 @@ def test_environment_names_every_cache_variable_under_current():
     env = jit_cache.cache_environment("/var/cache/sparkctl/jit")
     assert env["FLASHINFER_WORKSPACE_BASE"] == "/var/cache/sparkctl/jit/current/flashinfer"
     assert env["TRITON_CACHE_DIR"] == "/var/cache/sparkctl/jit/current/triton"
-    assert {"TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT", "SGLANG_JIT_CACHE_ROOT", "XDG_CACHE_HOME"} <= set(env)
+    assert {"TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT", "SGLANG_CACHE_DIR", "XDG_CACHE_HOME"} <= set(env)
+    # SGLang's JIT kernel builds default to ~/.cache/sglang/jit whatever SGLANG_CACHE_DIR says.
+    assert env["SGLANG_JIT_CACHE_DIR"] == "/var/cache/sparkctl/jit/current/sglang-jit"
     assert len(set(env.values())) == len(env)
 
 
