@@ -27,6 +27,18 @@ ReasoningParser.DetectorMap). `env` lists the engine's own environment variables
 variable missing from it); for SGLang, which reads its variables all over its code, the
 attributes of sglang/srt/environ.py's Envs class and every string literal of the package that
 is a whole SGLANG_/SGL_ variable name.
+`metrics` maps every Prometheus metric the release registers under "<engine>:" to its kind
+(histogram, counter, gauge, summary): a call of a metric class (Gauge(...), vLLM's
+self._gauge_cls(...), ...) named by a literal, in place or through a variable the module binds
+to literals; a counter's name drops the `_total` prometheus_client adds back. Metrics named only
+at run time (vLLM's KV-offload metrics built from metadata tables) are not seen.
+`log_formats` lists every message the release logs at info level or above (logger.info,
+warning, error, exception, critical, info_once, warning_once; warnings.warn), one per line, as a
+str.format string whose placeholders are all `{}`: printf conversions when arguments follow,
+f-string values, concatenated values, `%` and .format() fields. A message held in a variable is
+not seen; one built by a function of the same module is read from what that function returns.
+Both skip the release's tests/, test/ and benchmarks/ directories; module_utils/engine_names.py
+matches names against them.
 The reading follows how each engine builds its parser: vLLM derives a flag's kwargs
 from the type of a config dataclass field (vllm/engine/arg_utils.py _compute_kwargs;
 vllm/entrypoints/openai/cli_args.py for the API server), SGLang from Annotated fields
@@ -40,6 +52,7 @@ import ast
 import json
 import os
 import re
+import string
 import sys
 import zipfile
 
@@ -424,6 +437,184 @@ def _environment(wheel, engine):
     return {"prefixes": list(ENV_PREFIXES[engine]), "names": sorted(names)}
 
 
+# ------------------------------------------------------------------------------------ metrics and logs
+
+SKIPPED_DIRS = {"tests", "test", "benchmarks"}
+METRIC_KINDS = ("histogram", "counter", "gauge", "summary")
+
+
+def _shipped(path):
+    """A module the engine runs, not one of its tests or benchmarks."""
+    return not SKIPPED_DIRS & set(path.split("/")[:-1])
+
+
+def _strings(node):
+    return {node.value} if isinstance(node, ast.Constant) and isinstance(node.value, str) else set()
+
+
+def _name_bindings(tree):
+    """{variable: the string literals the module binds it to}: `x = "lit"`, and the loop or
+    comprehension `for x, doc in specs` over a literal list of tuples (named or written in place)."""
+    literals, loops = {}, []
+    for node in ast.walk(tree):
+        target = _assigned_name(node)
+        if target is not None:
+            literals.setdefault(target, []).append(node.value)
+        elif isinstance(node, (ast.For, ast.comprehension)):
+            loops.append((node.target, node.iter))
+    bound = {name: set().union(*map(_strings, values)) for name, values in literals.items()}
+    for target, iterable in loops:
+        sequences = literals.get(iterable.id, []) if isinstance(iterable, ast.Name) else [iterable]
+        items = [e for seq in sequences if isinstance(seq, (ast.List, ast.Tuple)) for e in seq.elts]
+        if isinstance(target, ast.Name):
+            bound.setdefault(target.id, set()).update(*map(_strings, items))
+        elif isinstance(target, ast.Tuple):
+            for index, element in enumerate(target.elts):
+                if isinstance(element, ast.Name):
+                    bound.setdefault(element.id, set()).update(
+                        *(_strings(item.elts[index]) for item in items
+                          if isinstance(item, ast.Tuple) and len(item.elts) == len(target.elts)))
+    return bound
+
+
+def _metric(call, prefix, bindings):
+    """[(name, kind)] of a prometheus metric constructor call named by a literal under prefix (in
+    place, or through a variable the module binds to literals)."""
+    callee = _name(call.func).lower()
+    kind = next((k for k in METRIC_KINDS if k in callee), None)
+    if kind is None:
+        return []
+    name = next((kw.value for kw in call.keywords if kw.arg == "name"), call.args[0] if call.args else None)
+    values = bindings.get(name.id, set()) if isinstance(name, ast.Name) else _strings(name)
+    found = []
+    for value in sorted(v for v in values if v.startswith(prefix)):
+        if kind == "counter" and value.endswith("_total"):
+            value = value[:-len("_total")]  # prometheus_client's own: it exposes <base>_total
+        found.append((value, kind))
+    return found
+
+
+def _metrics(wheel, engine):
+    """{metric base name: kind} of every metric the release registers under "<engine>:"."""
+    prefix = engine + ":"
+    found = {}
+    for path in wheel.glob(engine + "/"):
+        if not _shipped(path) or f'"{prefix}' not in wheel.text(path):
+            continue
+        tree = wheel.tree(path)
+        bindings = _name_bindings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                found.update(_metric(node, prefix, bindings))
+    return {name: found[name] for name in sorted(found)}
+
+
+LOG_METHODS = ("info", "warning", "warn", "error", "exception", "critical", "info_once", "warning_once")
+_LOG_CALL = re.compile(r"\.(?:%s)\(" % "|".join(LOG_METHODS))
+# A printf conversion as logging's `msg % args` applies it; `%%` is a literal percent sign.
+_PRINTF = re.compile(r"%(?:\([^)]*\))?[#0+ -]*(?:\*|[0-9]+)?(?:\.(?:\*|[0-9]+))?[hlL]?[diouxXeEfFgGcrsa%]")
+_HOLE = object()  # a placeholder among the literal parts of a message
+
+
+def _printf_parts(text):
+    parts, start = [], 0
+    for match in _PRINTF.finditer(text):
+        parts.append(text[start:match.start()])
+        parts.append("%" if match.group() == "%%" else _HOLE)
+        start = match.end()
+    return parts + [text[start:]]
+
+
+def _message_parts(node, printf):
+    """The literal parts and placeholders of a logged message, or None when it is not built from
+    literals (a variable, a call): printf says logging applies `%` to it (more arguments follow).
+    A str literal, an f-string, their concatenation, `"..." % values` and `"...".format(...)`."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return _printf_parts(node.value) if printf else [node.value]
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                parts += _printf_parts(value.value) if printf else [value.value]
+            else:
+                parts.append(_HOLE)
+        return parts
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        # "cannot open " + path: what is added to literal text is a value, as in an f-string.
+        left, right = _message_parts(node.left, printf), _message_parts(node.right, printf)
+        if left is None and right is None:
+            return None
+        return (left if left is not None else [_HOLE]) + (right if right is not None else [_HOLE])
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        return _message_parts(node.left, True)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
+            and isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str)):
+        parts = []
+        try:
+            fields = list(string.Formatter().parse(node.func.value.value))
+        except ValueError:
+            return None
+        for literal, field, _spec, _conversion in fields:
+            parts += _printf_parts(literal) if printf else [literal]
+            if field is not None:
+                parts.append(_HOLE)
+        return parts
+    return None
+
+
+def _returned_messages(tree):
+    """{function name: the values its own return statements give}, for the module's functions
+    that build a message for a logging call (`logger.info_once(_make_log_backend(backend))`)."""
+    returns = {}
+    for func in ast.walk(tree):
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            pending = list(func.body)
+            while pending:
+                node = pending.pop()
+                if isinstance(node, ast.Return) and node.value is not None:
+                    returns.setdefault(func.name, []).append(node.value)
+                elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                    pending.extend(ast.iter_child_nodes(node))
+    return returns
+
+
+def _log_formats_of(call, helpers):
+    """The formats a logging call can print, as str.format strings with `{}` placeholders: its
+    message, or what the module's function building the message returns."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr in LOG_METHODS and call.args):
+        return []
+    # logging applies `msg % args` when arguments follow; warnings.warn's second one is the category.
+    printf = len(call.args) > 1 and _name(call.func.value) != "warnings"
+    message = call.args[0]
+    messages = [message]
+    if (isinstance(message, ast.Call) and isinstance(message.func, (ast.Name, ast.Attribute))
+            and _name(message.func) != "format"):
+        messages = helpers.get(_name(message.func), [])
+    formats = []
+    for node in messages:
+        parts = _message_parts(node, printf)
+        if parts is not None and "".join(part for part in parts if part is not _HOLE).strip():
+            formats.append("".join("{}" if part is _HOLE else part.replace("{", "{{").replace("}", "}}")
+                                   for part in parts))
+    return formats
+
+
+def _log_formats(wheel, engine):
+    """Every message format the release logs at info level and above, sorted."""
+    found = set()
+    for path in wheel.glob(engine + "/"):
+        text = wheel.text(path)
+        if not _shipped(path) or not _LOG_CALL.search(text):
+            continue
+        # Not kept in the wheel's cache: thousands of modules, each read once.
+        tree = ast.parse(text, filename=path)
+        helpers = _returned_messages(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                found.update(_log_formats_of(node, helpers))
+    return sorted(found)
+
+
 # ------------------------------------------------------------------------------------ main
 
 
@@ -443,16 +634,29 @@ def manifest(path):
         "tool_call_parsers": tool_call,
         "reasoning_parsers": reasoning,
         "env": _environment(wheel, engine),
+        "metrics": _metrics(wheel, engine),
+        "log_formats": _log_formats(wheel, engine),
         "flags": {k: flags[k] for k in sorted(flags)},
     }
 
 
 def dumps(data):
-    """JSON with one line per flag, so a regenerated manifest diffs flag by flag."""
-    head = {k: v for k, v in data.items() if k != "flags"}
-    lines = ["{"] + [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()] + ['  "flags": {']
-    flags = [f"    {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in data["flags"].items()]
-    return "\n".join(lines + [",\n".join(flags), "  }", "}", ""])
+    """JSON with one line per flag and per log format, so a regenerated manifest diffs entry by
+    entry; every other section takes one line."""
+    lines = ["{"]
+    for key, value in data.items():
+        if key == "flags":
+            entries = [f"{json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in value.items()]
+            brackets = "{}"
+        elif key == "log_formats":
+            entries, brackets = [json.dumps(v) for v in value], "[]"
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value)},")
+            continue
+        block = (f"{brackets[0]}\n" + ",\n".join(f"    {e}" for e in entries) + f"\n  {brackets[1]}") if entries else brackets
+        lines.append(f"  {json.dumps(key)}: {block},")
+    lines[-1] = lines[-1].rstrip(",")
+    return "\n".join(lines + ["}", ""])
 
 
 def main(argv=None):
@@ -467,7 +671,8 @@ def main(argv=None):
         with open(out, "w", encoding="utf-8") as handle:
             handle.write(dumps(data))
         print(f"{out}: {len(data['flags'])} flags, {len(data['tool_call_parsers'])} tool-call and "
-              f"{len(data['reasoning_parsers'])} reasoning parsers, {len(data['env']['names'])} variables")
+              f"{len(data['reasoning_parsers'])} reasoning parsers, {len(data['env']['names'])} variables, "
+              f"{len(data['metrics'])} metrics, {len(data['log_formats'])} log formats")
     return 0
 
 

@@ -7,7 +7,11 @@
 The JSON is committed; the observe role provisions it on Grafana (roles/observe/tasks/grafana.yml).
 PANELS is the one list of the dashboard's queries: tests/unit/test_observe_dashboard.py checks the
 committed JSON is this script's output, and tests/integration/test_lab_observe.py runs every query
-against the lab's Prometheus."""
+against the lab's Prometheus.
+
+One dashboard serves every engine: the engine panels' queries take the metric names from
+module_utils/engine_metrics.py (ENGINE_METRICS) and join every engine's with PromQL's `or`, so
+whichever engine runs (vLLM or SGLang) fills them."""
 
 from __future__ import annotations
 
@@ -20,31 +24,47 @@ from grafana_foundation_sdk.builders import dashboard, prometheus, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
-OUTPUT = Path(__file__).resolve().parents[1] / "roles" / "observe" / "files" / "sparkctl-dashboard.json"
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "collections"))
+from ansible_collections.sparkctl.spark.plugins.module_utils import engine_metrics  # noqa: E402
+
+OUTPUT = REPO / "roles" / "observe" / "files" / "sparkctl-dashboard.json"
 UID = "sparkctl-cluster"
 # The data source the role provisions (roles/observe/templates/grafana-datasource.yml.j2).
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="sparkctl-prometheus")
 
+# The engine panels' queries, each over every engine sparkctl runs (vLLM's names first), on the engine's scrape job.
+ENGINES = engine_metrics.ENGINES
+ENGINE_JOB = 'job="engine"'
+QUANTILES = ("50", "95", "99")
+
+
+def engine_rate(role: str) -> str:
+    return engine_metrics.counter_rate(ENGINES, role, "1m", ENGINE_JOB)
+
+
+def engine_gauge(role: str, aggregation: str) -> str:
+    return engine_metrics.gauge(ENGINES, role, aggregation, ENGINE_JOB)
+
+
+def engine_latency(role: str) -> list[tuple[str, str]]:
+    return [(f"p{q}", engine_metrics.latency_quantile(ENGINES, role, f"0.{q}", "5m", ENGINE_JOB)) for q in QUANTILES]
+
+
 # (title, unit, [(legend, query)]): each panel's queries, in the order they are drawn.
 PANELS = [
     ("Tokens per second", "short", [
-        ("generated", "sum(rate(vllm:generation_tokens_total{job=\"engine\"}[1m]))"),
-        ("prompt", "sum(rate(vllm:prompt_tokens_total{job=\"engine\"}[1m]))"),
+        ("generated", engine_rate("generation_tokens")),
+        ("prompt", engine_rate("prompt_tokens")),
     ]),
-    ("Time to first token", "s", [
-        (f"p{q}", f"histogram_quantile(0.{q}, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{job=\"engine\"}}[5m])))")
-        for q in ("50", "95", "99")
-    ]),
-    ("Inter-token latency", "s", [
-        (f"p{q}", f"histogram_quantile(0.{q}, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{{job=\"engine\"}}[5m])))")
-        for q in ("50", "95", "99")
-    ]),
+    ("Time to first token", "s", engine_latency("time_to_first_token_buckets")),
+    ("Inter-token latency", "s", engine_latency("inter_token_latency_buckets")),
     ("Requests", "short", [
-        ("running", "sum(vllm:num_requests_running{job=\"engine\"})"),
-        ("waiting", "sum(vllm:num_requests_waiting{job=\"engine\"})"),
+        ("running", engine_gauge("requests_running", "sum")),
+        ("waiting", engine_gauge("requests_waiting", "sum")),
     ]),
     ("KV cache usage", "percentunit", [
-        ("used", "max(vllm:kv_cache_usage_perc{job=\"engine\"})"),
+        ("used", engine_gauge("kv_cache_usage_ratio", "max")),
     ]),
     ("MemAvailable per node, and the OOM guard's line", "bytes", [
         ("{{node}}", "node_memory_MemAvailable_bytes{job=\"node\"}"),

@@ -1,13 +1,20 @@
 """sparkctl's Grafana dashboard (roles/observe/files/sparkctl-dashboard.json): generated with
 grafana-foundation-sdk by tools/observe_dashboard.py and committed. Regenerating gives the same
 bytes; its panels are the issue's; every panel's query is one the lab test runs against the lab's
-Prometheus (tests/integration/test_lab_observe.py reads the same committed file)."""
+Prometheus (tests/integration/test_lab_observe.py reads the same committed file). The engine
+panels serve vLLM and SGLang alike, each query naming both engines' series (module_utils/engine_metrics.py);
+promtool parses every query."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
+
+import yaml
+from ansible_collections.sparkctl.spark.plugins.module_utils.engine_metrics import ENGINE_METRICS
+from test_observe_rules import PROMTOOL, needs_promtool
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
@@ -68,3 +75,34 @@ def test_every_panel_query_is_run_by_the_lab_test():
     namespace["DASHBOARD"] = COMMITTED
     lab = namespace["dashboard_queries"]()
     assert sorted(q for queries in lab.values() for q in queries) == sorted(_queries(json.loads(COMMITTED.read_text(encoding="utf-8"))))
+
+
+def test_the_engine_panels_fill_with_either_engine_s_metrics():
+    """Each engine panel's query names the same series role in every engine's name, so a vLLM and an
+    SGLang profile both fill it; no other engine's name appears."""
+    board = json.loads(COMMITTED.read_text(encoding="utf-8"))
+    engine_panels = {"Tokens per second", "Time to first token", "Inter-token latency", "Requests", "KV cache usage"}
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            named = {engine: sorted(role for role, name in names.items() if f"{name}{{" in target["expr"])
+                     for engine, names in ENGINE_METRICS.items()}
+            if panel["title"] in engine_panels:
+                assert named["vllm"] and all(roles == named["vllm"] for roles in named.values()), (panel["title"], named)
+            else:
+                assert not any(named.values()), (panel["title"], named)
+    queries = " ".join(_queries(board))
+    for engine, names in ENGINE_METRICS.items():
+        for role in ("generation_tokens", "prompt_tokens", "time_to_first_token_buckets", "inter_token_latency_buckets",
+                     "requests_running", "requests_waiting", "kv_cache_usage_ratio"):
+            assert names[role] in queries, (engine, role)
+
+
+@needs_promtool
+def test_every_panel_query_is_promql(tmp_path):
+    """promtool parses each query, as the expression of a recording rule."""
+    queries = _queries(json.loads(COMMITTED.read_text(encoding="utf-8")))
+    rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"sparkctl:dashboard_query_{i}", "expr": q}
+                                                         for i, q in enumerate(queries)]}]}
+    (tmp_path / "dashboard.rules.yml").write_text(yaml.safe_dump(rules))
+    done = subprocess.run([PROMTOOL, "check", "rules", str(tmp_path / "dashboard.rules.yml")], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr

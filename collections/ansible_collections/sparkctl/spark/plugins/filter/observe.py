@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The observe stage's credentials and web authentication, and the live numbers `sparkctl status` reads from Prometheus.
+"""The observe stage's credentials and web authentication, the engine's metric names its alert rules use, and the
+live numbers `sparkctl status` reads from Prometheus.
 
 Credentials: each component (Prometheus's web pages, the node exporters, Grafana's admin, Grafana's
 data source) has its own password, chosen (vaulted), read back from the file that keeps it, or
@@ -12,7 +13,10 @@ their web configuration (``basic_auth_users``), kept when it still matches the p
 bcrypt salts every hash anew: hashing on every run would rewrite the web configuration and
 restart both daemons each time. The hash already on the node is kept while it verifies the
 password, so a re-run changes nothing and a new password (the vaulted ``observe_password``)
-replaces it."""
+replaces it.
+
+Engine metrics: vLLM and SGLang name the same numbers differently; the names come from
+module_utils/engine_metrics.py (ENGINE_METRICS), for the profile's engine (spark_profile.engine.kind)."""
 
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ import string
 
 import yaml
 from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkctl.spark.plugins.module_utils import engine_metrics
 
 try:
     import bcrypt
@@ -44,10 +50,14 @@ description:
   - C(observe_secrets) takes the credentials (name to C(password), C(file)) and the registered C(results) of
     C(ansible.builtin.slurp) looping over their names, and returns each credential's secret, the chosen password, else
     the file's content (trimmed), else 32 generated letters and digits; two credentials with one secret are refused.
-  - C(observe_status_queries) (input ignored) returns the queries C(sparkctl status) asks Prometheus, each C(name) and
-    C(query); C(observe_status_lines) takes the registered C(results) of C(ansible.builtin.uri) looping over them
-    against C(/api/v1/query) and returns the lines C(status) shows (tokens/s, running and waiting requests, KV cache
-    usage, the firing alerts), C(n/a) for a query that failed or found no sample.
+  - C(observe_engine_metrics) takes the engine's kind (C(spark_profile.engine.kind), C(vllm) or C(sglang)) and returns
+    that engine's metric names by role (C(module_utils/engine_metrics.py)); the alert rules name the engine's series with
+    them. An engine without metric names is refused.
+  - C(observe_status_queries) takes the engine's kind (C(spark_profile.engine.kind)) and returns the queries
+    C(sparkctl status) asks Prometheus, each C(name) and C(query), in that engine's metric names; an engine without
+    metric names is refused. C(observe_status_lines) takes the registered C(results) of C(ansible.builtin.uri) looping
+    over them against C(/api/v1/query) and returns the lines C(status) shows (tokens/s, running and waiting requests,
+    KV cache usage, the firing alerts), C(n/a) for a query that failed or found no sample.
 options:
   _input:
     description: The text of the web configuration on the node; empty when it does not exist yet.
@@ -72,12 +82,31 @@ EXAMPLES = r"""
   ansible.builtin.set_fact:
     observe_hash: "{{ observe_node_web_text | sparkctl.spark.observe_web_hash(observe_secrets.prometheus, 'sparkctl') }}"
   no_log: true
+
+- name: Name the engine's running requests in an alert rule
+  ansible.builtin.debug:
+    msg: "{{ (spark_profile.engine.kind | sparkctl.spark.observe_engine_metrics).requests_running }}"
+
+- name: Ask Prometheus for the live numbers of the profile's engine
+  ansible.builtin.uri:
+    url: "http://prometheus.example:9090/api/v1/query?query={{ item.query | urlencode }}"
+  loop: "{{ spark_profile.engine.kind | sparkctl.spark.observe_status_queries }}"
 """
 
 RETURN = r"""
 _value:
-  description: A bcrypt hash (C($2b$...)) of the password.
-  type: str
+  description:
+    - "C(observe_web_hash): a bcrypt hash (C($2b$...)) of the password."
+    - "C(observe_web_configs): per web configuration path, each user's bcrypt hash."
+    - "C(observe_secrets): each credential's secret, by credential name."
+    - "C(observe_engine_metrics): the engine's series names by role: C(requests_running), C(requests_waiting),
+      C(kv_cache_usage_ratio) (gauges), C(generation_tokens), C(prompt_tokens), C(requests_finished) (counters, with
+      C(_total)), C(time_to_first_token_buckets), C(inter_token_latency_buckets), C(e2e_latency_buckets) (histograms'
+      C(_bucket) series), as module_utils/engine_metrics.py names them for the engine."
+    - "C(observe_status_queries): a list of C(name) and C(query): C(tokens_per_second), C(running), C(waiting),
+      C(kv_cache) (the engine's), C(alerts) (sparkctl's firing alerts)."
+    - "C(observe_status_lines): two lines, the live numbers and the firing alerts."
+  type: raw
 """
 
 
@@ -167,14 +196,32 @@ def observe_secrets(credentials, read_results):
     return out
 
 
-# What `sparkctl status` asks Prometheus for, by name (vLLM's metric names; the alerts are sparkctl's).
-STATUS_QUERIES = {
-    "tokens_per_second": "sum(rate(vllm:generation_tokens_total[1m]))",
-    "running": "sum(vllm:num_requests_running)",
-    "waiting": "sum(vllm:num_requests_waiting)",
-    "kv_cache": "max(vllm:kv_cache_usage_perc)",
-    "alerts": 'ALERTS{alertstate="firing"}',
-}
+def _engine_metrics(filter_name, engine_kind):
+    try:
+        return engine_metrics.engine_metrics(engine_kind)
+    except ValueError:
+        raise AnsibleFilterError(f"{filter_name}: the engine {engine_kind!r} (spark_profile.engine.kind) has no metric names; "
+                                 f"sparkctl knows those of {', '.join(engine_metrics.ENGINES)} "
+                                 "(module_utils/engine_metrics.py)") from None
+
+
+def observe_engine_metrics(engine_kind):
+    """The engine's {role: series name}, for the alert rules."""
+    return _engine_metrics("observe_engine_metrics", engine_kind)
+
+
+def status_queries(engine_kind):
+    """What `sparkctl status` asks Prometheus for, by name: the engine's numbers in its own metric names, and
+    sparkctl's firing alerts."""
+    _engine_metrics("observe_status_queries", engine_kind)
+    engines = (engine_kind,)
+    return {
+        "tokens_per_second": engine_metrics.counter_rate(engines, "generation_tokens", "1m"),
+        "running": engine_metrics.gauge(engines, "requests_running", "sum"),
+        "waiting": engine_metrics.gauge(engines, "requests_waiting", "sum"),
+        "kv_cache": engine_metrics.gauge(engines, "kv_cache_usage_ratio", "max"),
+        "alerts": 'ALERTS{alertstate="firing"}',
+    }
 
 
 def _samples(result):
@@ -192,8 +239,8 @@ def _number(samples):
         return None
 
 
-def observe_status_queries(_ignored=None):
-    return [{"name": name, "query": query} for name, query in STATUS_QUERIES.items()]
+def observe_status_queries(engine_kind):
+    return [{"name": name, "query": query} for name, query in status_queries(engine_kind).items()]
 
 
 def observe_status_lines(results):
@@ -225,4 +272,4 @@ class FilterModule:
     def filters(self):
         return {"observe_web_hash": observe_web_hash, "observe_web_configs": observe_web_configs,
                 "observe_secrets": observe_secrets, "observe_status_lines": observe_status_lines,
-                "observe_status_queries": observe_status_queries}
+                "observe_status_queries": observe_status_queries, "observe_engine_metrics": observe_engine_metrics}

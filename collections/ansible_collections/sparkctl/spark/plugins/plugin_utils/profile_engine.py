@@ -16,7 +16,7 @@ import re
 
 import yaml
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import python_source
+from ansible_collections.sparkctl.spark.plugins.module_utils import engine_names, python_source
 from ansible_collections.sparkctl.spark.plugins.module_utils.requirement import requirement_name
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_load import (
     COLLECTION_PROFILES, ProfileError, _YAML_LOADER,
@@ -92,6 +92,17 @@ def engine_env_names(kind):
     """{version: (prefixes, names)}: the engine's own environment variables each manifested release reads."""
     return {version: (list(data["env"]["prefixes"]), set(data["env"]["names"]))
             for version, data in _manifest_data(kind).items() if data.get("env")}
+
+
+def engine_metric_series(kind):
+    """{version: set of series}: what Prometheus stores of the metrics each manifested release registers."""
+    return {version: engine_names.metric_series(data["metrics"])
+            for version, data in _manifest_data(kind).items() if "metrics" in data}
+
+
+def engine_log_formats(kind):
+    """{version: [formats]}: the messages each manifested release logs (module_utils/engine_names.py)."""
+    return {version: list(data["log_formats"]) for version, data in _manifest_data(kind).items() if "log_formats" in data}
 
 
 def _for_release(per_version, version):
