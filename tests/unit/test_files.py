@@ -37,7 +37,7 @@ def test_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "stamp.json"
     path.write_bytes(b"old")
 
-    def refuse(source, destination):
+    def refuse(source, destination, **_dir_fds):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", refuse)

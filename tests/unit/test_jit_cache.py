@@ -52,8 +52,8 @@ def test_identity_dir_name_refuses_what_is_not_an_identity(kind, runtime_id):
 
 def test_prepare_makes_the_directory_and_link_then_has_nothing_to_do(tmp_path):
     base = tmp_path / "jit"
-    made = []
-    todo = jit_cache.prepare(str(base), "venv", LOCK_A, SUBDIRS, chown=made.append)
+    todo = jit_cache.prepare(str(base), "venv", LOCK_A, SUBDIRS, owner=(os.getuid(), os.getgid()))
+    made = todo["made"]
     path = base / ("venv-" + LOCK_A)
     assert todo["create"] and todo["link"] and todo["path"] == str(path)
     assert os.readlink(base / "current") == "venv-" + LOCK_A

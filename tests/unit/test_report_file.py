@@ -80,7 +80,7 @@ def test_a_failed_write_leaves_the_old_report_and_no_temporary_file(tmp_path, ca
     path.write_text('{"old": true}\n')
     path.chmod(0o640)
 
-    def refuse(source, destination):
+    def refuse(source, destination, **_dir_fds):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", refuse)

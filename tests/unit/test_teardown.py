@@ -185,16 +185,16 @@ def test_record_then_teardown_gives_the_node_back(tmp_path, node, capsys, monkey
     assert (owned / "fabric.env").exists() and node.commands == []  # check mode changed nothing
 
     teardown["_ansible_check_mode"] = False
-    real_stat, chowns = os.stat, []
+    real_stat = os.stat
     monkeypatch.setattr(os, "fstat", lambda fd: fake_owner(real_stat(fd)))
-    monkeypatch.setattr(os, "chown", lambda path, uid, gid: chowns.append((str(path), uid, gid)))
     rc, result = run_module(node_teardown.main, teardown, capsys)
     monkeypatch.undo()
     assert rc == 0 and result["changed"], result
     assert not owned.exists() and not (tmp_path / "etc/netplan/40-cx7.yaml").exists()
     assert (etc / "earlyoom").read_text() == "EARLYOOM_ARGS=-m 5\n"
     assert (home_ssh / "authorized_keys").read_text() == "ssh-ed25519 AAAA me@laptop\n"
-    assert (str(home_ssh / "authorized_keys"), 4242, 4243) in chowns  # the user's file stays the user's
+    keys = os.stat(home_ssh / "authorized_keys")
+    assert (keys.st_uid, keys.st_gid) == (4242, 4243)  # the user's file stays the user's
     assert (checkpoint / "model.safetensors").exists()
     assert result["kept"] == [str(checkpoint)] and (tmp_path / "srv/sparkctl/models").is_dir()
     assert node.packages == {"bash"} and node.links["eth1"] == {"mtu": 1500, "addresses": []}
@@ -388,3 +388,20 @@ def test_a_switch_of_the_served_model_leaves_nothing_of_the_other_profile(tmp_pa
     assert rc == 0, result
     assert not first.exists() and not second.exists() and not venv_a.exists() and not venv_b.exists()
     assert opt.is_dir()
+
+
+def test_a_record_without_its_package_list_purges_nothing(tmp_path, node, capsys, monkeypatch):
+    # Without the list of what the node had before, every package apt marked automatic would
+    # read as installed since: nothing is purged, and the teardown says so.
+    record = tmp_path / "var/lib/sparkctl/baseline.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"paths": {}, "files": {}, "parents": {}}))
+    node.packages |= {"libssl3", "nginx"}
+    node.auto |= {"libssl3"}
+    # Where a warning goes depends on what else the test run imported (ansible's is_controller): kept here.
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning, **kwargs: warnings.append(warning))
+    rc, result = run_module(node_teardown.main, _args(tmp_path, packages=["nginx"], remove_record=False), capsys)
+    assert rc == 0, result
+    assert not [argv for argv in node.commands if argv[:2] == ["apt-get", "purge"]], node.commands
+    assert any("lists no packages" in warning and "nginx" in warning for warning in warnings), warnings

@@ -10,19 +10,23 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
+
+from ansible_collections.sparkctl.spark.plugins.module_utils import safe_walk
+
+# A JSON document a module reads whole (a record, an estimate, a manifest): far below this.
+JSON_LIMIT = 64 << 20
 
 
 def read_file_state(path):
     """(content bytes, permission bits, (uid, gid)) of path, from one open; (None, None, None)
-    when it does not exist. Any other error (a directory, no permission) is raised: it must not
-    read as "missing" and be overwritten."""
+    when it does not exist. Any other error (a directory, no permission, not a regular file, a
+    symlink in a directory another account can write: module_utils/safe_walk.py) is raised: it
+    must not read as "missing" and be overwritten."""
     try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            return handle.read(), stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid)
+        content, info = safe_walk.read_file_state(path)
     except FileNotFoundError:
         return None, None, None
+    return content, stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid)
 
 
 def read_bytes_and_mode(path):
@@ -31,45 +35,38 @@ def read_bytes_and_mode(path):
     return content, mode
 
 
-def write_file_atomic(path, data, mode):
-    """Write data to path with the permission bits mode, through a temporary file in the same
-    directory, flushed to disk and renamed over path; on any failure the temporary file is removed
-    and path is left as it was."""
-    directory = os.path.dirname(path) or "."
-    # <name>.<random>.tmp: the checkpoint's verification knows a stamp's leftover by this name.
-    fd, temp_path = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+def write_file_atomic(path, data, mode, owner=None):
+    """Write data to path with the permission bits mode (and owner (uid, gid) when given),
+    through a temporary file in the same directory, flushed to disk, given its mode and owner
+    through its own descriptor and renamed over path; on any failure the temporary file is removed
+    and path is left as it was. The directory is reached as module_utils/safe_walk.py resolves
+    it (no symlink another account could have placed is followed) and a link at path is replaced,
+    never written through."""
+    dir_fd, name = safe_walk.open_parent(path)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), mode)
-        os.replace(temp_path, path)
-    except BaseException:
+        # <name>.<random>.tmp: the checkpoint's verification knows a stamp's leftover by this name.
+        safe_walk.write_file_at(dir_fd, name, data, mode, owner)
+        # The rename is durable once the directory is on disk too; a directory that cannot be
+        # opened or synced (some file systems) leaves the write done, only less durable.
         try:
-            os.unlink(temp_path)
+            sync_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=dir_fd)
+        except OSError:
+            return
+        try:
+            os.fsync(sync_fd)
         except OSError:
             pass
-        raise
-    # The rename is durable once the directory is on disk too; a directory that cannot be
-    # opened or synced (some file systems) leaves the write done, only less durable.
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
+        finally:
+            os.close(sync_fd)
     finally:
         os.close(dir_fd)
 
 
 def read_json_object(path):
-    """A JSON object from a file; None when it is missing, unreadable or not an object."""
+    """A JSON object from a file; None when it is missing, unreadable (a symlink another account
+    could have placed included: module_utils/safe_walk.py), not a regular file or not an object."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        data = json.loads(safe_walk.read_file(path, JSON_LIMIT).decode("utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -16,6 +16,8 @@ import os
 import re
 import sys
 
+from ansible_collections.sparkctl.spark.plugins.module_utils import safe_walk
+
 MEMINFO_FIELDS = (
     ("MemTotal", "mem_total_bytes"),
     ("MemFree", "mem_free_bytes"),
@@ -125,21 +127,23 @@ def mount_of(path, mounts):
 def allocated_bytes(path):
     """Bytes the files under path occupy on disk (st_blocks), without following links or
     leaving the file system; 0 when path does not exist. A checkpoint already in place
-    needs no new room, so the disk check subtracts this."""
+    needs no new room, so the disk check subtracts this. Walked through opened directories
+    (module_utils/safe_walk.py): run as root in the service user's checkpoint directory, a
+    directory it swaps for a link is never entered."""
     try:
-        root_dev = os.lstat(path).st_dev
+        fd = safe_walk.open_dir(path)
     except OSError:
         return 0
     total = 0
-    for dirpath, dirnames, filenames in os.walk(path, onerror=lambda error: None):
-        for name in filenames:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            if st.st_dev == root_dev:
-                total += st.st_blocks * 512
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    try:
+        root_dev = os.fstat(fd).st_dev
+        for entry in safe_walk.walk(fd):
+            if not entry.is_dir() and not entry.is_dir_link() and entry.st.st_dev == root_dev:
+                total += entry.st.st_blocks * 512
+    except OSError:
+        return total
+    finally:
+        os.close(fd)
     return total
 
 

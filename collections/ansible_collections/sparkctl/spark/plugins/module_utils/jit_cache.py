@@ -16,6 +16,9 @@ when the runtime does: the link moves, the old identity's directory goes (only o
 marker this module writes), and the next boot starts cold in an empty directory.
 
 Pure functions over a directory tree; the Ansible module jit_cache and the mirror call them.
+The module runs as root in a tree the service user writes: every walk, read, write, chown and
+removal below the cache root goes through module_utils/safe_walk.py (relative to opened
+directories, never through a link the account could have planted).
 """
 
 from __future__ import annotations
@@ -24,12 +27,16 @@ import hashlib
 import json
 import os
 import re
-import shutil
+import stat
+
+from ansible_collections.sparkctl.spark.plugins.module_utils import safe_walk
 
 BASE_DIR = "/var/cache/sparkctl/jit"
 CURRENT = "current"
 MARKER = ".sparkctl-jit.json"
 MARKER_VERSION = 1
+# A marker is a few hundred bytes; more is not sparkctl's.
+MARKER_LIMIT = 64 * 1024
 
 # Variable -> subdirectory of current/. Where each name comes from: docs/jit-cache.md.
 CACHE_VARIABLES = (
@@ -73,48 +80,62 @@ def marker_text(runtime_kind, runtime_id):
 
 
 def read_marker(path):
-    """The marker of an identity directory, or None when it has none (not sparkctl's)."""
+    """The marker of an identity directory, or None when it has none (not sparkctl's). Read as a
+    regular file of the directory itself, never through a link."""
     try:
-        with open(os.path.join(path, MARKER)) as handle:
-            data = json.load(handle)
+        fd = safe_walk.open_dir(path)
+        try:
+            data = json.loads(safe_walk.read_file_at(fd, MARKER, MARKER_LIMIT).decode("utf-8"))
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("made_by") == "sparkctl" else None
 
 
+def _open_tree(path):
+    """A descriptor of the directory path, or None when there is no directory there."""
+    try:
+        return safe_walk.open_dir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def scan(path):
     """Every cache file under path (the marker left out): {rel: (size, mtime seconds)}, symlinks
-    as files of their own (not followed)."""
+    as files of their own (not followed; one to a directory is left out, as os.walk leaves it)."""
     files = {}
-    if not os.path.isdir(path):
+    fd = _open_tree(path)
+    if fd is None:
         return files
-    for root, dirs, names in os.walk(path):
-        dirs.sort()
-        for name in names:
-            full = os.path.join(root, name)
-            rel = os.path.relpath(full, path)
-            if rel == MARKER:
+    try:
+        for entry in safe_walk.walk(fd):
+            if entry.is_dir() or entry.rel == MARKER or entry.is_dir_link():
                 continue
-            st = os.lstat(full)
-            files[rel] = (st.st_size, int(st.st_mtime))
+            files[entry.rel] = (entry.st.st_size, int(entry.st.st_mtime))
+    finally:
+        os.close(fd)
     return files
 
 
+def give(path, uid, gid, apply=True):
+    """Give uid:gid every entry under path (path itself included, symlinks not followed) that has
+    another owner. An image's containers run as root: what a boot compiles there is root's until
+    it is handed to the service user, who mirrors the cache to the workers. Returns (given,
+    refused): the paths given (apply False: that would be), sorted, and [(path, why)] of what is
+    never given away (a file with other hard links, a device node)."""
+    fd = _open_tree(path)
+    if fd is None:
+        return [], []
+    try:
+        return safe_walk.chown_tree(fd, uid, gid, path, apply=apply)
+    finally:
+        os.close(fd)
+
+
 def foreign_owned(path, uid, gid):
-    """Every entry under path (path itself included, symlinks not followed) whose owner is not
-    uid:gid, sorted. An image's containers run as root: what a boot compiles there is root's until
-    it is handed to the service user, who mirrors the cache to the workers."""
-    if not os.path.isdir(path):
-        return []
-    entries = [path]
-    for root, dirs, names in os.walk(path):
-        entries.extend(os.path.join(root, name) for name in dirs + names)
-    return sorted(entry for entry in entries if _owner(entry) != (uid, gid))
-
-
-def _owner(path):
-    st = os.lstat(path)
-    return st.st_uid, st.st_gid
+    """The paths give() would give, without giving them."""
+    return give(path, uid, gid, apply=False)[0]
 
 
 def manifest_digest(files):
@@ -167,17 +188,11 @@ def parse_unit_start(text):
 
 
 def _empty_dir(path):
-    removed = 0
-    for name in os.listdir(path):
-        if name == MARKER:
-            continue
-        full = os.path.join(path, name)
-        if os.path.isdir(full) and not os.path.islink(full):
-            shutil.rmtree(full)
-        else:
-            os.unlink(full)
-        removed += 1
-    return removed
+    fd = safe_walk.open_dir(path)
+    try:
+        return safe_walk.clear_dir(fd, keep=(MARKER,))
+    finally:
+        os.close(fd)
 
 
 def plan(base, runtime_kind, runtime_id, reset=False):
@@ -206,41 +221,66 @@ def plan(base, runtime_kind, runtime_id, reset=False):
     }
 
 
-def prepare(base, runtime_kind, runtime_id, subdirs, reset=False, chown=None):
+def prepare(base, runtime_kind, runtime_id, subdirs, reset=False, owner=None):
     """Make base/<identity> (marker, one subdirectory per cache variable) and point current at it;
     remove the other identities' directories that carry sparkctl's marker; with reset, empty the
-    identity's directory. chown(path) gives a made path to the service user. Returns plan()'s answer."""
+    identity's directory. owner (uid, gid) is given what this makes. Returns plan()'s answer, with
+    made: the paths made."""
     todo = plan(base, runtime_kind, runtime_id, reset)
-    path = todo["path"]
+    path, name = todo["path"], todo["name"]
     if not os.path.isdir(base):
         os.makedirs(base, 0o755)
     made = []
-    if os.path.lexists(path) and not os.path.isdir(path):
-        raise JitCacheError("%s exists and is not a directory; move it away" % path)
-    if todo["create"]:
-        if not os.path.isdir(path):
-            os.mkdir(path, 0o755)
+    base_fd = safe_walk.open_dir(base)
+    try:
+        found = safe_walk.lstat_at(base_fd, name)
+        if found is not None and not stat.S_ISDIR(found.st_mode):
+            raise JitCacheError("%s exists and is not a directory; move it away" % path)
+        if found is None:
+            os.mkdir(name, 0o755, dir_fd=base_fd)
             made.append(path)
-        with open(os.path.join(path, MARKER), "w") as handle:
-            handle.write(marker_text(runtime_kind, runtime_id))
+        id_fd = safe_walk.open_dir_at(base_fd, name)
+        try:
+            _fill(id_fd, path, runtime_kind, runtime_id, subdirs, todo, owner, made)
+        finally:
+            os.close(id_fd)
+        if todo["link"]:
+            tmp = CURRENT + ".sparkctl-new"
+            if safe_walk.lstat_at(base_fd, tmp) is not None:
+                os.unlink(tmp, dir_fd=base_fd)
+            os.symlink(name, tmp, dir_fd=base_fd)
+            os.replace(tmp, CURRENT, src_dir_fd=base_fd, dst_dir_fd=base_fd)
+        for old in todo["remove"]:
+            safe_walk.remove_at(base_fd, os.path.basename(old))
+    finally:
+        os.close(base_fd)
+    todo["made"] = made
+    return todo
+
+
+def _fill(id_fd, path, runtime_kind, runtime_id, subdirs, todo, owner, made):
+    """The marker, the reset and the subdirectories of the identity's open directory id_fd."""
+    if todo["create"]:
+        # A new file renamed over the marker: a link the service user put there is replaced.
+        safe_walk.write_file_at(id_fd, MARKER, marker_text(runtime_kind, runtime_id).encode("utf-8"), 0o644, owner)
         made.append(os.path.join(path, MARKER))
     if todo["reset"]:
-        _empty_dir(path)
+        safe_walk.clear_dir(id_fd, keep=(MARKER,))
     for sub in subdirs:
-        full = os.path.join(path, sub)
-        if not os.path.isdir(full):
-            os.mkdir(full, 0o755)
-            made.append(full)
-    if chown:
-        for item in made:
-            chown(item)
-    if todo["link"]:
-        link = os.path.join(base, CURRENT)
-        tmp = link + ".sparkctl-new"
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        os.symlink(todo["name"], tmp)
-        os.replace(tmp, link)
-    for old in todo["remove"]:
-        shutil.rmtree(old)
-    return todo
+        try:
+            # A link to a directory counts, as os.path.isdir says; only stat follows it.
+            present = stat.S_ISDIR(os.stat(sub, dir_fd=id_fd).st_mode)
+        except FileNotFoundError:
+            present = False
+        if present:
+            continue
+        os.mkdir(sub, 0o755, dir_fd=id_fd)
+        made.append(os.path.join(path, sub))
+        if owner:
+            sub_fd = safe_walk.open_dir_at(id_fd, sub)
+            try:
+                os.fchown(sub_fd, owner[0], owner[1])
+            finally:
+                os.close(sub_fd)
+    if owner and path in made:
+        os.fchown(id_fd, owner[0], owner[1])

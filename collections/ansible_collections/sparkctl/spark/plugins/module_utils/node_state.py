@@ -13,7 +13,9 @@ differs. The comparison is deliberately that of the modules that write: content 
 a link's target, a unit's enablement and activity; anything not named is not judged.
 
 Pure except for read_path(), read_units(), read_users(), read_texts(), missing_packages()
-and processes()."""
+and processes(). The reads run as root in places the service user writes (its home, the
+checkpoint directory): files and directories are opened as module_utils/safe_walk.py opens them,
+never through a symlink that account could have placed there."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import os
 import pwd
 import stat
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import unit_staleness
+from ansible_collections.sparkctl.spark.plugins.module_utils import safe_walk, unit_staleness
 from ansible_collections.sparkctl.spark.plugins.module_utils.ray_cluster import find_leftovers, local_raylets, read_processes
 from ansible_collections.sparkctl.spark.plugins.module_utils.unit_staleness import parse_show
 
@@ -80,11 +82,22 @@ def _group_name(gid):
         return str(gid)
 
 
+# What read_texts() reads whole: configuration files, far below this.
+TEXT_LIMIT = 16 << 20
+
+
 def sha1_of(path, chunk=1 << 20, prefix=""):
+    """SHA-1 of prefix and the regular file at path (safe_walk.open_file: a symlink only out of a
+    trusted directory; anything but a regular file or /dev/null is an OSError)."""
     digest = hashlib.sha1(prefix.encode("utf-8"))
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(chunk), b""):
-            digest.update(block)
+    fd = safe_walk.open_file(path)
+    try:
+        safe_walk.check_regular(fd, path)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            for block in iter(lambda: handle.read(chunk), b""):
+                digest.update(block)
+    finally:
+        os.close(fd)
     return digest.hexdigest()
 
 
@@ -112,7 +125,11 @@ def read_path(path, want_checksum=False, want_entries=False, checksum_prefix="")
             found["checksum"], found["error"] = None, str(err)
     if kind == "directory" and want_entries:
         try:
-            found["entries"] = sorted(os.listdir(path))
+            fd = safe_walk.open_dir(path)
+            try:
+                found["entries"] = sorted(os.listdir(fd))
+            finally:
+                os.close(fd)
         except OSError as err:
             found["entries"], found["error"] = None, str(err)
     return found
@@ -238,7 +255,9 @@ def read_users(names):
 def read_texts(patterns):
     """[{path, content, checksum}] of the files the glob patterns match, each once, sorted by
     path; a leading ~ or ~user is that account's home. A link is read through (a drop-in
-    linked to /dev/null reads empty). content is the text with its line ends made \\n and
+    linked to /dev/null reads empty) where the directory holding it is root's (safe_walk): one in
+    a directory another account can write (the service user's ~/.ssh) is not, and reads as an
+    error, as does anything but a regular file. content is the text with its line ends made \\n and
     undecodable bytes replaced; checksum is the SHA-1 of the bytes as they are, so
     content | hash('sha1') == checksum says the text is the file exactly. An unreadable
     file carries its error instead of content and checksum."""
@@ -248,8 +267,7 @@ def read_texts(patterns):
         if os.path.isdir(path):
             continue
         try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
+            raw = safe_walk.read_file(path, TEXT_LIMIT)
         except OSError as err:
             texts.append({"path": path, "content": None, "checksum": None, "error": str(err)})
             continue

@@ -93,9 +93,8 @@ def update_record(module, path, served, after_served):
     if not module.check_mode:
         try:
             os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
-            write_file_atomic(path, after.encode("utf-8"), 0o644)
-            if os.geteuid() == 0:
-                os.chown(path, 0, 0)
+            # Root-owned when root writes it, given through the new file's descriptor (no chown by path).
+            write_file_atomic(path, after.encode("utf-8"), 0o644, (0, 0) if os.geteuid() == 0 else None)
         except OSError as exc:
             module.fail_json(msg="Cannot write the served record %s: %s" % (path, exc.strerror or exc))
     diff = dict(before=before, after=after, before_header=path, after_header=path) if module._diff else None

@@ -102,14 +102,6 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.engine_gate import 
 from ansible_collections.sparkctl.spark.plugins.module_utils import served_record
 
 
-def _remove(path, rel_files):
-    for rel in rel_files:
-        os.unlink(os.path.join(path, rel))
-    for top, _dirs, _files in os.walk(path, topdown=False):
-        if not os.listdir(top):
-            os.rmdir(top)
-
-
 def main():
     module = AnsibleModule(argument_spec=served_record.store_argument_spec(store.SERVED_FILE), supports_check_mode=True)
     p = module.params
@@ -119,7 +111,13 @@ def main():
         for name in sorted(os.listdir(root)):
             path = os.path.join(root, name)
             if os.path.isdir(path) and not os.path.islink(path) and path != current and store.is_sparkctl_checkpoint(path):
-                remove, left, warnings = store.sparkctl_files(path)
+                # As root in directories the service user owns: read and walked through opened
+                # directories; one swapped for a link meanwhile is left alone.
+                try:
+                    remove, left, warnings = store.sparkctl_files(path)
+                except OSError as exc:
+                    module.warn("%s: %s; left alone" % (path, exc))
+                    continue
                 for warning in warnings:
                     module.warn(warning)
                 found[path] = {"remove": remove, "left": left, "bytes": store.directory_bytes(path, remove)}
@@ -135,7 +133,7 @@ def main():
                 removed.append(path)
                 if not module.check_mode:
                     try:
-                        _remove(path, entry["remove"])
+                        store.remove_files(path, entry["remove"])
                     except OSError as exc:
                         module.fail_json(msg="Cannot remove the checkpoint %s: %s" % (path, exc.strerror or exc))
     gone = [path for path in removed if not found[path]["left"]]

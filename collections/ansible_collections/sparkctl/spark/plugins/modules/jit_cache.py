@@ -55,6 +55,8 @@ options:
       - The service user that runs the engine and owns the cache (required with O(state=present)).
       - What the engine wrote under the identity's directory as another user is given to it (an image's
         containers run as root), so the cache can be mirrored to the workers as it.
+      - The tree is walked and given through opened directories, never through a link; a file with other hard links
+        and a device node are never given (a warning names them).
     type: str
   reset:
     description: Empty the identity's cache directory.
@@ -134,7 +136,6 @@ cache:
   returned: success
 """
 
-import os
 import pwd
 
 from ansible.module_utils.basic import AnsibleModule
@@ -163,12 +164,6 @@ def owner_account(module, owner):
         return pwd.getpwnam(owner)
     except KeyError:
         module.fail_json(msg="The cache owner %s does not exist on this node (spark_service_user)." % owner)
-
-
-def chowner(account):
-    def chown(path):
-        os.lchown(path, account.pw_uid, account.pw_gid)
-    return chown
 
 
 def main():
@@ -203,20 +198,21 @@ def main():
                          reset=False, relinked=False, since=since, boot="unknown",
                          cache={"files": 0, "bytes": 0, "digest": None, "names": []})
     account = owner_account(module, params["owner"]) if params["owner"] else None
-    chown = chowner(account) if account else None
+    owner = (account.pw_uid, account.pw_gid) if account else None
     try:
         if params["state"] == "present" and not module.check_mode:
             todo = jit_cache.prepare(base, params["runtime_kind"], runtime_id,
                                      [sub for _n, sub in jit_cache.CACHE_VARIABLES], reset=params["reset"],
-                                     chown=chown)
+                                     owner=owner)
         else:
             todo = jit_cache.plan(base, params["runtime_kind"], runtime_id, params["reset"])
-        given = jit_cache.foreign_owned(todo["path"], account.pw_uid, account.pw_gid) if account else []
-        if not module.check_mode:
-            for path in given:
-                chown(path)
+        # Walked and given through opened directories (module_utils/safe_walk.py): the service user
+        # writes this tree, and a link or hard link it plants is never followed or given.
+        given, refused = jit_cache.give(todo["path"], owner[0], owner[1], apply=not module.check_mode) if owner else ([], [])
     except (jit_cache.JitCacheError, OSError) as exc:
         module.fail_json(msg="Kernel cache under %s: %s" % (base, exc))
+    for path, why in refused:
+        module.warn("Kernel cache: %s is not given to %s: %s." % (path, params["owner"], why))
     files = jit_cache.scan(todo["path"])
     cache = jit_cache.summary(files, since)
     cache["names"] = sorted(files)

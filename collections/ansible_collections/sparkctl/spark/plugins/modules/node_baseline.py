@@ -152,11 +152,10 @@ recorded:
 
 import json
 import os
-import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes
-from ansible_collections.sparkctl.spark.plugins.module_utils.files import write_file_atomic
+from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
     BASELINE_VERSION,
     account,
@@ -272,12 +271,20 @@ def main():
             parent = os.path.dirname(parent)
     ancestors |= set(p["empty_dirs"])
     parent_paths = {parent: os.path.lexists(parent) for parent in sorted(ancestors - set(recorded_paths))}
-    files = {}
+    files, originals = {}, {}
     for path in p["files"]:
-        if os.path.lexists(path) and os.path.isfile(path):
-            info = os.stat(path)
+        # One read of the file itself, its directories reached as module_utils/safe_walk.py reaches
+        # them: a link the service user planted in its home is never followed into a file it could
+        # not read (the copy would be handed back to it at the teardown).
+        try:
+            content, mode, owner = read_file_state(path)
+        except OSError as exc:
+            module.warn("%s: recorded as there, without a copy (%s); a teardown leaves it as it finds it" % (path, exc))
+            content = None
+        if content is not None:
+            originals[path] = content
             files[path] = {"existed": True, "backup": backup_path(p["backup_dir"], path),
-                           "mode": "%04o" % (info.st_mode & 0o7777), "uid": info.st_uid, "gid": info.st_gid}
+                           "mode": "%04o" % mode, "uid": owner[0], "gid": owner[1]}
         else:
             files[path] = {"existed": os.path.lexists(path), "backup": None}
     baseline = {
@@ -298,8 +305,7 @@ def main():
             for path, entry in files.items():
                 if entry["backup"]:
                     os.makedirs(os.path.dirname(entry["backup"]), mode=0o700, exist_ok=True)
-                    shutil.copy2(path, entry["backup"])
-                    os.chmod(entry["backup"], 0o600)
+                    write_file_atomic(entry["backup"], originals[path], 0o600)
             write_file_atomic(p["path"], to_bytes(json.dumps(baseline, indent=1, sort_keys=True) + "\n"), 0o600)
         except OSError as exc:
             module.fail_json(msg="could not write the baseline %s: %s" % (p["path"], exc))

@@ -202,13 +202,14 @@ removed_users:
 import json
 import os
 import pwd
-import shutil
+import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_store import CREATED_MARK, sparkctl_files
 from ansible_collections.sparkctl.spark.plugins.module_utils.served_record import read_served
+from ansible_collections.sparkctl.spark.plugins.module_utils import safe_walk
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
     HOME_ROOTS,
@@ -284,8 +285,11 @@ class Teardown:
         strip = {entry["path"]: entry for entry in strip}
         touched = []
         for path, entry in sorted(recorded.items()):
-            content, mode, owner = read_file_state(path) if os.path.isfile(path) else (None, None, None)
-            exists = os.path.lexists(path)
+            try:
+                content, mode, owner, exists = self._file_state(path)
+            except OSError as exc:
+                self.module.fail_json(msg="%s: not read, so not changed (%s); see what is there and remove sparkctl's "
+                                      "lines yourself" % (path, exc), actions=self.actions)
             original = b""
             if entry.get("backup"):
                 original, _m, _o = read_file_state(entry["backup"])
@@ -297,7 +301,7 @@ class Teardown:
                 new = to_bytes(strip_text(to_text(content), to_text(original), s.get("hosts") or (), s.get("markers") or (),
                                           s.get("block_marker")))
                 if not entry.get("existed") and not new.strip():
-                    self.act("remove %s (sparkctl's lines were all it held)" % path, fn=lambda p=path: os.unlink(p))
+                    self.act("remove %s (sparkctl's lines were all it held)" % path, fn=lambda p=path: remove_path(p))
                     touched.append(path)
                 elif new != content:
                     self.act("take sparkctl's lines out of %s" % path, fn=lambda p=path, n=new, m=mode, o=owner: rewrite(p, n, m, o))
@@ -314,11 +318,24 @@ class Teardown:
         return touched
 
     @staticmethod
+    def _file_state(path):
+        """(content, mode, owner, exists) of path, its directories reached as module_utils/safe_walk.py
+        reaches them: content None for what is not a regular file."""
+        info = safe_walk.lstat_path(path)
+        if info is None:
+            return None, None, None, False
+        if not stat.S_ISREG(info.st_mode):
+            return None, None, None, True
+        content, mode, owner = read_file_state(path)
+        return content, mode, owner, content is not None
+
+    @staticmethod
     def _restore(path, entry, original, mode):
-        if os.path.islink(path) or os.path.isdir(path):
+        info = safe_walk.lstat_path(path)
+        if info is not None and not stat.S_ISREG(info.st_mode):
             remove_path(path)
-        write_file_atomic(path, original, mode)
-        os.chown(path, entry["uid"], entry["gid"])
+        # The owner is given through the new file's own descriptor, before it takes the name.
+        write_file_atomic(path, original, mode, (entry["uid"], entry["gid"]))
 
     def paths(self, recorded, keep, skip):
         remove, kept = paths_to_remove(list(recorded), recorded, keep)
@@ -344,16 +361,25 @@ class Teardown:
             self.act("remove %s (empty)" % path, fn=lambda: self._prune(path))
 
     def _remove_files(self, path, rel_files):
-        for rel in rel_files:
-            os.unlink(os.path.join(path, rel))
+        # Every file is reached from the directory opened once, no link followed on the way: a
+        # directory the service user swapped for a link since the listing fails that file only.
+        fd = safe_walk.open_dir(path)
+        try:
+            for rel in rel_files:
+                try:
+                    safe_walk.unlink_rel(fd, rel)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    self.module.warn("%s/%s: not removed (%s): it is not reached the way the listing found it" % (path, rel, exc))
+        finally:
+            os.close(fd)
         self._prune(path)
 
     @staticmethod
     def _prune(path):
         """Remove the directories under path, and path, that are left empty."""
-        for top, _dirs, _files in os.walk(path, topdown=False):
-            if not os.listdir(top):
-                os.rmdir(top)
+        safe_walk.prune_tree(path)
 
     def parents(self, recorded, keep):
         def empty(directory):
@@ -367,7 +393,7 @@ class Teardown:
                 if not any(k == directory or k.startswith(directory + "/") for k in keep if os.path.lexists(k)):
                     self.actions.append("remove %s once empty" % directory)
             elif empty(directory):
-                self.act("remove %s (empty, made for sparkctl's paths)" % directory, fn=lambda d=directory: os.rmdir(d))
+                self.act("remove %s (empty, made for sparkctl's paths)" % directory, fn=lambda d=directory: remove_empty_dir(d))
 
     def netplan(self):
         netplan, networkctl = self.module.get_bin_path("netplan"), self.module.get_bin_path("networkctl")
@@ -540,15 +566,21 @@ class Teardown:
 
 def rewrite(path, content, mode, owner):
     """path with content, keeping its mode and owner (the service user's SSH files stay its own)."""
-    write_file_atomic(path, content, mode)
-    os.chown(path, *owner)
+    write_file_atomic(path, content, mode, owner)
 
 
 def remove_path(path):
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.unlink(path)
+    """rm -r path, its directories reached as module_utils/safe_walk.py reaches them (a link another
+    account placed on the way is never followed) and nothing below it followed either."""
+    safe_walk.remove_tree(path)
+
+
+def remove_empty_dir(path):
+    parent, name = safe_walk.open_parent(path)
+    try:
+        os.rmdir(name, dir_fd=parent)
+    finally:
+        os.close(parent)
 
 
 def diff(module, actions):
@@ -624,7 +656,13 @@ def main():
         t.netplan()
     t.links(baseline.get("links", {}), p["link_addresses"])
     t.linger(baseline.get("linger", {}), p["linger_users"])
-    t.packages(p["packages"], baseline.get("packages", []))
+    baseline_packages = baseline.get("packages")
+    if isinstance(baseline_packages, list):
+        t.packages(p["packages"], baseline_packages)
+    else:
+        # Without what the node had before, every package apt marked automatic would read as installed since.
+        module.warn("%s lists no packages the node had before sparkctl: no package is purged; purge sparkctl's "
+                    "(%s) by hand if you want them gone" % (p["path"], ", ".join(p["packages"]) or "none named"))
     # After lingering is off (the user manager goes) and before the groups: userdel takes the account out of them.
     removed_users = t.users(baseline.get("users") or {}, baseline.get("user_groups") or {}, p["users"],
                             [k.rstrip("/") or "/" for k in p["keep"]], p["path"])
