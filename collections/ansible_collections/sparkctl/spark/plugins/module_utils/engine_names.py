@@ -119,7 +119,7 @@ def _produce(items, groups, open_=False):
             out.append((_class_char(items_), open_ or len(items_) != 1 or items_[0][0] is not _sre.LITERAL))
         elif op in _REPEATS:
             low, high, item = av
-            for _ in range(low):
+            for _repeat in range(low):
                 out += _produce(item, groups, open_ or low != high)
         elif op is _sre.SUBPATTERN:
             group, _add, _del, item = av
