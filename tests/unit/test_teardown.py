@@ -405,3 +405,16 @@ def test_a_record_without_its_package_list_purges_nothing(tmp_path, node, capsys
     assert rc == 0, result
     assert not [argv for argv in node.commands if argv[:2] == ["apt-get", "purge"]], node.commands
     assert any("lists no packages" in warning and "nginx" in warning for warning in warnings), warnings
+
+
+def test_a_recorded_file_an_administrator_linked_is_read_through_its_link_and_left_alone(tmp_path, node, capsys):
+    # /etc/<file> -> /etc/<elsewhere> in a directory only root writes: the same content as recorded is no change.
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "real.conf").write_text("keep me\n")
+    os.symlink(etc / "real.conf", etc / "linked.conf")
+    record = _args(tmp_path, backup_dir=str(tmp_path / "b"), files=[str(etc / "linked.conf")])
+    assert run_module(node_baseline.main, record, capsys)[0] == 0
+    rc, result = run_module(node_teardown.main, _args(tmp_path, remove_record=False), capsys)
+    assert rc == 0 and not result["changed"], result
+    assert os.path.islink(etc / "linked.conf") and (etc / "real.conf").read_text() == "keep me\n"

@@ -319,15 +319,16 @@ class Teardown:
 
     @staticmethod
     def _file_state(path):
-        """(content, mode, owner, exists) of path, its directories reached as module_utils/safe_walk.py
-        reaches them: content None for what is not a regular file."""
+        """(content, mode, owner, exists) of path, reached as module_utils/safe_walk.py reaches it: a link
+        followed only where root trusts the directory holding it (an administrator's), refused where the
+        service user could have put it; content None for what is not a regular file."""
         info = safe_walk.lstat_path(path)
         if info is None:
             return None, None, None, False
-        if not stat.S_ISREG(info.st_mode):
+        if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
             return None, None, None, True
         content, mode, owner = read_file_state(path)
-        return content, mode, owner, content is not None
+        return content, mode, owner, True
 
     @staticmethod
     def _restore(path, entry, original, mode):
