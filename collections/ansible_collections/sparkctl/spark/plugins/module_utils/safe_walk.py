@@ -478,9 +478,10 @@ def remove_tree(path):
         os.close(parent)
 
 
-def unlink_rel(dir_fd, rel):
-    """Unlink rel ('/'-separated, under the open directory dir_fd) without following a link on the
-    way: every directory of rel is opened with O_NOFOLLOW from the one before."""
+def _parent_at(dir_fd, rel):
+    """(fd of the directory holding rel's last name, that name) for rel ('/'-separated, under the
+    open directory dir_fd): every directory of rel is opened with O_NOFOLLOW from the one before.
+    The fd is dir_fd itself when rel has one part: the caller closes it only when it is not."""
     parts = _components(rel)
     if not parts or ".." in parts:
         raise OSError(errno.EINVAL, "not a relative path under the directory", rel)
@@ -491,7 +492,19 @@ def unlink_rel(dir_fd, rel):
             if fd != dir_fd:
                 os.close(fd)
             fd = new
-        os.unlink(parts[-1], dir_fd=fd)
+    except BaseException:
+        if fd != dir_fd:
+            os.close(fd)
+        raise
+    return fd, parts[-1]
+
+
+def unlink_rel(dir_fd, rel):
+    """Unlink rel ('/'-separated, under the open directory dir_fd) without following a link on the
+    way (_parent_at)."""
+    fd, name = _parent_at(dir_fd, rel)
+    try:
+        os.unlink(name, dir_fd=fd)
     finally:
         if fd != dir_fd:
             os.close(fd)
@@ -499,17 +512,9 @@ def unlink_rel(dir_fd, rel):
 
 def lstat_rel(dir_fd, rel):
     """os.lstat of rel under the open directory dir_fd, reached as unlink_rel reaches it."""
-    parts = _components(rel)
-    if not parts or ".." in parts:
-        raise OSError(errno.EINVAL, "not a relative path under the directory", rel)
-    fd = dir_fd
+    fd, name = _parent_at(dir_fd, rel)
     try:
-        for part in parts[:-1]:
-            new = open_dir_at(fd, part)
-            if fd != dir_fd:
-                os.close(fd)
-            fd = new
-        return os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)
     finally:
         if fd != dir_fd:
             os.close(fd)
