@@ -9,16 +9,16 @@ import re
 
 import pytest
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_names as E
-from test_profile import REPO, _fake_wheel, _generator
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile_engine
+from test_profile import _fake_wheel, _generator
 
-MANIFESTS = REPO / "collections" / "ansible_collections" / "sparkctl" / "spark" / "profiles" / "engine_flags" / "manifests"
 SGLANG_MEMORY = ("max_total_num_tokens={}, chunked_prefill_size={}, max_prefill_tokens={}, "
                  "max_running_requests={}, context_len={}, {}={} GB")
 
 
 def _manifests(kind):
-    """{version: manifest} of every committed manifest of the engine."""
-    return {path.stem.split("-", 1)[1]: json.loads(path.read_text()) for path in sorted(MANIFESTS.glob(f"{kind}-*.json"))}
+    """{version: manifest} of every committed manifest of the engine, read once by the profile checks' reader."""
+    return profile_engine._manifest_data(kind)
 
 
 # ----------------------------------------------------------------------------- the generator: metrics
