@@ -159,8 +159,11 @@ def node_exec(node: str, *cmd: str, check: bool = True) -> subprocess.CompletedP
 
 # The units a node runs the venv runtime from, first found first: the head's engine, a worker's Ray.
 # Their command lines name <venv>/bin/python or <venv>/bin/ray (plugin_utils/profile_render.py).
-VENV_UNITS = ("sparkctl-engine.service", "sparkctl-ray-worker.service", "sparkctl-ray-head.service")
+VENV_UNITS = ("sparkctl-engine.service", "sparkctl-vllm-rank.service", "sparkctl-ray-worker.service",
+              "sparkctl-ray-head.service")
 VENV_IN_UNIT = re.compile(r"(/[^\s'\"=;]+)/bin/(?:python3?|ray)(?=[\s'\";]|$)", re.M)
+# The node's own python3, which runs the rank guard in front of a vllm_ranks engine: not a venv.
+NODE_PYTHON_PREFIX = "/usr"
 SERVING_VENV = "{serving_venv}"
 
 
@@ -168,7 +171,7 @@ def venv_of_unit(text: str) -> str:
     """The venv a unit file's ExecStart= runs from ('' when it names none, or more than one; the
     ExecStartPre= checks run the node's own python3)."""
     found = {m.group(1) for line in text.splitlines() if line.startswith("ExecStart=")
-             for m in VENV_IN_UNIT.finditer(line)}
+             for m in VENV_IN_UNIT.finditer(line)} - {NODE_PYTHON_PREFIX}
     return found.pop() if len(found) == 1 else ""
 
 
@@ -176,7 +179,11 @@ def serving_venv(node: str = "spark1") -> str:
     """The venv the node serves from, read from its engine unit (the head) or Ray unit (a worker)
     as sparkctl wrote it: its path depends on the run's settings (one venv per lock puts the lock's
     digest in it), so no test keeps a copy of it."""
-    for unit in VENV_UNITS:
+    # The running unit first: a switch of topology leaves the other topology's unit files behind
+    # (stopped and disabled), still naming the venv they last ran from.
+    active = [unit for unit in VENV_UNITS
+              if node_exec(node, "systemctl", "is-active", "--quiet", unit, check=False).returncode == 0]
+    for unit in active + [unit for unit in VENV_UNITS if unit not in active]:
         proc = node_exec(node, "cat", f"/etc/systemd/system/{unit}", check=False)
         venv = venv_of_unit(proc.stdout) if proc.returncode == 0 else ""
         if venv:
@@ -601,23 +608,32 @@ def unexplained_changes(changed: dict[str, list[str]], members: list[dict]) -> d
 JIT_CACHE_ROOT = "/var/cache/sparkctl/jit"
 JIT_KERNEL = "flashinfer/.cache/flashinfer/sparklab/fused_moe_standin.so"
 JIT_ENGINE_UNIT = "sparkctl-engine.service"
-_JIT_LINE = re.compile(r"^(?P<prefix>\(RayWorkerWrapper [^)]*\) )?\S+ [\d-]+ [\d:]+ \[sparklab_engine\] JIT cache (?P<state>\w+):")
+_JIT_LINE = re.compile(r"^(?P<prefix>\((?:RayWorkerWrapper|VllmWorker) [^)]*\) )?\S+ [\d-]+ [\d:]+ \[sparklab_engine\] JIT cache (?P<state>\w+):")
 
 
-def jit_engine_log(head: str = "spark1") -> list[str]:
-    """The head's engine unit's log since its current start."""
-    invocation = node_exec(head, "systemctl", "show", "--property=InvocationID", "--value", JIT_ENGINE_UNIT).stdout.strip()
-    assert invocation, "the engine unit is not running"
+VLLM_RANK_UNIT = "sparkctl-vllm-rank.service"
+
+
+def jit_engine_log(head: str = "spark1", unit: str = JIT_ENGINE_UNIT) -> list[str]:
+    """The node's engine unit's log (the head's API unit by default) since its current start."""
+    invocation = node_exec(head, "systemctl", "show", "--property=InvocationID", "--value", unit).stdout.strip()
+    assert invocation, f"{head}: {unit} is not running"
     return node_exec(head, "journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_INVOCATION_ID={invocation}").stdout.splitlines()
 
 
 def jit_boots(head: str = "spark1", worker: str = "spark2") -> dict[str, str]:
-    """The current boot's compile state per node (warm, cold, none): rank 0 is the head's, the RayWorkerWrapper rank the worker's."""
+    """The current boot's compile state per node (warm, cold, none): rank 0 is the head's; the worker's
+    is its RayWorkerWrapper rank's in the head's log (Ray), or its own rank unit's (vllm_ranks)."""
     states = {}
     for line in jit_engine_log(head):
         match = _JIT_LINE.match(line)
         if match:
             states[worker if match["prefix"] else head] = match["state"]
+    if node_exec(worker, "systemctl", "is-active", "--quiet", VLLM_RANK_UNIT, check=False).returncode == 0:
+        for line in jit_engine_log(worker, VLLM_RANK_UNIT):
+            match = _JIT_LINE.match(line)
+            if match:
+                states[worker] = match["state"]
     return states
 
 

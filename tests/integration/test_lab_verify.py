@@ -69,6 +69,8 @@ def test_verify_passes_on_the_healthy_lab_and_changes_nothing(served, run_site, 
     assert {"driver", "cuda", "venv_lock_sha256", "packages.sparklab-engine", "packages.ray"} <= items
     assert report["parity"]["mismatches"] == []
     assert {row["host"]: row["status"] for row in report["firewall"]["rows"]} == {"spark1": "ok", "spark2": "ok"}
+    # Every engine unit the profile renders on each serving node runs (Ray's head and the engine, Ray's worker).
+    assert {row["host"]: row["status"] for row in report["units"]["rows"]} == {"spark1": "ok", "spark2": "ok"}
     assert "verify PASSED" in run.output
     # The deployment the session's converge recorded, verified again: the same record on every node.
     records = _records()

@@ -2,14 +2,12 @@
 checkpoint's headers, and the exit codes."""
 
 import json
-from pathlib import Path
 
 import pytest
 from make_checkpoint import make_checkpoint
 from sparkctl import cli
+from test_profile import REPO, SHIPPED
 
-REPO = Path(__file__).resolve().parents[2]
-SHIPPED = sorted(p.stem for p in (REPO / "collections/ansible_collections/sparkctl/spark/profiles").glob("*.yml"))
 LAB_PROFILES = str(REPO / "tests" / "lab" / "profiles")
 
 

@@ -20,16 +20,8 @@ from golden_files import assert_golden_tree
 REPO = Path(__file__).resolve().parents[2]
 LAB_PROFILES = REPO / "tests" / "lab" / "profiles"
 GOLDEN = Path(__file__).parent / "golden" / "profiles"
-SHIPPED = [
-    "solar-open2-nvfp4-vllm-venv",
-    "solar-open2-nvfp4-vllm-venv-256k",
-    "solar-open2-nvfp4-ngc-ep",
-    "qwen38-flash-next-nvfp4-sglang",
-    "solar-open-100b-vllm-fork",
-    # Four Sparks on a switch.
-    "solar-open-100b-bf16-vllm-fork-4x",
-    "qwen38-flash-next-nvfp4-sglang-4x",
-]
+# Every profile the collection ships: a new one needs its file and its golden files only.
+SHIPPED = sorted(path.stem for path in (REPO / "collections/ansible_collections/sparkctl/spark/profiles").glob("*.yml"))
 # Solar-Open-100B (BF16) as shipped is refused by the memory budget; its golden renders the FP8 fix.
 SOLAR100_FP8 = {
     "checkpoint": {"repo_id": "mike-ravkine/Solar-Open-100B-FP8-Dynamic", "size_bytes": 103000000000,
@@ -98,10 +90,11 @@ def test_lab_profile_matches_the_lab_inventory():
     assert profile["checkpoint"]["shards"] == 8
 
 
-def test_the_second_lab_profile_differs_in_runtime_version_and_checkpoint_only():
+def test_the_second_lab_profile_differs_in_runtime_version_checkpoint_and_topology_only():
     """lab-standin-b, the switch's other end: another pinned engine version (a wheel
-    sparklab_build writes beside the first) and another checkpoint (the hub stand-in's second
-    repo, as `sparklab hub start` makes it); the same engine, topology and API port."""
+    sparklab_build writes beside the first), another checkpoint (the hub stand-in's second
+    repo, as `sparklab hub start` makes it) and vLLM's other multi-node topology (vllm_ranks
+    instead of Ray, the same sizes); the same engine, model and API port."""
     for where in (REPO / "tests" / "lab", REPO / "tests" / "lab" / "engine" / "_build"):
         if str(where) not in sys.path:
             sys.path.insert(0, str(where))
@@ -115,8 +108,10 @@ def test_the_second_lab_profile_differs_in_runtime_version_and_checkpoint_only()
     assert second["checkpoint"]["repo_id"] == sparklab.SECOND_REPO != first["checkpoint"]["repo_id"]
     assert second["checkpoint"]["shards"] == sparklab.SECOND_REPO_SHARDS
     assert second["checkpoint"]["size_bytes"] == int(sparklab.SECOND_REPO_GIB * 2 ** 30)
-    for same in ("engine", "topology", "model"):
+    for same in ("engine", "model"):
         assert {k: v for k, v in second[same].items() if k != "env"} == {k: v for k, v in first[same].items() if k != "env"}
+    assert (first["topology"]["kind"], second["topology"]["kind"]) == ("ray_tp", "vllm_ranks")
+    assert dict(second["topology"], kind="ray_tp") == first["topology"]
     assert second["api"]["port"] == first["api"]["port"]
     assert problems("lab-standin-b") == []
 
@@ -216,7 +211,7 @@ def test_overrides_must_be_a_mapping():
     ({"runtime": {"venv": {"packages": ["ray"]}}}, "runtime.venv.packages[0]: 'ray' is not pinned"),
     ({"checkpoint": {"size_bytes": None}}, "checkpoint.size_bytes: is missing."),
     ({"checkpoint": {"repo_id": "no-slash"}}, "checkpoint.repo_id: 'no-slash' is not valid (a hub repo id"),
-    ({"topology": {"kind": "mesh"}}, "topology.kind: expected one of ray_tp, ray_tp_ep, sglang_ranks, got 'mesh'."),
+    ({"topology": {"kind": "mesh"}}, "topology.kind: expected one of ray_tp, ray_tp_ep, sglang_ranks, vllm_ranks, got 'mesh'."),
     ({"topology": {"tensor_parallel": 3}}, "topology.tensor_parallel: 3 ranks do not spread evenly over 2 nodes"),
     ({"memory": {"kv_pool_bytes": -1}}, "memory.kv_pool_bytes: expected an integer >= 1, got -1."),
     ({"engine": {"args": {"gpu_memory_utilization": 1.5}}}, "engine.args.gpu_memory_utilization: expected a fraction in (0, 1]"),
@@ -573,7 +568,7 @@ def test_the_ranks_must_fill_the_nodes_one_per_spark(topology, expected):
 
 def test_sglang_ranks_take_no_pipeline_stages():
     found = problems("qwen38-flash-next-nvfp4-sglang-4x", {"topology": {"tensor_parallel": 2, "pipeline_parallel": 2}})
-    assert any("topology.pipeline_parallel: sparkctl renders pipeline stages for vLLM on Ray only" in p
+    assert any("topology.pipeline_parallel: sparkctl renders pipeline stages for vLLM only" in p
                for p in found), found
     # pipeline_parallel_size is the topology's to set, not engine.args' (SGLang's would break the ranks' layout).
     found = problems("solar-open-100b-bf16-vllm-fork-4x", {"engine": {"args": {"pipeline_parallel_size": 4}}})
@@ -589,6 +584,44 @@ def test_four_spark_sglang_ranks_each_join_the_head():
     for rank in range(4):
         unit = out["units"][f"spark{rank + 1}"]["sparkctl-sglang-rank.service"]
         assert f"--tp-size 4 --nnodes 4 --node-rank {rank} --dist-init-addr 192.168.100.10:25000" in unit, unit
+
+
+def test_vllm_ranks_launch_every_node_as_a_rank_of_vllms_own_multi_node_serving():
+    profile = load("solar-open2-nvfp4-vllm-ranks", {"topology": {"tensor_parallel": 4, "nodes": 4, "master_port": 29600}})
+    out = P.render(profile, cluster(profile))
+    assert sorted(out["units"]) == ["spark1", "spark2", "spark3", "spark4"]
+    head = out["units"]["spark1"]
+    # Rank 0 is the API server: the engine unit, the one with the key, whose log holds the startup lines.
+    assert list(head) == ["sparkctl-engine.service"] and "EnvironmentFile=/etc/sparkctl/api-key.env" in head["sparkctl-engine.service"]
+    assert "--nnodes 4 --node-rank 0 --master-addr 192.168.100.10 --master-port 29600 " in head["sparkctl-engine.service"]
+    assert "--headless" not in head["sparkctl-engine.service"] and "ray" not in head["sparkctl-engine.service"].lower()
+    for rank in range(1, 4):
+        unit = out["units"][f"spark{rank + 1}"]
+        assert list(unit) == ["sparkctl-vllm-rank.service"]
+        text = unit["sparkctl-vllm-rank.service"]
+        assert f"--node-rank {rank} --master-addr 192.168.100.10 --master-port 29600 --headless " in text, text
+        assert "--distributed-executor-backend mp --tensor-parallel-size 4 " in text and "api-key" not in text
+    names = P.unit_names(profile)
+    assert names["api"] == names["startup"] == "sparkctl-engine.service"
+    # No Ray: the venv gets no ray[default].
+    assert not any(p.startswith("ray") for p in profile["runtime"]["venv"]["packages"])
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({"engine": {"kind": "sglang"}}, "vllm_ranks runs vLLM's own multi-node launch; engine.kind is 'sglang': use sglang_ranks."),
+    ({"topology": {"expert_parallel": 3}}, "set expert_parallel: 2 to shard the experts, or remove it (got 3)."),
+    ({"engine": {"args": {"master_port": 1234}}}, "topology.master_port"),
+    ({"engine": {"args": {"headless": True}}}, "the workers' rank units"),
+    ({"api": {"engine_port": 29501}}, "29501"),
+])
+def test_vllm_ranks_refuse_what_would_break_the_ranks(overrides, expected):
+    found = problems("solar-open2-nvfp4-vllm-ranks", overrides)
+    assert any(expected in message for message in found), found
+
+
+def test_vllm_ranks_shard_experts_when_asked():
+    profile = load("solar-open2-nvfp4-vllm-ranks", {"topology": {"expert_parallel": 2}})
+    assert "--enable-expert-parallel" in P.render(profile, cluster(profile))["argv"]
 
 
 # ----------------------------------------------------------------------------- the engine behind the API proxy

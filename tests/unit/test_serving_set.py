@@ -6,13 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from ansible_collections.sparkctl.spark.plugins.module_utils.units import UNITS
 from role_templating import evaluate
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 SERVING = {"nodes": 2, "serving": ["spark1", "spark2"], "idle": ["spark3"]}
-UNITS = {"engine": "sparkctl-engine.service", "sglang_rank": "sparkctl-sglang-rank.service",
-         "sglang_router": "sparkctl-sglang-router.service", "ray_worker": "sparkctl-ray-worker.service",
-         "ray_head": "sparkctl-ray-head.service"}
 
 
 def _vars(role: str, where: str = "defaults") -> dict:
@@ -40,6 +38,26 @@ def test_an_idle_node_needs_only_the_oom_guards_memory():
 
 def test_an_idle_node_stops_every_engine_and_ray_unit():
     role_vars = _vars("engine_service", "vars")
-    variables = {"spark_units": UNITS, **{name: role_vars[name]
-                                          for name in ("engine_service_all_units", "engine_service_idle_units")}}
-    assert sorted(evaluate("{{ engine_service_idle_units }}", variables)) == sorted(UNITS.values())
+    names = ("engine_service_all_units", "engine_service_idle_units", "engine_service_unused_units")
+    variables = {"spark_units": UNITS, "inventory_hostname": "spark3", "engine_service_render": {"units": {}},
+                 **{name: role_vars[name] for name in names}}
+    engine_and_ray = sorted(UNITS[key] for key in ("engine", "vllm_rank", "sglang_rank", "sglang_router",
+                                                    "ray_worker", "ray_head"))
+    assert sorted(evaluate("{{ engine_service_idle_units }}", variables)) == engine_and_ray
+    assert sorted(evaluate("{{ engine_service_unused_units }}", variables)) == engine_and_ray
+
+
+def test_a_serving_node_stops_the_units_of_another_topology():
+    """After a switch between Ray and vllm_ranks the other topology's units must not run or come back
+    at boot: on a serving node, every engine and Ray unit its profile does not render is stopped."""
+    role_vars = _vars("engine_service", "vars")
+    names = ("engine_service_all_units", "engine_service_idle_units", "engine_service_unused_units")
+    base = {"spark_units": UNITS, "inventory_hostname": "spark2", **{name: role_vars[name] for name in names}}
+    ranks = dict(base, engine_service_render={"units": {"spark1": {UNITS["engine"]: ""},
+                                                        "spark2": {UNITS["vllm_rank"]: ""}}})
+    unused = evaluate("{{ engine_service_unused_units }}", ranks)
+    assert UNITS["ray_worker"] in unused and UNITS["ray_head"] in unused and UNITS["vllm_rank"] not in unused
+    ray = dict(base, engine_service_render={"units": {"spark1": {UNITS["ray_head"]: "", UNITS["engine"]: ""},
+                                                      "spark2": {UNITS["ray_worker"]: ""}}})
+    unused = evaluate("{{ engine_service_unused_units }}", ray)
+    assert UNITS["vllm_rank"] in unused and UNITS["ray_worker"] not in unused

@@ -763,3 +763,311 @@ def test_a_shard_without_a_safetensors_header_is_fatal(tmp_path, loopback_only):
     next(model.glob("*.safetensors")).write_bytes(b"\0" * 1024)
     code, text = _fatal_run(serve_argv(model), dict(BASE_ENV, SPARKLAB_ENGINE_LOAD_S="0"))
     assert code == 1 and "is not a safetensors file (header length 0)" in text
+
+
+# ------------------------------------------------------------------------------ rank mode (ranks.py)
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+
+from sparklab_engine.__main__ import main as engine_main  # noqa: E402
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--nnodes", "0"], "--nnodes must be at least 1"),
+    (["--headless"], "they need --nnodes > 1"),
+    (["--node-rank", "1", "--headless"], "they need --nnodes > 1"),
+    (["--nnodes", "2", "--node-rank", "2", "--headless"], r"--node-rank 2 is outside 0\.\.1"),
+    (["--nnodes", "2", "--node-rank", "-1"], r"--node-rank -1 is outside 0\.\.1"),
+    (["--nnodes", "2", "--headless"], "--headless on rank 0"),
+    (["--nnodes", "2", "--node-rank", "1"], "--node-rank 1 needs --headless"),
+    (["--nnodes", "2", "--distributed-executor-backend", "ray"], "needs --distributed-executor-backend mp, not ray"),
+    (["--nnodes", "2", "--master-port", "70000"], "not a TCP port"),
+])
+def test_rank_mode_usage_errors(extra, message):
+    with pytest.raises(cli.UsageError, match=message):
+        cli.parse_serve(["/m", *extra], {})
+
+
+def test_rank_mode_flags_are_parsed_not_ignored(capsys):
+    s = cli.parse_serve(["/m", "--nnodes", "3", "--node-rank", "2", "--master-addr", "192.168.100.10", "--master-port", "29600",
+                         "--headless", "--trust-remote-code"], {"SPARKLAB_ENGINE_RANK_LOST_EXIT_S": "0.5"})
+    assert (s.nnodes, s.node_rank, s.master_addr, s.master_port, s.headless) == (3, 2, "192.168.100.10", 29600, True)
+    assert s.ignored == ["--trust-remote-code"] and s.rank_lost_exit_s == 0.5
+    s = cli.parse_serve(["/m"], {})
+    assert (s.nnodes, s.node_rank, s.master_addr, s.master_port, s.headless, s.rank_lost_exit_s) == (1, 0, "127.0.0.1", 29501, False, 5.0)
+    # A usage error is exit status 2 with the reason.
+    assert engine_main(["serve", "/m", "--nnodes", "2", "--headless"]) == 2
+    assert "--headless on rank 0" in capsys.readouterr().err
+
+
+def free_port():
+    """A TCP port free on every interface (rank 0's master port listens on all of them)."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def rank_argv(model, rank, http_port, master_port, nnodes=2, tp=2):
+    return [str(model), "--served-model-name", "lab-standin", "--host", "127.0.0.1", "--port", str(http_port),
+            "--distributed-executor-backend", "mp", "--tensor-parallel-size", str(tp), "--max-model-len", "4096",
+            "--kv-cache-memory-bytes", "268435456", "--max-num-seqs", "4", "--nnodes", str(nnodes), "--node-rank", str(rank),
+            "--master-addr", "127.0.0.1", "--master-port", str(master_port), *(["--headless"] if rank else [])]
+
+
+def call(port, method, path, body=None, timeout=10):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=None if body is None else json.dumps(body),
+                     headers=dict(AUTH, **{"Content-Type": "application/json"}))
+        response = conn.getresponse()
+        data = response.read()
+    finally:
+        conn.close()
+    return response.status, (json.loads(data) if data else None)
+
+
+def wait_until(check, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def listening_ports(pid):
+    """TCP ports a process listens on, from /proc (Linux)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # TCP_LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+class RankProcess:
+    """`python -m sparklab_engine serve ...` as a real process, its output in a file."""
+
+    def __init__(self, argv, env, log_path):
+        self.log_path = log_path
+        with open(log_path, "wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "sparklab_engine", "serve", *argv], env=env,
+                                         stdout=out, stderr=subprocess.STDOUT)
+
+    def text(self):
+        return self.log_path.read_text()
+
+    def wait_for(self, needle, timeout=60):
+        def seen():
+            if needle in self.text():
+                return True
+            assert self.proc.poll() is None, f"exited ({self.proc.returncode}) before {needle!r}:\n{self.text()}"
+            return False
+
+        wait_until(seen, f"{needle!r} in {self.log_path}", timeout)
+
+    def exit_code(self, timeout=60):
+        return self.proc.wait(timeout)
+
+
+@pytest.fixture
+def ranks(tmp_path):
+    """Start rank processes; every one still running at the end is killed (by its PID)."""
+    started = []
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKLAB_ENGINE_", "FLASHINFER_", "VLLM_", "PYTHON"))}
+    env.update(PYTHONPATH=str(ENGINE), VLLM_API_KEY=KEY, SPARKLAB_ENGINE_LOAD_S="0.2", SPARKLAB_ENGINE_COMPILE_S="0.1",
+               SPARKLAB_ENGINE_TTFT_S="0", SPARKLAB_ENGINE_TOKEN_RATE="1000")
+
+    def start(name, argv, **extra):
+        process = RankProcess(argv, dict(env, FLASHINFER_WORKSPACE_BASE=str(tmp_path / f"jit-{name}"), **extra),
+                              tmp_path / f"{name}-{len(started)}.log")
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.proc.poll() is None:
+            process.proc.kill()
+            process.proc.wait(30)
+
+
+def test_rank_mode_head_serves_after_the_headless_rank_joined_and_dies_on_the_next_request_once_it_is_lost(tmp_path, ranks):
+    model = make_checkpoint(tmp_path / "m")
+    head_port, worker_port, master = free_port(), free_port(), free_port()
+    head = ranks("head", rank_argv(model, 0, head_port, master), SPARKLAB_ENGINE_RANK_LOST_EXIT_S="0.5")
+    head.wait_for(f"Waiting for 1 more rank(s) of 2 to join at 127.0.0.1:{master}")
+    # The API is bound (503) while rank 0 waits, with no timeout, for the other rank.
+    wait_until(lambda: call(head_port, "GET", "/health")[0] == 503, "the head's API")
+    assert master in listening_ports(head.proc.pid)
+
+    worker = ranks("worker", rank_argv(model, 1, worker_port, master))
+    worker.wait_for(f"Rank 1 joined the master at 127.0.0.1:{master}")
+    wait_until(lambda: call(head_port, "GET", "/health")[0] == 200, "the head ready")
+    text = head.text()
+    assert "All 2 ranks joined: rank 1 from 127.0.0.1" in text
+    assert text.index("All 2 ranks joined") < text.index("JIT cache cold") < text.index("Application startup complete.")
+    # The head logs its own rank's startup lines; rank 1 logs its own on its node.
+    for line in ("Using 'SPARKLAB_STANDIN' NvFp4 MoE backend", "Model loading took 0.00 GiB", "GPU KV cache size: 29,952 tokens",
+                 "Maximum concurrency for 4,096 tokens per request: 7.31x"):
+        assert text.count(line) == 1, line
+    assert "VllmWorker" not in text and "Ignoring flags" not in text
+    worker_text = worker.text()
+    assert "(VllmWorker rank=1 pid=" in worker_text and "JIT cache cold: compiled kernel in" in worker_text
+    assert (tmp_path / "jit-worker" / jit.KERNEL_REL).is_file()
+    # A headless rank serves no API: it listens on no port at all.
+    assert listening_ports(worker.proc.pid) == set()
+    with pytest.raises(ConnectionRefusedError):
+        call(worker_port, "GET", "/health")
+
+    status, body = call(head_port, "POST", "/v1/completions", {"prompt": "The capital of Japan is", "max_tokens": 8})
+    assert status == 200 and body["choices"][0]["text"] == " Tokyo."
+
+    worker.proc.kill()
+    worker.exit_code()
+    # The head notices (its control route shows it) and nothing else changes while idle, as vLLM.
+    wait_until(lambda: call(head_port, "GET", "/_standin/stats")[1]["ranks"]["lost"], "the head to notice the lost rank")
+    assert call(head_port, "GET", "/health")[0] == 200
+    assert "EngineCore" not in head.text() and head.proc.poll() is None
+    status, body = call(head_port, "POST", "/v1/completions", {"prompt": "The capital of Japan is", "max_tokens": 8})
+    assert status == 500 and "EngineCore encountered an issue" in body["error"]["message"]
+    assert head.exit_code() == 1
+    text = head.text()
+    assert "Lost tensor-parallel rank(s) of the multi-node launch: node rank 1 (127.0.0.1)" in text
+    assert "ERROR" in text and "EngineCore encountered an issue. See stack trace (above) for the root cause." in text
+
+
+def test_rank_mode_headless_rank_outlives_its_head_and_a_new_head_waits_for_it_forever(tmp_path, ranks):
+    model = make_checkpoint(tmp_path / "m")
+    head_port, worker_port, master = free_port(), free_port(), free_port()
+    # The worker first: it retries until the master listens.
+    worker = ranks("worker", rank_argv(model, 1, worker_port, master))
+    worker.wait_for(f"Waiting for the master at 127.0.0.1:{master} (rank 1)")
+    head = ranks("head", rank_argv(model, 0, head_port, master))
+    wait_until(lambda: call(head_port, "GET", "/health")[0] == 200, "the head ready")
+
+    head.proc.kill()
+    head.exit_code()
+    again = ranks("head", rank_argv(model, 0, head_port, master))
+    again.wait_for(f"Waiting for 1 more rank(s) of 2 to join at 127.0.0.1:{master}")
+    # The old rank stays up and never rejoins: the new head keeps waiting.
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        assert worker.proc.poll() is None
+        wait_until(lambda: call(head_port, "GET", "/health")[0] == 503, "the new head's API")
+        time.sleep(0.1)
+    assert "All 2 ranks joined" not in again.text() and worker.text().count("joined the master") == 1
+
+    # SIGTERM is a clean stop, for the waiting head as for the headless rank.
+    again.proc.send_signal(signal.SIGTERM)
+    assert again.exit_code() == 0 and "Shutting down" in again.text()
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.exit_code() == 0 and "Shutting down" in worker.text()
+
+
+def test_rank_mode_master_refuses_what_is_not_an_awaited_rank_and_a_dead_engine_fails_streams_too(tmp_path, loopback_only):
+    model = make_checkpoint(tmp_path / "m")
+    master = free_port()
+    running = Running(rank_argv(model, 0, 0, master, nnodes=3, tp=3), dict(BASE_ENV, SPARKLAB_ENGINE_LOAD_S="0",
+                                                                            SPARKLAB_ENGINE_RANK_LOST_EXIT_S="60"))
+    joined = []
+    try:
+        wait_until(lambda: any("Waiting for 2 more rank(s) of 3" in line for line in running.lines), "the master")
+
+        def say(data):
+            conn = socket.create_connection(("127.0.0.1", master), timeout=60)
+            conn.sendall(data)
+            return conn
+
+        for data in (b"hello\n", b"sparklab-rank 3\n", b"sparklab-rank 0\n"):
+            with say(data) as conn:
+                assert conn.recv(1) == b""  # closed by the master
+        joined.append(say(b"sparklab-rank 1\n"))
+        wait_until(lambda: running.request("GET", "/_standin/stats")[1]["ranks"]["joined"] == {"1": "127.0.0.1"}, "rank 1")
+        with say(b"sparklab-rank 1\n") as conn:
+            assert conn.recv(1) == b""  # rank 1 is in already
+        assert running.request("GET", "/health")[0] == 503
+        joined.append(say(b"sparklab-rank 2\n"))
+        running.wait_ready(timeout=60)
+        assert any("All 3 ranks joined: rank 1 from 127.0.0.1, rank 2 from 127.0.0.1" in line for line in running.lines)
+        assert sum("Closed a connection from 127.0.0.1 to the master port" in line for line in running.lines) == 4
+
+        joined[1].close()
+        wait_until(lambda: running.request("GET", "/_standin/stats")[1]["ranks"]["lost"], "the lost rank")
+        assert running.request("GET", "/health")[0] == 200
+        status, body = running.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                                        "stream": True}, headers=AUTH)
+        assert status == 500 and body["error"]["message"].startswith("EngineCore encountered an issue")
+        assert running.request("POST", "/v1/completions", {"prompt": "x"}, headers=AUTH)[0] == 500
+        # vLLM's health check fails once the engine is known dead; the exit follows.
+        assert running.request("GET", "/health")[0] == 503
+        assert sum("EngineCore encountered an issue" in line for line in running.lines) == 1
+        assert any("node rank 2 (127.0.0.1): connection closed by the rank" in line for line in running.lines)
+    finally:
+        running.stop()
+        for conn in joined:
+            conn.close()
+
+
+def _headless(argv, env):
+    engine = EngineServer(cli.parse_serve(argv, env), Log(io.StringIO()))
+    done = {}
+    thread = threading.Thread(target=lambda: done.setdefault("code", engine.run()), daemon=True)
+    thread.start()
+    return engine, thread, done
+
+
+def test_rank_mode_headless_rank_joins_compiles_and_stays_up_without_its_master(tmp_path, loopback_only):
+    master = free_port()
+    engine, thread, done = _headless(rank_argv(tmp_path / "m", 1, 0, master),
+                                     dict(BASE_ENV, SPARKLAB_ENGINE_HOLD_BYTES="1M",
+                                          **{jit.CACHE_VARIABLE: str(tmp_path / "jit"), jit.DELAY_VARIABLE: "0"}))
+    try:
+        wait_until(lambda: any(f"Waiting for the master at 127.0.0.1:{master} (rank 1)" in line for line in engine.log.lines),
+                   "the waiting line")
+        assert engine.httpd is None
+        with socket.create_server(("127.0.0.1", master)) as listener:
+            listener.settimeout(60)
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(60)
+                assert conn.recv(64) == b"sparklab-rank 1\n"
+                wait_until(lambda: any(f"Rank 1 joined the master at 127.0.0.1:{master}" in line for line in engine.log.lines),
+                           "the joined line")
+        # The master is gone: the headless rank stays up.
+        time.sleep(0.5)
+        assert thread.is_alive()
+        text = "\n".join(engine.log.lines)
+        assert "JIT cache cold" in text and "SPARKLAB_ENGINE_HOLD_BYTES: holding" in text
+    finally:
+        engine.shutdown(0)
+        thread.join(30)
+    assert done["code"] == 0
+
+
+def test_rank_mode_a_release_with_a_boot_defect_fails_the_headless_rank_too(tmp_path, loopback_only, monkeypatch):
+    monkeypatch.setattr(sparklab_engine, "RELEASE_DEFECT", "crash-during-boot")
+    master = free_port()
+    with socket.create_server(("127.0.0.1", master)) as listener:
+        engine, thread, done = _headless(rank_argv(tmp_path / "m", 1, 0, master), BASE_ENV)
+        listener.settimeout(60)
+        conn, _ = listener.accept()
+        thread.join(60)
+        conn.close()
+    assert done["code"] == 1
+    text = "\n".join(engine.log.lines)
+    assert "EngineCore failed to start: crashing during boot on purpose (release" in text
+    assert "joined the master" not in text

@@ -309,6 +309,10 @@ def test_teardown_lists_follow_the_roles():
     for var in ("observe_prometheus_service", "observe_node_exporter_service", "observe_grafana_service"):
         assert f"/etc/systemd/system/{observe[var]}.d" in paths, var
     assert "'/etc/systemd/system/'" in hold and "'.d/sparkctl-hold.conf'" in hold
+    # The programs the engine's units run (the memory gate, the rank guard), fixed in their module_utils.
+    from ansible_collections.sparkctl.spark.plugins.module_utils import engine_gate, rank_guard
+    for program in (engine_gate.GATE_SCRIPT, rank_guard.GUARD_SCRIPT):
+        assert any(program.startswith(p + "/") for p in paths), program
     # The kernel caches' root is fixed in module_utils/jit_cache.py (engine.env names it).
     from ansible_collections.sparkctl.spark.plugins.module_utils import jit_cache
     assert any(jit_cache.BASE_DIR.startswith(p + "/") for p in paths), jit_cache.BASE_DIR

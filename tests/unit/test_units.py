@@ -27,6 +27,7 @@ EXPECTED = {
     "ray_head": "sparkctl-ray-head.service",
     "ray_worker": "sparkctl-ray-worker.service",
     "engine": "sparkctl-engine.service",
+    "vllm_rank": "sparkctl-vllm-rank.service",
     "sglang_rank": "sparkctl-sglang-rank.service",
     "sglang_router": "sparkctl-sglang-router.service",
     "api_proxy": "sparkctl-api-proxy.service",
@@ -35,7 +36,7 @@ EXPECTED = {
     "rsyncd_socket": "sparkctl-rsyncd.socket",
     "rsyncd": "sparkctl-rsyncd@.service",
 }
-ENGINE_UNITS = ("ray_head", "ray_worker", "engine", "sglang_rank", "sglang_router")
+ENGINE_UNITS = ("ray_head", "ray_worker", "engine", "vllm_rank", "sglang_rank", "sglang_router")
 
 
 def test_the_owner_names_every_unit():

@@ -119,6 +119,26 @@ def test_a_firewall_turned_off_is_a_warning_not_a_silent_pass():
     assert verify_report(PASSING_PROBE, firewall={"spark1": off}, fail_on_warnings=True)["status"] == "failed"
 
 
+def test_a_rank_down_on_a_worker_fails_even_while_the_head_answers():
+    """vllm_ranks: the head's probe passes (vLLM's idle head stays healthy without its worker rank),
+    but a serving node's engine unit that is not active is the served model down."""
+    units = {"spark1": {"sparkctl-engine.service": "active"},
+             "spark2": {"sparkctl-vllm-rank.service": "activating"},
+             "spark3": {}}
+    report = verify_report(PASSING_PROBE, units=units)
+    assert report["status"] == "failed"
+    assert report["failures"] == [
+        "units spark2: sparkctl-vllm-rank.service activating: every engine unit of a serving node must run (sparkctl "
+        "status; journalctl -u UNIT on spark2; a run of the serve stage starts them)"]
+    assert [(row["host"], row["status"]) for row in report["units"]["rows"]] == [("spark1", "ok"), ("spark2", "fail")]
+    lines = verify_lines(report)
+    assert "PASS units spark1: sparkctl-engine.service active" in lines
+    assert any(line.startswith("FAIL units spark2: sparkctl-vllm-rank.service activating") for line in lines)
+    # systemctl that could not tell is no pass either.
+    assert verify_report(PASSING_PROBE, units={"spark2": {"sparkctl-vllm-rank.service": None}})["status"] == "failed"
+    assert verify_report(PASSING_PROBE, units={"spark1": {"sparkctl-engine.service": "active"}})["status"] == "passed"
+
+
 def test_a_report_without_firewall_evidence_has_no_firewall_rows():
     assert verify_report(PASSING_PROBE)["firewall"] == {"rows": []}
 

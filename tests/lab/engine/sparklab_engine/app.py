@@ -1,6 +1,8 @@
 """`serve`: bind the API at once (503 until ready), then start up like vLLM (checkpoint index,
-Ray placement, a loading delay, the startup lines the verify stage reads), then serve until
-SIGTERM/SIGINT (exit 0), a fatal startup error or a lost Ray rank (exit 1)."""
+Ray placement or the other ranks of a multi-node launch, a loading delay, the startup lines the
+verify stage reads), then serve until SIGTERM/SIGINT (exit 0), a fatal startup error, a lost Ray
+rank or a request that found a rank lost (exit 1). A headless rank (ranks.py) binds no API: it
+joins rank 0, runs its compile step and stays up until SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
@@ -16,9 +18,12 @@ from sparklab_engine.checkpoint import GIB, CheckpointError, read_checkpoint
 from sparklab_engine.cli import DEFAULT_KV_CACHE_BYTES, DEFAULT_MAX_MODEL_LEN
 from sparklab_engine.cluster import PlacementError, RayPlacement
 from sparklab_engine.engine import Faults, Generator, Stats
+from sparklab_engine.ranks import HeadlessRank, RankError, RankMaster
 from sparklab_engine.server import Server
 
 MOE_BACKEND = "SPARKLAB_STANDIN"
+# vLLM's EngineDeadError: what the request that meets a lost rank answers and logs.
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 HOLD_CHUNK_BYTES = 64 << 20
 
 
@@ -64,6 +69,9 @@ class EngineServer:
         self.exit_code = 0
         self.httpd = None
         self.placement = None
+        self.ranks = None  # RankMaster on rank 0, HeadlessRank on a headless rank
+        self.dead = False  # a request met a lost rank: the engine is dead, the exit is scheduled
+        self._dead_lock = threading.Lock()
         self._held = []
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -87,6 +95,8 @@ class EngineServer:
             self.httpd.server_close()
         if self.placement is not None:
             self.placement.disconnect()
+        if self.ranks is not None:
+            self.ranks.close()
 
     def run(self):
         """The whole process (main thread): returns the exit code."""
@@ -95,14 +105,20 @@ class EngineServer:
         self._handle_signals()
         if s.hold_bytes:
             threading.Thread(target=hold_memory, args=(s.hold_bytes, self.log, self._held), name="hold", daemon=True).start()
+        if not s.headless:
+            try:
+                self.bind()
+            except OSError as exc:
+                return self._fatal(f"cannot listen on {s.host}:{s.port}: {exc}")
         try:
-            self.bind()
-        except OSError as exc:
-            return self._fatal(f"cannot listen on {s.host}:{s.port}: {exc}")
-        try:
-            self.start_up()
-        except (StartupError, CheckpointError, PlacementError, memory.SizingError) as exc:
+            self.start_up_headless() if s.headless else self.start_up()
+        except (StartupError, CheckpointError, PlacementError, RankError, memory.SizingError) as exc:
+            stopped = self.stop.is_set() and self.exit_code == 0
             self.close()
+            if stopped:
+                # SIGTERM/SIGINT during startup (a rank mode wait can last forever): a clean stop.
+                self.log.info("Shutting down")
+                return 0
             return self._fatal(str(exc))
         if self.placement is not None:
             self.placement.watch(s.ray_watch_s, lambda why: self.shutdown(1, f"EngineCore died: {why}"), self.stop)
@@ -128,16 +144,45 @@ class EngineServer:
         if self.stop.wait(seconds):
             raise StartupError("interrupted during startup")
 
-    def start_up(self):
+    def _log_args(self, what):
         s, log = self.settings, self.log
-        log.info(f"sparklab_engine {__version__} (lab stand-in, NOT vLLM): serving {s.model_dir} as {s.served_model_name!r}")
+        log.info(f"sparklab_engine {__version__} (lab stand-in, NOT vLLM): {what}")
+        ranks = (f"nnodes={s.nnodes} node_rank={s.node_rank} master_addr={s.master_addr} master_port={s.master_port} "
+                 f"headless={s.headless} " if s.nnodes > 1 else "")
         log.info(f"args: tensor_parallel_size={s.tensor_parallel_size} distributed_executor_backend={s.distributed_executor_backend} "
-                 f"max_model_len={s.max_model_len} kv_cache_memory_bytes={s.kv_cache_memory_bytes} kv_cache_dtype={s.kv_cache_dtype} "
-                 f"max_num_seqs={s.max_num_seqs} "
+                 f"{ranks}max_model_len={s.max_model_len} kv_cache_memory_bytes={s.kv_cache_memory_bytes} "
+                 f"kv_cache_dtype={s.kv_cache_dtype} max_num_seqs={s.max_num_seqs} "
                  f"gpu_memory_utilization={s.gpu_memory_utilization} enforce_eager={s.enforce_eager} "
                  f"api_key={'set' if s.api_key else 'none'}")
         if s.ignored:
             log.info(f"Ignoring flags the stand-in does not implement: {' '.join(s.ignored)}")
+
+    def _local_ranks(self):
+        """The tensor-parallel ranks this process runs: all of them, or its node's share in rank mode."""
+        s = self.settings
+        per_node = max(1, s.tensor_parallel_size // s.nnodes)
+        return list(range(s.node_rank * per_node, (s.node_rank + 1) * per_node))
+
+    def _worker_prefix(self, rank):
+        return f"(VllmWorker rank={rank} pid={os.getpid()}) "
+
+    def start_up_headless(self):
+        """A headless rank: join rank 0, then the compile step its node runs (as a Ray rank's
+        task does), then stay up: no API, no checkpoint read, no startup lines of the head's."""
+        s, log = self.settings, self.log
+        self._log_args(f"headless rank {s.node_rank} of {s.nnodes} for {s.model_dir} (no API server)")
+        self.ranks = HeadlessRank(s.node_rank, s.master_addr, s.master_port, log)
+        self.ranks.join(self.stop)
+        result = jit.compile_step(s.jit_env, __version__, sleep=self._sleep)
+        for rank in self._local_ranks():
+            log.info(jit.describe(result), self._worker_prefix(rank))
+        if s.crash_during_boot:
+            raise StartupError(f"crashing during boot on purpose ({s.crash_during_boot})")
+        log.info(f"Rank {s.node_rank} joined the master at {self.ranks.where}")
+
+    def start_up(self):
+        s, log = self.settings, self.log
+        self._log_args(f"serving {s.model_dir} as {s.served_model_name!r}")
         log.info(f"timing model: {self.timing.as_dict()}")
         checkpoint = read_checkpoint(s.model_dir)
         log.info(f"Checkpoint: {checkpoint['shards']} safetensors shards, {checkpoint['total_bytes']} bytes, "
@@ -152,8 +197,15 @@ class EngineServer:
             prefixes = [""] + [f"(RayWorkerWrapper pid={r['pid']}, ip={r['ip']}) " for r in ranks[1:]]
             compiled = [r.get("jit") for r in ranks]
         else:
-            prefixes = [""] + [f"(VllmWorker rank={rank} pid={os.getpid()}) " for rank in range(1, tp)]
-            compiled = [jit.compile_step(s.jit_env, __version__, sleep=self._sleep)] * tp
+            if s.nnodes > 1:
+                # Rank mode: the other nodes' ranks join before this node's own compile step;
+                # a headless rank logs its own compile step on its node.
+                self.ranks = RankMaster(s.nnodes, s.master_addr, s.master_port, log)
+                self.ranks.listen()
+                self.ranks.wait(self.stop)
+            local = self._local_ranks()
+            prefixes = [""] + [self._worker_prefix(rank) for rank in local[1:]]
+            compiled = [jit.compile_step(s.jit_env, __version__, sleep=self._sleep)] * len(local)
         for rank, result in enumerate(compiled):
             if result:
                 log.info(jit.describe(result), prefixes[rank])
@@ -164,6 +216,8 @@ class EngineServer:
         if s.crash_during_boot:
             # A boot that dies after loading, as one whose kernels or weights fail does: the restart loop's test.
             raise StartupError(f"crashing during boot on purpose ({s.crash_during_boot})")
+        if self.ranks is not None and self.ranks.lost_ranks():
+            raise StartupError(f"a rank was lost during startup: {'; '.join(self.ranks.lost_ranks())}")
         # What each rank loaded, from the shards' headers and config.json, as vLLM places the tensors.
         per_rank_gib = memory.weights_per_rank(s.model_dir, checkpoint["shard_names"], checkpoint["config"], tp) / GIB
         for prefix in prefixes:
@@ -186,3 +240,26 @@ class EngineServer:
         log.info(f"Starting sparklab stand-in API server on http://{s.host}:{self.httpd.server_address[1]}")
         log.info("Application startup complete.")
         self.ready = True
+
+    # ---- rank mode while serving --------------------------------------------------------
+
+    @property
+    def healthy(self):
+        return self.ready and not self.dead
+
+    def check_ranks(self):
+        """Before a generation: None, or vLLM's EngineDeadError message once a rank is lost. The
+        first such request logs it and schedules the exit; until then nothing shows (measured)."""
+        lost = self.ranks.lost_ranks() if isinstance(self.ranks, RankMaster) else []
+        if not lost:
+            return None
+        with self._dead_lock:
+            if not self.dead:
+                self.dead = True
+                self.log.error(f"Lost tensor-parallel rank(s) of the multi-node launch: {'; '.join(lost)}")
+                self.log.error(ENGINE_DEAD)
+                timer = threading.Timer(self.settings.rank_lost_exit_s, self.shutdown,
+                                        (1, "EngineCore is dead: shutting down the API server"))
+                timer.daemon = True
+                timer.start()
+        return ENGINE_DEAD

@@ -35,6 +35,12 @@ class Settings:
     enable_auto_tool_choice: bool = False
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    # vLLM's own multi-node launch (ranks.py): rank mode when nnodes > 1 with the mp backend.
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29501
+    headless: bool = False
     ignored: list = field(default_factory=list)
     # SPARKLAB_ENGINE_* knobs.
     load_seconds: float = 2.0
@@ -43,6 +49,7 @@ class Settings:
     placement_timeout_s: float = 120.0
     ray_watch_s: float = 5.0
     ray_address: str = "auto"
+    rank_lost_exit_s: float = 5.0  # rank 0: from the request that found a rank lost to the exit
     hold_bytes: int = 0
     crash_during_boot: str = ""  # why every boot dies on purpose; "" boots
     comm: str = "sparklab-engine"
@@ -112,6 +119,11 @@ def _parser():
     parser.add_argument("--enable-auto-tool-choice", action="store_true")
     parser.add_argument("--tool-call-parser")
     parser.add_argument("--reasoning-parser")
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--master-addr", default="127.0.0.1")
+    parser.add_argument("--master-port", type=int, default=29501)
+    parser.add_argument("--headless", action="store_true")
     return parser
 
 
@@ -131,6 +143,25 @@ def _split_unknown(unknown):
     return ignored
 
 
+def _check_ranks(args):
+    """vLLM's multi-node launch flags: which combinations make a rank (ranks.py)."""
+    if args.nnodes < 1:
+        raise UsageError("--nnodes must be at least 1")
+    if args.nnodes == 1 and (args.headless or args.node_rank > 0):
+        raise UsageError("--headless and --node-rank > 0 belong to a multi-node launch: they need --nnodes > 1")
+    if not 0 <= args.node_rank < args.nnodes:
+        raise UsageError(f"--node-rank {args.node_rank} is outside 0..{args.nnodes - 1} (--nnodes {args.nnodes})")
+    if args.headless and args.node_rank == 0:
+        raise UsageError("--headless on rank 0: node rank 0 serves the API; the headless ranks are 1..nnodes-1")
+    if args.node_rank > 0 and not args.headless:
+        raise UsageError(f"--node-rank {args.node_rank} needs --headless: only node rank 0 serves the API")
+    if args.nnodes > 1 and args.distributed_executor_backend != "mp":
+        raise UsageError(f"--nnodes {args.nnodes} is vLLM's multi-node launch without Ray: it needs "
+                         f"--distributed-executor-backend mp, not {args.distributed_executor_backend}")
+    if not 1 <= args.master_port <= 65535:
+        raise UsageError(f"--master-port {args.master_port} is not a TCP port (1-65535)")
+
+
 def parse_serve(argv, env=None):
     env = os.environ if env is None else env
     args, unknown = _parser().parse_known_args(argv)
@@ -138,6 +169,7 @@ def parse_serve(argv, env=None):
         raise UsageError("--tensor-parallel-size must be at least 1")
     if args.max_num_seqs < 1:
         raise UsageError("--max-num-seqs must be at least 1")
+    _check_ranks(args)
     timing = Timing(
         ttft_s=_env_float(env, "SPARKLAB_ENGINE_TTFT_S", Timing.ttft_s),
         ttft_per_token_s=_env_float(env, "SPARKLAB_ENGINE_TTFT_PER_TOKEN_S", Timing.ttft_per_token_s),
@@ -162,6 +194,11 @@ def parse_serve(argv, env=None):
         enable_auto_tool_choice=args.enable_auto_tool_choice,
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=args.reasoning_parser,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        headless=args.headless,
         ignored=_split_unknown(unknown),
         load_seconds=_env_float(env, "SPARKLAB_ENGINE_LOAD_S", 2.0),
         kv_bytes_per_token=(int(_env_float(env, "SPARKLAB_ENGINE_KV_BYTES_PER_TOKEN", 1, minimum=1))
@@ -169,6 +206,7 @@ def parse_serve(argv, env=None):
         placement_timeout_s=_env_float(env, "SPARKLAB_ENGINE_PLACEMENT_TIMEOUT_S", 120.0),
         ray_watch_s=_env_float(env, "SPARKLAB_ENGINE_RAY_WATCH_S", 5.0),
         ray_address=env.get("RAY_ADDRESS") or "auto",
+        rank_lost_exit_s=_env_float(env, "SPARKLAB_ENGINE_RANK_LOST_EXIT_S", 5.0),
         hold_bytes=parse_bytes(env.get("SPARKLAB_ENGINE_HOLD_BYTES") or "0"),
         crash_during_boot=_crash_during_boot(env),
         comm=env.get("SPARKLAB_ENGINE_COMM", "sparklab-engine"),

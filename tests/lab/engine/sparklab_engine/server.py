@@ -172,7 +172,7 @@ class Handler(BaseHTTPRequestHandler):
         engine.stats.request(f"{method} {path}")
         try:
             if path in ("/health", "/ping"):
-                return self._send(200 if engine.ready else 503)
+                return self._send(200 if engine.healthy else 503)
             # vLLM serves /metrics without its --api-key (the API proxy asks for the key).
             if path == "/metrics" and method == "GET":
                 return self._send_text(200, metrics.render(engine.settings.served_model_name, engine.stats.snapshot(),
@@ -220,10 +220,18 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(200, engine.timing.as_dict())
             if path == "/_standin/stats" and method == "GET":
                 return self._send(200, dict(engine.stats.snapshot(), ready=engine.ready, faults=dict(engine.faults.state),
-                                            timing=engine.timing.as_dict()))
+                                            timing=engine.timing.as_dict(), ranks=self._ranks()))
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         return self._send(404, {"detail": "Not Found"})
+
+    def _ranks(self):
+        """Rank mode's state, for tests and the lab (vLLM itself shows nothing of a lost rank)."""
+        ranks = self.engine.ranks
+        if ranks is None:
+            return None
+        return {"joined": {str(rank): ip for rank, ip in dict(ranks.joined).items()}, "lost": ranks.lost_ranks(),
+                "dead": self.engine.dead}
 
     # ---- OpenAI routes ------------------------------------------------------------------
 
@@ -303,6 +311,10 @@ class Handler(BaseHTTPRequestHandler):
     def _generate(self, body, chat):
         engine = self.engine
         prompt_tokens, plan, finish = self._request(body, chat)
+        dead = engine.check_ranks()
+        if dead:
+            # vLLM's EngineDeadError: the request that first needs the lost rank fails at once.
+            raise ApiError(500, dead, kind="InternalServerError")
         stream = bool(body.get("stream"))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import engine_gate
+from ansible_collections.sparkctl.spark.plugins.module_utils import engine_gate, rank_guard
 
 DOCUMENTATION = r"""
 name: engine_gate_files
@@ -43,7 +43,9 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description:
-    - "C(engine_gate_files): C(script), C(script_dir), C(script_text), C(baseline), C(state)."
+    - "C(engine_gate_files): C(script), C(script_dir), C(script_text), C(baseline), C(state), and the rank guard
+      (C(module_utils/rank_guard.py), which the units of topology vllm_ranks run) as C(guard_script) and
+      C(guard_script_text)."
     - "C(engine_gate_lines): a list of lines: the gate's verdict when it held the engine back
       (C(engine held back: MemAvailable X GiB, baseline Y GiB, margin Z GiB ...)), and for each gated unit that
       is failed or restarted, its result and restart counter (systemd's C(NRestarts))."
@@ -51,11 +53,20 @@ _value:
 """
 
 
+def _program_text(module):
+    with open(module.__file__, encoding="utf-8") as handle:
+        return handle.read()
+
+
 def engine_gate_files(_ignored=None):
-    with open(engine_gate.__file__, encoding="utf-8") as handle:
-        text = handle.read()
-    return {"script": engine_gate.GATE_SCRIPT, "script_dir": engine_gate.GATE_SCRIPT.rsplit("/", 1)[0],
-            "script_text": text, "baseline": engine_gate.BASELINE_FILE, "state": engine_gate.STATE_FILE}
+    script_dir = engine_gate.GATE_SCRIPT.rsplit("/", 1)[0]
+    # The rank guard (vllm_ranks' units run their engine under it) lives beside the gate.
+    if rank_guard.GUARD_SCRIPT.rsplit("/", 1)[0] != script_dir:
+        raise AssertionError("the rank guard must live in the memory gate's directory, which the role creates")
+    return {"script": engine_gate.GATE_SCRIPT, "script_dir": script_dir,
+            "script_text": _program_text(engine_gate), "guard_script": rank_guard.GUARD_SCRIPT,
+            "guard_script_text": _program_text(rank_guard), "baseline": engine_gate.BASELINE_FILE,
+            "state": engine_gate.STATE_FILE}
 
 
 def engine_gate_lines(slurped, unit_results=None, gated_units=None):

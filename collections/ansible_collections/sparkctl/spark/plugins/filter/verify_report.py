@@ -44,6 +44,13 @@ options:
         fails; a firewall turned off (or left loaded while off) is a warning.
     type: dict
     default: {}
+  units:
+    description:
+      - "Per serving node, the C(ActiveState) of every engine unit the profile renders there (the C(units) of
+        M(sparkctl.spark.verify_facts)): a unit not active fails, naming it (a worker's rank down is the served model
+        down, even while the head still answers)."
+    type: dict
+    default: {}
   fabric:
     description:
       - The fabric test's report (the C(report) of M(sparkctl.spark.fabric_bandwidth)) when verify ran it
@@ -117,6 +124,7 @@ _value:
     parity: {description: The version parity result, type: dict}
     firewall: {description: "C(rows): per node C(host), C(status) (V(ok), V(warn), V(fail)) and C(message)", type: dict}
     fabric: {description: The fabric test's report when it ran, else an empty mapping, type: dict}
+    units: {description: "C(rows): per serving node C(host), C(status) (V(ok), V(fail)) and C(message)", type: dict}
     fit:
       description: "C(rows): per compared figure C(item), C(where), C(estimated), C(measured), C(status) (V(ok), V(warn))
         and C(message); one row of C(item) V(estimate) instead when the estimate does not stand (O(fit_due))"
@@ -125,7 +133,8 @@ _value:
       description: "Per node C(boot) (V(warm), V(cold), V(empty), V(unknown)), C(files), C(written_since), C(identity)"
       type: dict
     rows:
-      description: "The evidence for people: per check, startup fact, node's memory, the parity, each firewall and
+      description: "The evidence for people: per check, startup fact, node's memory, the parity, each node's engine
+        units, each firewall and
         each cable half measured, each node's kernel cache, each figure of the fit estimate, the serving nodes and
         each idle node, C(mark) (V(PASS), V(FAIL), V(warn), V(skip), V(idle)), C(what) and C(detail)"
       type: list
@@ -240,6 +249,8 @@ def _rows(report):
         row("FAIL" if mismatches else "PASS", "version parity",
             ("differ: " + ", ".join(mismatches)) if mismatches
             else "%d items identical on every node" % len(parity.get("rows") or []))
+    for item in (report.get("units") or {}).get("rows") or []:
+        row(_STATUS_MARK.get(item["status"], "?"), "units %s" % item["host"], item["message"])
     for item in report["firewall"]["rows"]:
         row(_STATUS_MARK.get(item["status"], "?"), "firewall %s" % item["host"], item["message"])
     for host, cache in sorted((report.get("jit_cache") or {}).items()):
@@ -300,9 +311,30 @@ def _fit_rows(fit, fit_due, startup):
     return compare_startup(fit, startup)
 
 
+def _unit_rows(units):
+    """{host: {unit: ActiveState}} (verify_facts' `units` on each serving node) -> one row per host: pass
+    when every engine unit the profile renders there is active, else fail naming the others. A worker's
+    rank or Ray unit down is the served model down even while the head still answers (docs/topologies.md)."""
+    rows = []
+    for host, states in sorted((units or {}).items()):
+        if not isinstance(states, dict) or not states:
+            continue
+        down = ["%s %s" % (name, state or "unknown") for name, state in sorted(states.items()) if state != "active"]
+        if down:
+            rows.append({"host": host, "status": "fail", "message": "%s: every engine unit of a serving node must run "
+                         "(sparkctl status; journalctl -u UNIT on %s; a run of the serve stage starts them)"
+                         % (", ".join(down), host)})
+        else:
+            rows.append({"host": host, "status": "ok", "message": "%s active" % ", ".join(sorted(states))})
+    return rows
+
+
 def verify_report(probe, startup=None, memory=None, parity=None, context=None, fail_on_warnings=False,
-                  ignore_errors=False, firewall=None, fabric=None, jit_cache=None, fit=None, fit_due=None, serving=None):
+                  ignore_errors=False, firewall=None, fabric=None, jit_cache=None, fit=None, fit_due=None, serving=None,
+                  units=None):
     failures = _probe_lines(probe)
+    unit_rows = _unit_rows(units)
+    failures += ["units %s: %s" % (r["host"], r["message"]) for r in unit_rows if r["status"] == "fail"]
     startup_failures, startup_warnings = _startup_lines(startup)
     memory_failures, memory_warnings = _memory_lines(memory)
     firewall_rows = _firewall_rows(firewall)
@@ -334,6 +366,7 @@ def verify_report(probe, startup=None, memory=None, parity=None, context=None, f
         "fabric": dict(fabric or {}),
         "jit_cache": jit_cache_rows(jit_cache),
         "fit": {"rows": fit_rows},
+        "units": {"rows": unit_rows},
         "serving": {key: (serving or {})[key] for key in ("nodes", "serving", "idle") if key in (serving or {})},
         "context": dict(context or {}),
     }

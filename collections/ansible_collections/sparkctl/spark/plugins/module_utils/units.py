@@ -27,6 +27,9 @@ UNITS = {
     "ray_worker": "sparkctl-ray-worker.service",
     # The engine's API server on the head (vLLM-on-Ray profiles).
     "engine": "sparkctl-engine.service",
+    # vLLM's own multi-node launch (topology vllm_ranks): the engine unit on the head is rank 0
+    # and the API server, this one the headless rank on every worker.
+    "vllm_rank": "sparkctl-vllm-rank.service",
     # SGLang profiles: one rank on every node, the router (the API) on the head.
     "sglang_rank": "sparkctl-sglang-rank.service",
     "sglang_router": "sparkctl-sglang-router.service",

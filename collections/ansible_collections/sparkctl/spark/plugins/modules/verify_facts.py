@@ -41,6 +41,13 @@ options:
   startup_unit:
     description: The engine's systemd unit, whose C(ActiveState) RV(unit) reports and whose log holds the startup lines.
     type: str
+  units:
+    description:
+      - The engine's units the profile renders for this node (its ranks, Ray's units, the router), whose C(ActiveState)
+        RV(units) reports. The served model is down while any of them is.
+    type: list
+    elements: str
+    default: []
   startup_rules:
     description:
       - The profile's C(startup_log) rules, as O(sparkctl.spark.engine_startup_facts#module:rules). Needs O(startup_unit).
@@ -122,6 +129,11 @@ api_key_file:
   type: dict
   returned: always
   sample: {path: /etc/sparkctl/api-key.env, exists: true}
+units:
+  description: Per unit of O(units), its C(ActiveState) (V(null) when systemctl cannot tell).
+  type: dict
+  returned: always
+  sample: {sparkctl-vllm-rank.service: active}
 unit:
   description: The engine unit's name and C(ActiveState) (V(null) when systemctl cannot tell); V(null) without O(startup_unit).
   type: dict
@@ -175,7 +187,7 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import (
 )
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_gate import read_state
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_json_object
-from ansible_collections.sparkctl.spark.plugins.module_utils.engine_startup import read_unit_startup
+from ansible_collections.sparkctl.spark.plugins.module_utils.engine_startup import read_unit_startup, unit_active_state
 from ansible_collections.sparkctl.spark.plugins.module_utils.host import parse_meminfo, read_text
 from ansible_collections.sparkctl.spark.plugins.module_utils.runtime_versions import (
     RUNTIME_ARGUMENT_SPEC,
@@ -192,6 +204,7 @@ def main():
             RUNTIME_ARGUMENT_SPEC,
             api_key_file=dict(type="path"),
             startup_unit=dict(type="str"),
+            units=dict(type="list", elements="str", default=[]),
             startup_rules=dict(type="list", elements="dict", default=[]),
             startup_log_lines=dict(type="int", default=20000),
             deployment_file=dict(type="path"),
@@ -210,6 +223,7 @@ def main():
     key = params["api_key_file"]
     result["api_key_file"] = dict(path=key, exists=os.path.lexists(key)) if key else None
     result.update(unit=None, startup={}, startup_error=None)
+    result["units"] = dict((name, unit_active_state(module, name)) for name in params["units"])
     if params["startup_unit"]:
         startup, error, state = read_unit_startup(module, params["startup_unit"], params["startup_rules"],
                                                   params["startup_log_lines"], check_mode=module.check_mode)

@@ -10,7 +10,7 @@ import os
 import re
 import shlex
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import engine_gate, firewall, jit_cache
+from ansible_collections.sparkctl.spark.plugins.module_utils import engine_gate, firewall, jit_cache, rank_guard
 from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import content_digest
 from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
 from ansible_collections.sparkctl.spark.plugins.module_utils.sysfs_net import RDMA_DEVICE_DIR
@@ -20,6 +20,7 @@ from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_engine impo
     _PLACEHOLDER_RE, _engine_env, _flag, _value, engine_list_flags,
 )
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_load import ProfileError
+from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_schema import TOPOLOGY_PORTS
 
 # Behind the API proxy the engine listens here only; the proxy holds api.bind:api.port.
 ENGINE_BIND_BEHIND_PROXY = "127.0.0.1"
@@ -124,6 +125,11 @@ def engine_takes_key(profile, cluster):
     return not api_endpoints(profile, cluster)["proxy"]
 
 
+def topology_port(profile, key):
+    """topology.<key>, else its default (profile_schema.TOPOLOGY_PORTS, the one table of them)."""
+    return int(profile["topology"].get(key, TOPOLOGY_PORTS[key]))
+
+
 def engine_argv(profile, cluster, node_rank=0):
     """The argv of the engine process on node `node_rank` (0 = head)."""
     engine = profile["engine"]["kind"]
@@ -144,12 +150,21 @@ def engine_argv(profile, cluster, node_rank=0):
     head_ip = bare_address(cluster["head"]["link_ip"])
     if engine == "vllm":
         argv += ["--served-model-name", api["served_model_name"], "--host", listen["bind"], "--port", str(listen["port"])]
-        argv += ["--distributed-executor-backend", "ray", "--tensor-parallel-size", str(topo["tensor_parallel"])]
+        backend = "mp" if topo["kind"] == "vllm_ranks" else "ray"
+        argv += ["--distributed-executor-backend", backend, "--tensor-parallel-size", str(topo["tensor_parallel"])]
         if topo.get("pipeline_parallel", 1) > 1:
-            # Pipeline stages across nodes: vLLM places tensor_parallel x pipeline_parallel Ray workers.
+            # Pipeline stages across nodes: tensor_parallel x pipeline_parallel ranks, one per node.
             argv += ["--pipeline-parallel-size", str(topo["pipeline_parallel"])]
-        if topo["kind"] == "ray_tp_ep":
+        if topo["kind"] == "ray_tp_ep" or topo["kind"] == "vllm_ranks" and topo.get("expert_parallel", 1) > 1:
             argv.append("--enable-expert-parallel")
+        if topo["kind"] == "vllm_ranks":
+            # vLLM's own multi-node launch: every node runs `vllm serve` with the same model and
+            # sizes; node 0 serves the API, the others are --headless ranks meeting at the head's
+            # torch.distributed store (master_addr:master_port), over the cable.
+            argv += ["--nnodes", str(topo["nodes"]), "--node-rank", str(node_rank),
+                     "--master-addr", head_ip, "--master-port", str(topology_port(profile, "master_port"))]
+            if node_rank > 0:
+                argv.append("--headless")
         argv += args_argv(profile["engine"].get("args") or {}, engine)
         if parsers.get("auto_tool_choice"):
             argv.append("--enable-auto-tool-choice")
@@ -166,9 +181,9 @@ def engine_argv(profile, cluster, node_rank=0):
     if topo.get("expert_parallel", 1) > 1:
         argv += ["--ep-size", str(topo["expert_parallel"])]
     argv += ["--nnodes", str(topo["nodes"]), "--node-rank", str(node_rank),
-             "--dist-init-addr", f"{head_ip}:{topo.get('dist_init_port', 25000)}"]
+             "--dist-init-addr", f"{head_ip}:{topology_port(profile, 'dist_init_port')}"]
     if node_rank == 0:
-        argv += ["--host", "127.0.0.1", "--port", str(topo.get("rank0_port", 30000))]
+        argv += ["--host", "127.0.0.1", "--port", str(topology_port(profile, "rank0_port"))]
         if engine_takes_key(profile, cluster):
             argv += ["--config", cluster["api_key_file"]]
     argv += args_argv(profile["engine"].get("args") or {}, engine)
@@ -184,7 +199,7 @@ def router_argv(profile, cluster):
     on loopback, unless the proxy is off)."""
     runtime = profile["runtime"]["kind"]
     python = f"{cluster['venv_path']}/bin/python" if runtime == "venv" else "python3"
-    rank0 = f"http://127.0.0.1:{profile['topology'].get('rank0_port', 30000)}"
+    rank0 = f"http://127.0.0.1:{topology_port(profile, 'rank0_port')}"
     listen = api_endpoints(profile, cluster)["engine"]
     return [python, "-m", "sglang_router.launch_router", "--worker-urls", rank0,
             "--host", listen["bind"], "--port", str(listen["port"])]
@@ -195,11 +210,11 @@ def ray_argv(profile, cluster, node):
     runtime = profile["runtime"]["kind"]
     ray = f"{cluster['venv_path']}/bin/ray" if runtime == "venv" else "ray"
     head_ip = bare_address(cluster["head"]["link_ip"])
-    port = profile["topology"].get("ray_port", 6379)
+    port = topology_port(profile, "ray_port")
     # The metrics agent's port is fixed so Prometheus (the observe stage) knows where to scrape;
     # like Ray's other ports it listens on every address and the firewall keeps it off the
     # management network but for the Prometheus host.
-    metrics_port = profile["topology"].get("ray_metrics_port", 8080)
+    metrics_port = topology_port(profile, "ray_metrics_port")
     common = ["--block", "--disable-usage-stats", "--num-gpus=1", "--min-worker-port=10002", "--max-worker-port=19999",
               f"--metrics-export-port={metrics_port}"]
     if node is None:
@@ -341,14 +356,25 @@ def _unit(description, user, exec_argv, env_files, after=(), requires=(), cpu_af
     return "\n".join(lines)
 
 
+def guard_beacons(profile, cluster):
+    """vllm_ranks: the rank guards' beacons, 'ADDR:PORT' on each node's cable address and
+    topology.guard_port, the head's first and then the workers' in rank order."""
+    port = topology_port(profile, "guard_port")
+    beacons = []
+    for node in [cluster["head"]] + list(cluster["workers"]):
+        address = bare_address(node["link_ip"])
+        beacons.append(f"[{address}]:{port}" if ":" in address else f"{address}:{port}")
+    return beacons
+
+
 def unit_names(profile):
     """sparkctl's unit names (module_utils/units.py) plus two that follow the profile's topology,
     as render() lays the units out: `api`, the unit serving the API (behind the API proxy), and
     `startup`, the unit whose log holds the engine's startup lines (rank 0's for SGLang)."""
     names = dict(UNITS)
-    on_ray = profile["topology"]["kind"] in ("ray_tp", "ray_tp_ep")
-    names["api"] = UNITS["engine"] if on_ray else UNITS["sglang_router"]
-    names["startup"] = UNITS["engine"] if on_ray else UNITS["sglang_rank"]
+    sglang = profile["topology"]["kind"] == "sglang_ranks"
+    names["api"] = UNITS["sglang_router"] if sglang else UNITS["engine"]
+    names["startup"] = UNITS["sglang_rank"] if sglang else UNITS["engine"]
     return names
 
 
@@ -414,6 +440,30 @@ def render(profile, cluster):
                 f"sparkctl {engine} API for {name}", user, argv, [fabric_env, engine_env, key_file],
                 after=(UNITS["ray_head"],), requires=(UNITS["ray_head"],),
                 cpu_affinity=profile.get("cpu_affinity"), timeout=timeout, memory_gate=UNITS["engine"])
+    elif topo["kind"] == "vllm_ranks":
+        beacons = guard_beacons(profile, cluster)
+        for rank, node in enumerate([cluster["head"]] + workers):
+            host = node["name"]
+            rank_argv = argv if rank == 0 else engine_argv(profile, cluster, rank)
+            # Rank 0 is the API server (the engine unit, vLLM reads its key from VLLM_API_KEY in
+            # the key file); the other ranks serve nothing and need no key.
+            files = [fabric_env, engine_env] + ([key_file] if rank == 0 else [])
+            unit = UNITS["engine"] if rank == 0 else UNITS["vllm_rank"]
+            exec_argv = _docker_run(profile, cluster, unit_stem(unit), rank_argv, files) if image else rank_argv
+            # vLLM neither takes the head down when a worker rank dies nor lets a restarted head
+            # meet a stale rank: every rank runs under the rank guard, which ends its rank when
+            # another rank leaves so that the units start them again together (module_utils/rank_guard.py).
+            peers = beacons[1:] if rank == 0 else beacons[:1]
+            exec_argv = rank_guard.exec_argv("head" if rank == 0 else "worker", rank, beacons[rank], peers, exec_argv)
+            # The ranks meet over the cable: wait for it inside ExecStart, as the other topologies' units.
+            exec_argv = link_wait_argv(exec_argv, node.get("interface"))
+            role = "API server and rank 0" if rank == 0 else f"rank {rank}"
+            # A worker rank restarts with every restart of the head (its guard ends it): 10 starts
+            # in 10 minutes leave it room to follow a head through its own 3.
+            units[host][unit] = _unit(
+                f"sparkctl vLLM {role} of {topo['nodes']} for {name}", user, exec_argv, files,
+                docker_name=unit_stem(unit) if image else None, cpu_affinity=profile.get("cpu_affinity"), timeout=timeout,
+                memory_gate=unit, start_limit_burst=3 if rank == 0 else 10)
     else:
         for rank, node in enumerate([cluster["head"]] + workers):
             host = node["name"]
@@ -482,7 +532,11 @@ def unit_inputs(profile, cluster):
 
 def _unit_inputs(profile, head, workers, image, fabric_env, engine_env, key_file, takes_key):
     inputs = {host: {} for host in [head] + workers}
-    if profile["topology"]["kind"] in ("ray_tp", "ray_tp_ep"):
+    if profile["topology"]["kind"] == "vllm_ranks":
+        inputs[head][UNITS["engine"]] = [fabric_env, engine_env, key_file]
+        for worker in workers:
+            inputs[worker][UNITS["vllm_rank"]] = [fabric_env, engine_env]
+    elif profile["topology"]["kind"] in ("ray_tp", "ray_tp_ep"):
         # The API server of an image runs inside the head's Ray container: its key is that container's.
         inputs[head][UNITS["ray_head"]] = [fabric_env, engine_env] + ([key_file] if image else [])
         for worker in workers:

@@ -26,7 +26,7 @@ from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_load import
 SCHEMA_VERSION = 1
 
 RUNTIMES = ("image", "venv")
-TOPOLOGIES = ("ray_tp", "ray_tp_ep", "sglang_ranks")
+TOPOLOGIES = ("ray_tp", "ray_tp_ep", "sglang_ranks", "vllm_ranks")
 ON_MISMATCH = ("warn", "fail")
 LINEAR_ATTENTION = ("none", "kda", "gated_delta", "mamba")
 
@@ -42,7 +42,12 @@ MANAGED_ARGS = {
         "tensor_parallel_size": "topology.tensor_parallel",
         "pipeline_parallel_size": "topology.pipeline_parallel",
         "enable_expert_parallel": "topology.kind: ray_tp_ep",
-        "distributed_executor_backend": "topology.kind (ray_tp / ray_tp_ep use Ray)",
+        "distributed_executor_backend": "topology.kind (ray_tp / ray_tp_ep use Ray, vllm_ranks vLLM's own processes)",
+        "nnodes": "topology.nodes",
+        "node_rank": "the rank unit of each node",
+        "master_addr": "the head's link address",
+        "master_port": "topology.master_port",
+        "headless": "the workers' rank units",
         "tool_call_parser": "parsers.tool_call",
         "reasoning_parser": "parsers.reasoning",
         "logits_processors": "parsers.logits_processors",
@@ -77,10 +82,12 @@ PROVIDES_KEYS = ("tool_call_parsers", "reasoning_parsers", "classes", "env")
 
 # The ports a topology listens on (with their defaults), which api.engine_port must not take.
 # ray_metrics_port: each node's Ray metrics agent (`ray start --metrics-export-port`), which the
-# observe stage scrapes.
-TOPOLOGY_PORTS = {"ray_port": 6379, "ray_metrics_port": 8080, "dist_init_port": 25000, "rank0_port": 30000}
+# observe stage scrapes. guard_port: the rank guards' beacons of vllm_ranks, on the cable
+# (module_utils/rank_guard.py).
+TOPOLOGY_PORTS = {"ray_port": 6379, "ray_metrics_port": 8080, "dist_init_port": 25000, "rank0_port": 30000,
+                  "master_port": 29501, "guard_port": 29590}
 TOPOLOGY_DEFAULT_PORTS = {"ray_tp": ("ray_port", "ray_metrics_port"), "ray_tp_ep": ("ray_port", "ray_metrics_port"),
-                          "sglang_ranks": ("dist_init_port", "rank0_port")}
+                          "sglang_ranks": ("dist_init_port", "rank0_port"), "vllm_ranks": ("master_port", "guard_port")}
 
 
 def _is_int(value):
@@ -507,29 +514,40 @@ def _check_topology(c, engine):
     topo = c.mapping("topology")
     if topo is None:
         return
-    c.unknown("topology", topo, ("kind", "tensor_parallel", "pipeline_parallel", "expert_parallel", "nodes",
-                                 "dist_init_port", "rank0_port", "ray_port", "ray_metrics_port"))
+    c.unknown("topology", topo, ("kind", "tensor_parallel", "pipeline_parallel", "expert_parallel", "nodes")
+              + tuple(TOPOLOGY_PORTS))
     kind = c.string("topology.kind", choices=TOPOLOGIES)
     tp = c.integer("topology.tensor_parallel", minimum=1)
     pp = c.integer("topology.pipeline_parallel", required=False, minimum=1)
     ep = c.integer("topology.expert_parallel", required=False, minimum=1)
     nodes = c.integer("topology.nodes", minimum=1)
-    for port in ("dist_init_port", "rank0_port", "ray_port", "ray_metrics_port"):
+    for port in TOPOLOGY_PORTS:
         value = c.integer(f"topology.{port}", required=False, minimum=1)
         if value is not None and value > 65535:
             c.add(f"topology.{port}", f"expected a TCP port (1-65535), got {value}.")
+    if kind == "vllm_ranks":
+        master = topo.get("master_port", TOPOLOGY_PORTS["master_port"])
+        guard = topo.get("guard_port", TOPOLOGY_PORTS["guard_port"])
+        if master == guard:
+            c.add("topology.guard_port", f"{guard} is also topology.master_port, where vLLM's store listens; "
+                  "give the rank guards another port.")
     if kind == "sglang_ranks" and engine not in (None, "sglang"):
         c.add("topology.kind", f"sglang_ranks runs SGLang's own multi-node launcher; engine.kind is {engine!r}: use ray_tp.")
     if kind in ("ray_tp", "ray_tp_ep") and engine == "sglang":
         c.add("topology.kind", "SGLang does not run on Ray here: use sglang_ranks.")
+    if kind == "vllm_ranks" and engine not in (None, "vllm"):
+        c.add("topology.kind", f"vllm_ranks runs vLLM's own multi-node launch; engine.kind is {engine!r}: use sglang_ranks.")
+    if kind == "vllm_ranks" and tp and ep not in (None, 1, tp):
+        c.add("topology.expert_parallel", f"vLLM's expert parallel size is tensor_parallel x data_parallel = {tp}; "
+              f"set expert_parallel: {tp} to shard the experts, or remove it (got {ep}).")
     if kind == "ray_tp_ep" and tp and ep != tp:
         c.add("topology.expert_parallel", f"vLLM's expert parallel size is tensor_parallel x data_parallel = {tp}; "
               f"set expert_parallel: {tp} (got {ep}).")
     if kind == "ray_tp" and ep not in (None, 1):
         c.add("topology.expert_parallel", "ray_tp does not shard experts; use kind: ray_tp_ep or remove expert_parallel.")
     if kind == "sglang_ranks" and pp not in (None, 1):
-        c.add("topology.pipeline_parallel", "sparkctl renders pipeline stages for vLLM on Ray only: use "
-              "tensor_parallel across the nodes, or kind: ray_tp with engine.kind vllm.")
+        c.add("topology.pipeline_parallel", "sparkctl renders pipeline stages for vLLM only: use "
+              "tensor_parallel across the nodes, or kind: ray_tp or vllm_ranks with engine.kind vllm.")
     # One rank per node: a DGX Spark has one GB10 GPU, so the world (tensor_parallel x
     # pipeline_parallel) is the node count, and nodes is how many Sparks the profile serves on.
     world = tp * (pp or 1) if tp else None
