@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import primary_address
-from ansible_collections.sparkctl.spark.plugins.module_utils.units import unit_stem
+from ansible_collections.sparkctl.spark.plugins.module_utils.units import unit_groups as _unit_groups, unit_stem
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 
 DOCUMENTATION = r"""
@@ -33,6 +33,8 @@ description:
     the indexes, the wheel directories and the plugin, which C(spark_engine_venv_per_lock) puts in the venv's path),
     C(profile_units) (a loaded profile to the names of sparkctl's systemd units, C(spark_units)),
     C(unit_container) (a unit's name to the docker container an image runtime runs it in, named like the unit),
+    C(unit_groups) (any input; the engine's units of every topology, API first, and Ray's, workers first, as
+    C(engine) and C(ray), which is C(spark_unit_groups)),
     C(profile_serving) (the inventory's groups and a loaded profile to the serving set C(spark_serving), in which the
     head and the first C(topology.nodes - 1) workers in inventory order serve and the other workers idle),
     C(profile_cluster) (groups, hostvars and the cluster-wide settings to the cluster C(profile_render) takes; only the
@@ -149,6 +151,11 @@ def profile_units(profile):
         raise AnsibleFilterError(f"profile_units: the profile has no usable topology.kind ({exc})") from exc
 
 
+def unit_groups(_ignored=None):
+    """spark_unit_groups: the engine's units of every topology and Ray's, in the order a stop takes them."""
+    return _unit_groups()
+
+
 def unit_container(unit):
     """The docker container an image runtime's unit runs its process in: the renderer names it like the unit."""
     return unit_stem(unit)
@@ -237,4 +244,5 @@ class FilterModule:
             "profile_serving": profile_serving,
             "profile_units": profile_units,
             "unit_container": unit_container,
+            "unit_groups": unit_groups,
         }

@@ -43,3 +43,15 @@ UNITS = {
     "rsyncd_socket": RSYNCD_SOCKET,
     "rsyncd": f"{unit_stem(RSYNCD_SOCKET)}@.service",
 }
+
+# The engine's units of every topology, the API before the ranks (the order a stop takes them in:
+# no rank goes while its API still serves), and Ray's, the workers before the head (no worker sees
+# its head vanish while it runs). Every playbook and role that stops, lists or tears down "the
+# engine" reads these (unit_groups), so a new topology's unit is named here once.
+ENGINE_UNIT_KEYS = ("sglang_router", "engine", "vllm_rank", "sglang_rank")
+RAY_UNIT_KEYS = ("ray_worker", "ray_head")
+
+
+def unit_groups():
+    """{"engine": [...], "ray": [...]}: the names of ENGINE_UNIT_KEYS and RAY_UNIT_KEYS, in their order."""
+    return {"engine": [UNITS[key] for key in ENGINE_UNIT_KEYS], "ray": [UNITS[key] for key in RAY_UNIT_KEYS]}
