@@ -608,7 +608,8 @@ def unexplained_changes(changed: dict[str, list[str]], members: list[dict]) -> d
 JIT_CACHE_ROOT = "/var/cache/sparkctl/jit"
 JIT_KERNEL = "flashinfer/.cache/flashinfer/sparklab/fused_moe_standin.so"
 JIT_ENGINE_UNIT = "sparkctl-engine.service"
-_JIT_LINE = re.compile(r"^(?P<prefix>\((?:RayWorkerWrapper|VllmWorker) [^)]*\) )?\S+ [\d-]+ [\d:]+ \[sparklab_engine\] JIT cache (?P<state>\w+):")
+_JIT_LINE = re.compile(r"^(?P<prefix>\((?:RayWorkerWrapper|VllmWorker) [^)]*\) )?"
+                       r"\S+ [\d-]+ [\d:]+ \[sparklab_engine\] JIT cache (?P<state>\w+):")
 
 
 VLLM_RANK_UNIT = "sparkctl-vllm-rank.service"

@@ -613,6 +613,8 @@ def test_vllm_ranks_launch_every_node_as_a_rank_of_vllms_own_multi_node_serving(
     ({"engine": {"args": {"master_port": 1234}}}, "topology.master_port"),
     ({"engine": {"args": {"headless": True}}}, "the workers' rank units"),
     ({"api": {"engine_port": 29501}}, "29501"),
+    ({"api": {"engine_port": 29590}}, "29590 is also topology.guard_port"),
+    ({"topology": {"guard_port": 29501}}, "topology.guard_port: 29501 is also topology.master_port"),
 ])
 def test_vllm_ranks_refuse_what_would_break_the_ranks(overrides, expected):
     found = problems("solar-open2-nvfp4-vllm-ranks", overrides)

@@ -172,12 +172,18 @@ def _joined(head):
     return lambda: "joined generation" in head.log()
 
 
-def test_a_worker_rank_that_dies_takes_the_head_down(tmp_path, script, ranks):
+def _joined_pair(tmp_path, script, ranks):
+    """A head and a worker guard on loopback, once the worker joined the head's generation."""
     head_port, worker_port = _free_port(), _free_port()
     head = Rank(tmp_path, script, "head", 0, head_port, [worker_port])
     worker = Rank(tmp_path, script, "worker", 1, worker_port, [head_port])
     ranks += [head, worker]
     head.wait_for(_joined(head), "the worker joined the head's generation")
+    return head, worker
+
+
+def test_a_worker_rank_that_dies_takes_the_head_down(tmp_path, script, ranks):
+    head, worker = _joined_pair(tmp_path, script, ranks)
     head_engine = head.engine_pids()
     worker_engine = worker.engine_pids()
     # The engine's main process alone is killed: the guard ends what it started (vLLM's engine core
@@ -220,11 +226,7 @@ def test_a_restarted_head_takes_the_worker_rank_down(tmp_path, script, ranks):
 
 
 def test_a_stop_is_clean_and_ends_the_engine(tmp_path, script, ranks):
-    head_port, worker_port = _free_port(), _free_port()
-    head = Rank(tmp_path, script, "head", 0, head_port, [worker_port])
-    worker = Rank(tmp_path, script, "worker", 1, worker_port, [head_port])
-    ranks += [head, worker]
-    head.wait_for(_joined(head), "the worker joined")
+    _head, worker = _joined_pair(tmp_path, script, ranks)
     engine = worker.engine_pids()
     worker.proc.send_signal(signal.SIGTERM)
     worker.wait_for(lambda: worker.proc.poll() is not None, "the worker's guard stopped")

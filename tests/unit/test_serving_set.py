@@ -39,8 +39,8 @@ def test_an_idle_node_needs_only_the_oom_guards_memory():
 def test_an_idle_node_stops_every_engine_and_ray_unit():
     role_vars = _vars("engine_service", "vars")
     names = ("engine_service_all_units", "engine_service_idle_units", "engine_service_unused_units")
-    variables = {"spark_units": UNITS, "spark_unit_groups": unit_groups(), "inventory_hostname": "spark3", "engine_service_render": {"units": {}},
-                 **{name: role_vars[name] for name in names}}
+    variables = {"spark_units": UNITS, "spark_unit_groups": unit_groups(), "inventory_hostname": "spark3",
+                 "engine_service_render": {"units": {}}, **{name: role_vars[name] for name in names}}
     engine_and_ray = sorted(UNITS[key] for key in ("engine", "vllm_rank", "sglang_rank", "sglang_router",
                                                     "ray_worker", "ray_head"))
     assert sorted(evaluate("{{ engine_service_idle_units }}", variables)) == engine_and_ray
@@ -52,7 +52,8 @@ def test_a_serving_node_stops_the_units_of_another_topology():
     at boot: on a serving node, every engine and Ray unit its profile does not render is stopped."""
     role_vars = _vars("engine_service", "vars")
     names = ("engine_service_all_units", "engine_service_idle_units", "engine_service_unused_units")
-    base = {"spark_units": UNITS, "spark_unit_groups": unit_groups(), "inventory_hostname": "spark2", **{name: role_vars[name] for name in names}}
+    base = {"spark_units": UNITS, "spark_unit_groups": unit_groups(), "inventory_hostname": "spark2",
+            **{name: role_vars[name] for name in names}}
     ranks = dict(base, engine_service_render={"units": {"spark1": {UNITS["engine"]: ""},
                                                         "spark2": {UNITS["vllm_rank"]: ""}}})
     unused = evaluate("{{ engine_service_unused_units }}", ranks)
