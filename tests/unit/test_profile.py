@@ -5,6 +5,7 @@ are compared with reviewed golden files under tests/unit/golden/profiles/.
 Regenerate with SPARKCTL_UPDATE_GOLDEN=1 and review the diff."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -1311,3 +1312,17 @@ def test_manifest_generator_reads_the_engine_variables(tmp_path):
         "prefixes": ["SGLANG_", "SGL_"],
         "names": ["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_LOG_MS", "SGLANG_TEST_RETRACT",
                   "SGL_CHUNKED_PREFIX_CACHE_THRESHOLD"]}
+
+
+def test_the_topology_ports_have_one_table_of_defaults():
+    """spark_topology_ports: what the profile sets, else profile_schema.TOPOLOGY_PORTS; the playbooks read
+    it instead of repeating a default (6379, 8080) of their own."""
+    ports = profile_filter.profile_topology_ports(load("lab-standin", {"topology": {"ray_port": 6390}}))
+    assert ports == dict(P.TOPOLOGY_PORTS, ray_port=6390)
+    assert set(ports) == {"ray_port", "ray_metrics_port", "dist_init_port", "rank0_port", "master_port", "guard_port"}
+    repo = Path(__file__).resolve().parents[2]
+    for where in ("roles", "playbooks"):
+        for path in (repo / where).rglob("*.yml"):
+            text = path.read_text()
+            assert not re.search(r"(ray_port|ray_metrics_port|master_port|dist_init_port|rank0_port|guard_port) *\| *default\(",
+                                 text), path

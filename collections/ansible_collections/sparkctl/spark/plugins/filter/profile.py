@@ -33,6 +33,9 @@ description:
     the indexes, the wheel directories and the plugin, which C(spark_engine_venv_per_lock) puts in the venv's path),
     C(profile_units) (a loaded profile to the names of sparkctl's systemd units, C(spark_units)),
     C(unit_container) (a unit's name to the docker container an image runtime runs it in, named like the unit),
+    C(profile_topology_ports) (a loaded profile to every topology port, its C(topology.<key>) or sparkctl's default, namely
+    C(ray_port), C(ray_metrics_port), C(dist_init_port), C(rank0_port), C(master_port), C(guard_port), which is
+    C(spark_topology_ports)),
     C(unit_groups) (any input; the engine's units of every topology, API first, and Ray's, workers first, as
     C(engine) and C(ray), which is C(spark_unit_groups)),
     C(profile_serving) (the inventory's groups and a loaded profile to the serving set C(spark_serving), in which the
@@ -151,6 +154,14 @@ def profile_units(profile):
         raise AnsibleFilterError(f"profile_units: the profile has no usable topology.kind ({exc})") from exc
 
 
+def profile_topology_ports(profile):
+    """spark_topology_ports: every topology port of the profile, set or sparkctl's default (one table of them)."""
+    try:
+        return {key: profiles.topology_port(profile, key) for key in profiles.TOPOLOGY_PORTS}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"profile_topology_ports: the profile has no usable topology ({exc})") from exc
+
+
 def unit_groups(_ignored=None):
     """spark_unit_groups: the engine's units of every topology and Ray's, in the order a stop takes them."""
     return _unit_groups()
@@ -245,4 +256,5 @@ class FilterModule:
             "profile_units": profile_units,
             "unit_container": unit_container,
             "unit_groups": unit_groups,
+            "profile_topology_ports": profile_topology_ports,
         }

@@ -39,7 +39,7 @@ from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_traps impor
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_render import (
     ENGINE_BIND_BEHIND_PROXY, NETWORKD_WAIT_ONLINE, api_endpoints, args_argv, engine_argv, engine_port, engine_takes_key,
     environment, link_wait_argv, list_argv, profile_digest, ray_argv, render, render_digest, router_argv,
-    secret_files, serving_split, systemd_quote, unit_inputs, unit_names, venv_digest,
+    secret_files, serving_split, systemd_quote, topology_port, unit_inputs, unit_names, venv_digest,
 )
 
 __all__ = [
@@ -54,7 +54,8 @@ __all__ = [
     "node_memory_bytes", "speculative_method", "trap_problems", "uses_cuda_graphs",
     "ENGINE_BIND_BEHIND_PROXY", "NETWORKD_WAIT_ONLINE", "api_endpoints", "args_argv", "engine_argv",
     "engine_port", "engine_takes_key", "environment", "link_wait_argv", "list_argv", "profile_digest", "ray_argv", "render",
-    "render_digest", "router_argv", "secret_files", "serving_split", "systemd_quote", "unit_inputs", "unit_names",
+    "render_digest", "router_argv", "secret_files", "serving_split", "systemd_quote", "topology_port", "unit_inputs",
+    "unit_names",
     "venv_digest", "profile_problems", "resolve",
 ]
 
