@@ -172,13 +172,22 @@ def _joined(head):
     return lambda: "joined generation" in head.log()
 
 
+def _engines_up(*ranks_):
+    """Each rank's stand-in engine and its child wrote their pids: a guard counts its engine as running
+    from its start, before the engine's Python (slow on a loaded machine) wrote anything."""
+    for rank in ranks_:
+        rank.wait_for(lambda rank=rank: len(rank.engine_pids()) == 2, "the stand-in engine wrote its pids")
+
+
 def _joined_pair(tmp_path, script, ranks):
-    """A head and a worker guard on loopback, once the worker joined the head's generation."""
+    """A head and a worker guard on loopback, once the worker joined the head's generation and both
+    engines wrote their pids."""
     head_port, worker_port = _free_port(), _free_port()
     head = Rank(tmp_path, script, "head", 0, head_port, [worker_port])
     worker = Rank(tmp_path, script, "worker", 1, worker_port, [head_port])
     ranks += [head, worker]
     head.wait_for(_joined(head), "the worker joined the head's generation")
+    _engines_up(head, worker)
     return head, worker
 
 
@@ -209,6 +218,7 @@ def test_a_restarted_head_takes_the_worker_rank_down(tmp_path, script, ranks):
     first = Rank(tmp_path, script, "head", 0, head_port, [worker_port])
     ranks.append(first)
     first.wait_for(_joined(first), "the worker joined the first head")
+    _engines_up(first, worker)
     worker_engine = worker.engine_pids()
     first_engine = first.engine_pids()
     first.proc.send_signal(signal.SIGTERM)
