@@ -68,11 +68,14 @@ NETWORK = "sparklab-mgmt"             # the default lab's; a named lab's is <nam
 LABEL = "org.sparkctl.lab"
 HASH_LABEL = "org.sparkctl.lab.image-hash"
 SUITE = "bookworm"
-# A systemd node, plus netplan (+udev on bookworm), venv, firewall tools (docs/field-notes.md, "The lab").
+# A systemd node, plus netplan (+udev on bookworm), venv, firewall tools (docs/field-notes.md, "The lab"),
+# and what the real vLLM's CPU build needs of the machine (tests/lab/vllm/README.md; DGX OS ships
+# them): libnuma, which it links, and the C++ compiler and Python headers torch's Inductor builds
+# its CPU kernels with at the first request.
 PACKAGES = sorted("""
     dbus libpam-systemd systemd systemd-sysv openssh-server openssh-client python3
     python3-apt sudo rsync iproute2 iputils-ping procps ca-certificates
-    netplan.io udev python3-venv iptables nftables kmod less
+    netplan.io udev python3-venv iptables nftables kmod less libnuma1 g++ python3-dev
 """.split())
 USER_UID = 1000
 # Every capability docker 20.10 knows, except SYS_RESOURCE (missing from the VM's
@@ -83,6 +86,15 @@ CAPS = """CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SE
     SYS_TIME SYS_TTY_CONFIG MKNOD LEASE AUDIT_WRITE AUDIT_CONTROL SETFCAP MAC_OVERRIDE
     MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ""".split()
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+# The real vLLM's wheels (tests/lab/vllm/wheelhouse.py), read-only in every node where the lab
+# profile lab-vllm's runtime.venv.find_links names them: the nodes install it with pip's
+# --no-index, from no package index. Outside the node snapshot's roots (tests/lab/node_snapshot.py).
+VLLM_WHEELHOUSE = HERE / "vllm" / "wheelhouse"
+VLLM_WHEELHOUSE_IN_NODE = "/mnt/sparklab-wheelhouse"
+# The real vLLM's model (tests/lab/vllm/setup.sh builds it), published by the hub stand-in as the
+# lab-vllm profile's checkpoint.repo_id.
+VLLM_MODEL = HERE / "vllm" / "model"
+VLLM_REPO = "sparklab/tiny-llama"
 NODE_CA = "/etc/sparklab/host-ca.crt"
 IMAGE_FIXTURE = "/usr/local/lib/sparklab/roce_fixture.py"
 
@@ -737,6 +749,10 @@ def container_args(plan: Plan, node: Node, tag: str, h: str) -> list[str]:
             "--tmpfs", "/run/lock:rw,nosuid,nodev,noexec,mode=1777",
             "--security-opt", "seccomp=unconfined",
             "-v", f"{plan.volume(node)}:/var/lib/docker",
+            "-v", f"{VLLM_WHEELHOUSE}:{VLLM_WHEELHOUSE_IN_NODE}:ro",
+            # Docker's 64 MB /dev/shm is too small for the real vLLM's shared-memory queues; a Spark's
+            # is half its memory. A tmpfs: only what is written takes memory.
+            "--shm-size", "2g",
             "--sysctl", "net.ipv6.conf.all.disable_ipv6=0",
             "--sysctl", "net.ipv6.conf.default.disable_ipv6=0",
             "--stop-signal", "SIGRTMIN+3"]
@@ -767,6 +783,8 @@ def ensure_containers(plan: Plan, tag: str, h: str) -> bool:
         c = info.get(n.name)
         if c is None:
             docker("volume", "create", "--label", f"{LABEL}={plan.label}", plan.volume(n))
+            # The mount's source must exist (docker would make it root's); the builder fills it in place.
+            VLLM_WHEELHOUSE.mkdir(parents=True, exist_ok=True)
             docker(*container_args(plan, n, tag, h))
             say(f"{n.container}: container created ({n.mgmt_ip})")
             started = True
@@ -1327,6 +1345,14 @@ def cmd_hub(plan: Plan, args) -> int:
         say(f"checkpoint {args.second_repo} ({SECOND_REPO_SHARDS} shards, {SECOND_REPO_GIB} GiB) ready in "
             f"{time.monotonic() - t0:.1f}s")
         also = ["--also", f"{second_dir}={args.second_repo}"]
+    # The real vLLM's tiny Llama (tests/lab/vllm/setup.sh), when built: its own repo for lab-vllm.
+    if (VLLM_MODEL / "config.json").is_file():
+        vllm_dir = f"{HUB_ROOT_IN_NODE}/{VLLM_REPO}"
+        docker("exec", head.container, "rm", "-rf", vllm_dir)
+        docker("exec", head.container, "mkdir", "-p", vllm_dir)
+        docker("cp", f"{VLLM_MODEL}/.", f"{head.container}:{vllm_dir}")
+        also += ["--also", f"{vllm_dir}={VLLM_REPO}"]
+        say(f"checkpoint {VLLM_REPO} (the real vLLM's tiny Llama, {VLLM_MODEL}) published")
     docker("exec", head.container, "systemctl", "stop", HUB_UNIT, check=False)
     docker("exec", head.container, "systemctl", "reset-failed", HUB_UNIT, check=False)
     stub = ["python3", f"{HUB_DIR_IN_NODE}/hubstub.py", "--root", repo_dir, "--repo", args.repo,
@@ -1346,7 +1372,7 @@ def cmd_hub(plan: Plan, args) -> int:
         logs = docker("exec", head.container, "journalctl", "-u", HUB_UNIT, "-n", "30", "--no-pager", check=False).stdout
         raise LabError(f"hub stand-in did not answer on {head.name}:127.0.0.1:{args.port}:\n{logs}")
     say(f"hub stand-in created on {head.name}: endpoint http://127.0.0.1:{args.port} (inside the node), repo {args.repo}"
-        + (f" and {args.second_repo}" if also else ""))
+        + "".join(f" and {item.split('=', 1)[1]}" for item in also[1::2]))
     return 0
 
 

@@ -3,7 +3,11 @@ byte-level BPE tokenizer trained here on common English words, a chat template,
 and a two-layer Llama with random weights (seeded, so every build is the same). Runs in the
 real server's venv (torch, transformers, tokenizers).
 
-    python build_tiny_model.py OUT_DIR
+    python build_tiny_model.py OUT_DIR [--hidden-size N]
+
+--hidden-size (default 64) sets the width; with 4 heads each head is a quarter of it. vLLM's CPU
+attention needs heads of 32 or more: the lab's real vLLM serves the 128-wide build
+(tests/lab/vllm/setup.sh).
 
 The answers are random text, which is all a benchmark and a probe of the API need: the
 server still tokenizes, prefills, decodes and streams as it does for a real model."""
@@ -26,7 +30,7 @@ CHAT_TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\
                  "{% if add_generation_prompt %}<s>assistant: {% endif %}")
 
 
-def build(out: Path) -> None:
+def build(out: Path, hidden_size: int = 64) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -43,7 +47,7 @@ def build(out: Path) -> None:
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out)
 
-    config = LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=len(fast), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
                          bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, tie_word_embeddings=False)
     torch.manual_seed(0)
@@ -61,6 +65,10 @@ def build(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: build_tiny_model.py OUT_DIR")
-    build(Path(sys.argv[1]))
+    args = sys.argv[1:]
+    width = 64
+    if len(args) == 3 and args[1] == "--hidden-size" and args[2].isdigit():
+        width, args = int(args[2]), args[:1]
+    if len(args) != 1:
+        sys.exit("usage: build_tiny_model.py OUT_DIR [--hidden-size N]")
+    build(Path(args[0]), width)

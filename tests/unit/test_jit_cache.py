@@ -252,6 +252,28 @@ def test_mirror_copies_the_heads_cache_and_deletes_what_the_head_does_not_hold(t
     assert not changed and results["spark2"]["action"] == "in_step"
 
 
+def test_a_directory_the_head_does_not_hold_is_deleted_whole(tmp_path):
+    """Torch's Inductor keeps each kernel in a directory of its own, and each rank compiles its own:
+    a worker holds directories the head never had. rsync's --delete-missing-args fails on a file
+    whose directory is missing on the sender (3.2.7: "invalid file mode 00", a protocol error; 3.5:
+    "parent dir is absent in the file list", nothing deleted), so the directory itself is named."""
+    head, target = tmp_path / "head", tmp_path / "worker"
+    write(head / "torchinductor" / "24" / "k.py", "kernel", mtime=1000)
+    write(target / "torchinductor" / "2w" / "a.py", "the worker's own")
+    write(target / "torchinductor" / "2w" / "b.py", "the worker's own")
+    write(target / "torchinductor" / "24" / "stale.py", "old")
+    head_names = sorted(jit_cache.scan(str(head)))
+    spec = worker(names=sorted(jit_cache.scan(str(target))), target=str(target) + "/")
+    action, delete, _reason = jit_cache_mirror.plan_worker("venv-" + LOCK_A, "sha256:h", head_names, spec)
+    assert action == "mirror" and delete == ["torchinductor/24/stale.py", "torchinductor/2w"]
+    digest = jit_cache.manifest_digest(jit_cache.scan(str(head)))
+    params = {"source": str(head), "identity": "venv-" + LOCK_A, "digest": digest, "names": head_names, "workers": [spec]}
+    results, changed, failed = jit_cache_mirror.mirror(params, False, jit_cache_mirror.Rsync())
+    assert changed and not failed, results
+    assert not (target / "torchinductor" / "2w").exists()
+    assert jit_cache.manifest_digest(jit_cache.scan(str(target))) == digest
+
+
 def test_mirror_check_mode_runs_no_rsync_and_a_failure_names_the_worker():
     class Failing:
         def tree(self, *args, **kwargs):

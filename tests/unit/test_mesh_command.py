@@ -43,6 +43,8 @@ SERVER_FORMS = [
     "rsync --server -nlOWogDtpRe.LsfxCIvu --log-format=%i --timeout=120 --partial-dir .rsync-partial --mkpath . {root}/m/",
     "rsync --server -lOWogDtpRe.LsfxCIvu --log-format=%i --timeout=120 --delete-missing-args --partial-dir .rsync-partial "
     "--mkpath . {root}/m/",
+    "rsync --server -lOWogDtpRe.LsfxCIvu --log-format=%i --timeout=120 --force --delete-missing-args --partial-dir .rsync-partial "
+    "--mkpath . {root}/m/",
     "rsync --server -logDtpre.iLsfxCIvu --log-format=%i --timeout=120 --partial-dir=.rsync-partial . {root}",
     "rsync --server -lOWogDtpre32.1iLsfxCIvu --log-format=%i --timeout=120 --partial-dir .rsync-partial --mkpath . {root}/m/",
 ]

@@ -58,7 +58,7 @@ def cluster(profile):
 # ----------------------------------------------------------------------------- shipped profiles
 
 
-@pytest.mark.parametrize("name", [n for n in SHIPPED if n != "solar-open-100b-vllm-fork"] + ["lab-standin", "lab-standin-3"])
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n != "solar-open-100b-vllm-fork"] + ["lab-standin", "lab-standin-3", "lab-vllm"])
 def test_shipped_profiles_are_sound(name):
     assert problems(name) == []
 
@@ -390,6 +390,7 @@ GOLDEN_CASES = {name: (name, {}) for name in SHIPPED if name != "solar-open-100b
 GOLDEN_CASES["solar-open-100b-vllm-fork"] = ("solar-open-100b-vllm-fork", SOLAR100_FP8)
 GOLDEN_CASES["lab-standin"] = ("lab-standin", {})
 GOLDEN_CASES["lab-standin-3"] = ("lab-standin-3", {})
+GOLDEN_CASES["lab-vllm"] = ("lab-vllm", {})
 
 
 def _rendered_files(name, overrides):

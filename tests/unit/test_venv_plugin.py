@@ -492,6 +492,10 @@ def _problems(overrides):
     ({"runtime": {"venv": {"plugin": {"module": "not a module"}}}}, "runtime.venv.plugin.module: 'not a module' is not valid"),
     ({"runtime": {"venv": {"registry": {"module": "m", "attribute": None}}}}, "runtime.venv.registry.attribute: is missing."),
     ({"runtime": {"venv": {"registry": {"module": "m", "attribute": "a", "call": 1}}}}, "runtime.venv.registry: unknown key(s) call"),
+    ({"runtime": {"venv": {"no_index": "yes"}}}, "runtime.venv.no_index: expected true or false, got 'yes'"),
+    ({"runtime": {"venv": {"no_index": True, "find_links": []}}}, "runtime.venv.no_index: true installs from runtime.venv.find_links only"),
+    ({"runtime": {"venv": {"no_index": True, "extra_index_urls": ["https://example.invalid/simple"]}}},
+     "runtime.venv.no_index: true leaves every index out"),
 ])
 def test_venv_schema_problems_name_the_key(overrides, expected):
     found = _problems(overrides)
@@ -501,3 +505,9 @@ def test_venv_schema_problems_name_the_key(overrides, expected):
 def test_venv_schema_accepts_the_lab_and_a_minor_version():
     assert _problems({}) == []
     assert _problems({"runtime": {"venv": {"python": "3.12"}}}) == []
+    assert _problems({"runtime": {"venv": {"no_index": True}}}) == []
+
+
+def test_an_offline_wheelhouse_asks_no_index():
+    assert F.venv_pip_extra_args([], ["/mnt/wheels"], True) == "--no-index --find-links /mnt/wheels"
+    assert F.venv_pip_extra_args([], ["/mnt/wheels"], False) == "--find-links /mnt/wheels"

@@ -19,13 +19,13 @@ description:
   - Takes what the node's Python probe found (the C(python) return value of C(sparkctl.spark.venv_state)) and says
     whether the requested Python is there, which C(python3.X-venv) package it needs, and whether an existing venv
     was built by another Python and must be rebuilt.
-  - Companion filters in this file, documented in RETURN, are C(venv_local_sources) (input C(runtime.venv); arguments
-    the profile directory and the node's staging directory), C(venv_local_source_problems) (input the former's
-    result; argument the plugin's files), C(venv_pip_extra_args) (input the extra index URLs; argument the node-side
-    find_links), C(venv_registry) (input the engine kind; argument C(runtime.venv.registry) or nothing),
-    C(venv_registry_probe) (input the venv's python; arguments registry, architecture, modules to import),
-    C(venv_probe_verdict) (input the registered probe result), C(venv_upload_trees) (input the uploads,
-    C({controller, node}) each).
+  - Companion filters in this file, documented in RETURN, are C(venv_local_sources) (input C(runtime.venv);
+    arguments the profile directory and the node's staging directory), C(venv_local_source_problems) (input the
+    former's result; argument the plugin's files), C(venv_pip_extra_args) (input the extra index URLs; arguments the
+    node-side find_links and whether pip asks no index, C(runtime.venv.no_index)), C(venv_registry) (input the
+    engine kind; argument C(runtime.venv.registry) or nothing), C(venv_registry_probe) (input the venv's python;
+    arguments registry, architecture, modules to import), C(venv_probe_verdict) (input the registered probe result),
+    C(venv_upload_trees) (input the uploads, C({controller, node}) each).
 options:
   _input:
     description: The probe's output (C(system), C(requested), C(venv)).
@@ -102,8 +102,8 @@ def venv_local_source_problems(sources, plugin_files=None):
 
 
 @_filter
-def venv_pip_extra_args(extra_index_urls, find_links=None):
-    return venv_plugin.pip_extra_args(list(extra_index_urls or []), list(find_links or []))
+def venv_pip_extra_args(extra_index_urls, find_links=None, no_index=False):
+    return venv_plugin.pip_extra_args(list(extra_index_urls or []), list(find_links or []), bool(no_index))
 
 
 @_filter

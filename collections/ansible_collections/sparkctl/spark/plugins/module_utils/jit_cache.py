@@ -138,6 +138,35 @@ def foreign_owned(path, uid, gid):
     return give(path, uid, gid, apply=False)[0]
 
 
+def deletions(worker_names, head_names):
+    """What a worker must delete to hold only the head's files: each file the head lacks, or, when
+    the head lacks its whole directory, that directory once (the highest one the head lacks).
+    Each rank compiles kernels of its own into directories of their own (torch's Inductor), so a
+    worker holds directories the head never had, and rsync deletes a name only where the sender
+    holds its directory."""
+    head = set(head_names)
+    head_dirs = set()
+    for name in head:
+        parts = name.split("/")[:-1]
+        head_dirs.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    found = set()
+    for name in set(worker_names) - head:
+        parts = name.split("/")
+        top = next(("/".join(parts[:i]) for i in range(1, len(parts)) if "/".join(parts[:i]) not in head_dirs), name)
+        found.add(top)
+    return sorted(found)
+
+
+def deletions_by_directory(names):
+    """[(directory, [entry names in it])] of what deletions() returned, directories sorted ('' is the
+    cache's top)."""
+    groups = {}
+    for name in names:
+        parent, _sep, entry = name.rpartition("/")
+        groups.setdefault(parent, []).append(entry)
+    return [(parent, sorted(groups[parent])) for parent in sorted(groups)]
+
+
 def manifest_digest(files):
     """sha256:<hex> over the scan (names, sizes, whole-second mtimes: rsync -a keeps them), so a
     worker that holds what the head holds has the head's digest."""

@@ -495,9 +495,10 @@ def local_source_problems(sources, plugin_files=()):
     return problems
 
 
-def pip_extra_args(extra_index_urls, find_links):
-    """pip's extra arguments for the profile's indexes and wheel locations (node side)."""
-    args = []
+def pip_extra_args(extra_index_urls, find_links, no_index=False):
+    """pip's extra arguments for the profile's indexes and wheel locations (node side); with
+    no_index, the wheel locations only (an offline wheelhouse: no package index is asked)."""
+    args = ["--no-index"] if no_index else []
     for url in extra_index_urls or []:
         args += ["--extra-index-url", url]
     for link in find_links or []:

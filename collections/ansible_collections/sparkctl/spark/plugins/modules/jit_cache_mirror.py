@@ -98,7 +98,10 @@ workers:
   sample: {spark2: {action: mirrored, copied: 12, deleted: 0}}
 """
 
+import posixpath
+
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkctl.spark.plugins.module_utils import jit_cache
 from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_sync import Rsync, RsyncFailure
 
 
@@ -111,7 +114,12 @@ def plan_worker(head_identity, head_digest, head_names, worker):
     if not head_names:
         # An empty head cache (a reset, or an engine that compiles nothing) is no reason to empty a worker's.
         return "skipped", [], "the head's cache is empty"
-    return "mirror", sorted(set(worker.get("names") or []) - set(head_names)), None
+    return "mirror", jit_cache.deletions(worker.get("names") or [], head_names), None
+
+
+def _within(target, rel_dir):
+    """The rsync destination of one of the cache's directories on the worker."""
+    return target.rstrip("/") + "/" + (rel_dir + "/" if rel_dir else "")
 
 
 def mirror(params, check_mode, rsync):
@@ -126,7 +134,15 @@ def mirror(params, check_mode, rsync):
             results[worker["name"]] = {"action": "mirrored", "copied": None, "deleted": len(delete)}
             continue
         try:
-            copied, deleted = rsync.tree(params["source"], worker["target"], params["names"], delete=delete)
+            copied, deleted = rsync.tree(params["source"], worker["target"], params["names"])
+            # One deleting pass per directory, each naming its entries at the top: rsync 3.2.7 (the
+            # one Ubuntu 24.04 and Debian 12 ship) fails any nested name under --delete-missing-args
+            # ("invalid file mode 00", a protocol error), and jit_cache.deletions names directories
+            # the head does have, or the cache's own top.
+            for parent, names in jit_cache.deletions_by_directory(delete):
+                deleted += [posixpath.join(parent, name) for name in rsync.tree(
+                    posixpath.join(params["source"], parent), _within(worker["target"], parent), [],
+                    delete=names, whole_directories=True)[1]]
         except RsyncFailure as exc:
             failed.append("%s: %s" % (worker["name"], exc))
             results[worker["name"]] = {"action": "failed", "copied": 0, "deleted": 0, "reason": str(exc)}

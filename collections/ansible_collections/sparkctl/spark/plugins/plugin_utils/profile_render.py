@@ -564,9 +564,13 @@ def venv_digest(profile):
     from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_engine import venv_packages
 
     venv = ((profile.get("runtime") or {}).get("venv") or {})
-    return content_digest({"python": venv.get("python"), "packages": venv_packages(profile),
-                           "extra_index_urls": venv.get("extra_index_urls") or [],
-                           "find_links": venv.get("find_links") or [], "plugin": venv.get("plugin") or {}})
+    inputs = {"python": venv.get("python"), "packages": venv_packages(profile),
+              "extra_index_urls": venv.get("extra_index_urls") or [],
+              "find_links": venv.get("find_links") or [], "plugin": venv.get("plugin") or {}}
+    # Only when set, so the venvs of profiles without it keep their digest.
+    if venv.get("no_index"):
+        inputs["no_index"] = True
+    return content_digest(inputs)
 
 
 def render_digest(rendered):

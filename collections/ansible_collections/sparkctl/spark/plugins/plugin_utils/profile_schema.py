@@ -448,7 +448,8 @@ def _check_runtime(c):
     elif kind == "venv":
         venv = c.mapping("runtime.venv")
         if venv is not None:
-            c.unknown("runtime.venv", venv, ("python", "packages", "extra_index_urls", "find_links", "plugin", "registry"))
+            c.unknown("runtime.venv", venv, ("python", "packages", "extra_index_urls", "find_links", "no_index", "plugin",
+                                             "registry"))
             c.string("runtime.venv.python", pattern=_PYTHON_RE,
                      hint=': write "3" for the system python3 or "3.X" for that minor (e.g. "3.12")')
             packages = c.strings("runtime.venv.packages")
@@ -461,7 +462,16 @@ def _check_runtime(c):
                           f"unit starts; write ray[default]=={spec.split('==', 1)[1].strip()}, or remove it so "
                           f"sparkctl installs {RAY_REQUIREMENT}.")
             c.strings("runtime.venv.extra_index_urls", required=False)
-            c.strings("runtime.venv.find_links", required=False)
+            find_links = c.strings("runtime.venv.find_links", required=False)
+            no_index = c.get("runtime.venv.no_index", required=False)
+            if no_index is not None and not isinstance(no_index, bool):
+                c.add("runtime.venv.no_index", f"expected true or false, got {_type_name(no_index)}.")
+            elif no_index and not find_links:
+                c.add("runtime.venv.no_index", "true installs from runtime.venv.find_links only (pip --no-index), and "
+                      "it names none; list the wheel directories or URLs, or remove no_index.")
+            elif no_index and venv.get("extra_index_urls"):
+                c.add("runtime.venv.no_index", "true leaves every index out (pip --no-index), runtime.venv."
+                      "extra_index_urls included; remove one of the two.")
             plugin = c.mapping("runtime.venv.plugin", required=False)
             if plugin is not None:
                 c.unknown("runtime.venv.plugin", plugin, ("source", "replaces", "architecture", "module"))
