@@ -109,7 +109,13 @@ if [[ $QUICK == 0 ]]; then python3 tests/bench/cpu_census.py --start "$CPU_ACCT"
 # bootstrap; it needs nothing the bootstrap puts in place, and is done before the timed tests.
 # Both venvs install at a lower priority (nice 10) than the node image's build below, which the
 # timed tests wait for: on two cores the three together left the image a third of the CPU.
-if [[ $QUICK == 0 ]]; then start_chain realserver-setup chain_stage realserver-setup nice -n 10 bash tests/realserver/setup.sh; fi
+# Then, from that venv, the lab's real vLLM (tests/lab/vllm/README.md): its wheelhouse, which every lab
+# node mounts, and the tiny Llama, which the hub stand-in publishes when a lab is created below; the
+# model switch on the twin serves it.
+real_engines_setup() {
+  nice -n 10 bash tests/realserver/setup.sh && nice -n 10 bash tests/lab/vllm/setup.sh
+}
+if [[ $QUICK == 0 ]]; then start_chain realserver-setup chain_stage realserver-setup real_engines_setup; fi
 # The system packages and a running dockerd first (a second once installed). The lab's node image
 # (mmdebstrap and docker import: about 35 s alone on a machine that has none cached, as on every
 # fresh one) then builds beside the venvs' installs, with the distribution's python3, instead of in

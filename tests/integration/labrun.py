@@ -158,10 +158,11 @@ def node_exec(node: str, *cmd: str, check: bool = True) -> subprocess.CompletedP
 
 
 # The units a node runs the venv runtime from, first found first: the head's engine, a worker's Ray.
-# Their command lines name <venv>/bin/python or <venv>/bin/ray (plugin_utils/profile_render.py).
+# Their command lines name <venv>/bin/python, <venv>/bin/ray or <venv>/bin/vllm (a real vLLM's own
+# command; plugin_utils/profile_render.py).
 VENV_UNITS = ("sparkctl-engine.service", "sparkctl-vllm-rank.service", "sparkctl-ray-worker.service",
               "sparkctl-ray-head.service")
-VENV_IN_UNIT = re.compile(r"(/[^\s'\"=;]+)/bin/(?:python3?|ray)(?=[\s'\";]|$)", re.M)
+VENV_IN_UNIT = re.compile(r"(/[^\s'\"=;]+)/bin/(?:python3?|ray|vllm)(?=[\s'\";]|$)", re.M)
 # The node's own python3, which runs the rank guard in front of a vllm_ranks engine: not a venv.
 NODE_PYTHON_PREFIX = "/usr"
 SERVING_VENV = "{serving_venv}"
@@ -195,11 +196,17 @@ def serving_venv(node: str = "spark1") -> str:
 VENV_ROOT = "/opt/sparkctl/venvs"
 
 
+def distribution_version(node: str, venv: str, name: str, check: bool = True) -> str:
+    """The version of the distribution `name` installed in venv on node ("" when the venv holds
+    none and check is false)."""
+    return node_exec(node, f"{venv}/bin/python", "-c", f"import importlib.metadata as m; print(m.version({name!r}))",
+                     check=check).stdout.strip()
+
+
 def standin_version(node: str, venv: str, check: bool = True) -> str:
     """The lab stand-in engine's version installed in venv on node ("" when the venv holds none
     and check is false)."""
-    return node_exec(node, f"{venv}/bin/python", "-c", "import importlib.metadata as m; print(m.version('sparklab-engine'))",
-                     check=check).stdout.strip()
+    return distribution_version(node, venv, "sparklab-engine", check)
 
 
 def node_args(node: str, args) -> list[str]:

@@ -109,11 +109,16 @@ def _a_series(name):
 
 # ----------------------------------------------------------------------------- log lines
 
+# The lab's real engine (tests/lab/vllm/README.md): its rules are read from a real vLLM's log too.
+LAB_REAL_ENGINE = ("lab-vllm", [str(Path(__file__).resolve().parents[1] / "lab" / "profiles")])
+
+
 def _startup_rules():
-    """(profile, engine, release, rule name, regex) of every shipped profile's startup_log rule."""
+    """(profile, engine, release, rule name, regex) of every shipped profile's startup_log rule, and
+    of the lab's real vLLM's."""
     rules = []
-    for name in SHIPPED:
-        profile = P.load_profile(name, [], {})
+    for name, paths in [(name, []) for name in SHIPPED] + [LAB_REAL_ENGINE]:
+        profile = P.load_profile(name, paths, {})
         engine = profile["engine"]["kind"]
         version = profile_engine.engine_version(profile, engine)
         for rule in profile.get("startup_log") or []:

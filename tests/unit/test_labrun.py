@@ -151,12 +151,12 @@ def test_a_fault_without_owner_explains_any_change_on_its_nodes_only_when_drifte
 
 # --- The serving venv, read from the units sparkctl writes ---------------------------------------
 
-def _lab_units(venv_path):
+def _lab_units(venv_path, name="lab-standin"):
     from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as P
     from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_render import render
 
     lab_profiles = Path(__file__).resolve().parents[1] / "lab" / "profiles"
-    profile = P.load_profile("lab-standin", [str(lab_profiles)], {})
+    profile = P.load_profile(name, [str(lab_profiles)], {})
     cluster = {"head": {"name": "spark1", "link_ip": "192.168.100.10/24", "interface": "enp1s0f1np1"},
                "workers": [{"name": "spark2", "link_ip": "192.168.100.11/24", "interface": "enp1s0f1np1"}],
                "service_user": "spark", "checkpoint_dir": "/srv/sparkctl/models/lab-standin",
@@ -170,6 +170,14 @@ def test_every_unit_of_the_lab_profile_names_its_venv(venv):
     found = {(host, name): venv_of_unit(text) for host, files in units.items() for name, text in files.items()}
     assert found == {("spark1", "sparkctl-engine.service"): venv, ("spark1", "sparkctl-ray-head.service"): venv,
                      ("spark2", "sparkctl-ray-worker.service"): venv}
+
+
+def test_the_real_vllms_units_name_its_venv_behind_the_rank_guard():
+    """lab-vllm runs <venv>/bin/vllm behind the node's python3 (the rank guard), on every node."""
+    venv = "/opt/sparkctl/venvs/lab-vllm-0123456789ab"
+    units = _lab_units(venv, "lab-vllm")
+    found = {(host, name): venv_of_unit(text) for host, files in units.items() for name, text in files.items()}
+    assert found == {("spark1", "sparkctl-engine.service"): venv, ("spark2", "sparkctl-vllm-rank.service"): venv}
 
 
 def test_a_unit_naming_no_venv_or_two_names_none():

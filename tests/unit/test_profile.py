@@ -1273,7 +1273,7 @@ def test_an_engine_variable_the_release_does_not_read_is_refused(name, overrides
 
 def test_a_release_not_known_is_checked_against_every_manifested_one():
     found = problems("lab-standin", {"engine": {"env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEM": "1"}}})
-    assert any("engine.env.VLLM_ALLOW_LONG_MAX_MODEL_LEM: no vllm release with a manifest (0.12.0, 0.22.0, 0.25.1) "
+    assert any("engine.env.VLLM_ALLOW_LONG_MAX_MODEL_LEM: no vllm release with a manifest (0.12.0, 0.22.0, 0.25.1, 0.32.0+cpu) "
                "reads it (set engine.version to check against one): did you mean VLLM_ALLOW_LONG_MAX_MODEL_LEN?" in m
                for m in found), found
     assert problems("lab-standin", {"engine": {"env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}}}) == []

@@ -218,12 +218,21 @@ def dtype_bytes(name, default=2):
     return TORCH_DTYPE_BYTES.get(text, default)
 
 
+def model_dtype_bytes(config):
+    """The element size the engine runs the model in with its dtype `auto`: the config's dtype, but a
+    float32 checkpoint is downcast to the platform's preferred 16-bit dtype (vLLM's
+    _resolve_auto_dtype in vllm/config/model.py: bfloat16 on GPUs and on its CPU build)."""
+    cfg = text_config(config)
+    size = dtype_bytes(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    return 2 if size == 4 else size
+
+
 def kv_dtype_bytes(config, kv_cache_dtype=None):
-    """The KV cache's element size: the engine's kv_cache_dtype, else (`auto`) the model's dtype."""
+    """The KV cache's element size: the engine's kv_cache_dtype, else (`auto`) the model's dtype as
+    the engine runs it (model_dtype_bytes)."""
     if kv_cache_dtype and str(kv_cache_dtype).lower() != "auto":
         return dtype_bytes(kv_cache_dtype)
-    cfg = text_config(config)
-    return dtype_bytes(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    return model_dtype_bytes(config)
 
 
 def kv_per_token(config, tensor_parallel=1, kv_cache_dtype=None):
@@ -264,7 +273,7 @@ def linear_state_per_sequence(config, tensor_parallel=1):
     linear = layer_kinds(cfg).count(LINEAR)
     if not linear:
         return 0
-    elem = dtype_bytes(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    elem = model_dtype_bytes(cfg)
     kda = cfg.get("linear_attn_config")
     if isinstance(kda, dict) and kda.get("head_dim"):
         heads = -(-int(kda.get("num_heads") or cfg.get("num_attention_heads")) // tp)
