@@ -14,8 +14,8 @@ server still tokenizes, prefills, decodes and streams as it does for a real mode
 
 from __future__ import annotations
 
+import argparse
 import random
-import sys
 from pathlib import Path
 
 # Common English words, the kind sparkctl.bench's prompts are made of; words outside them
@@ -65,10 +65,8 @@ def build(out: Path, hidden_size: int = 64) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    width = 64
-    if len(args) == 3 and args[1] == "--hidden-size" and args[2].isdigit():
-        width, args = int(args[2]), args[:1]
-    if len(args) != 1:
-        sys.exit("usage: build_tiny_model.py OUT_DIR [--hidden-size N]")
-    build(Path(args[0]), width)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--hidden-size", type=int, default=64)
+    args = parser.parse_args()
+    build(args.out_dir, args.hidden_size)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The lab's wheelhouse for the real vLLM (LAB ONLY): every wheel the lab profile `lab-vllm`
-installs on a node, in one directory the lab nodes see at /opt/sparklab/wheelhouse.
+installs on a node, in one directory every lab node mounts at /mnt/sparklab-wheelhouse
+(tests/lab/sparklab).
 
 The profile installs it through sparkctl's own venv runtime with pip's `--no-index`
 (runtime.venv.no_index): the nodes reach no package index for it. What the lab adds to

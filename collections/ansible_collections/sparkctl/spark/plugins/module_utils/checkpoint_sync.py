@@ -552,18 +552,21 @@ class Rsync:
         argv += [os.path.join(dest, rel), _target_dir(target, rel_dir)]
         return parse_itemized(self._run(argv, target))[0]
 
-    def tree(self, dest, target, files, delete=(), dry_run=False, whole_directories=False):
+    def tree(self, dest, target, files, delete=(), dry_run=False, whole_directories=False, within=""):
         """One pass over the checkpoint's own files, named explicitly (--files-from): whatever else
         the directories hold, on the head or the worker, is neither sent nor deleted. `delete` names
         files an earlier manifest owned that are gone from the head; rsync deletes exactly those on
-        the worker (--delete-missing-args), never a file it was not given. Returns (copied, deleted)."""
+        the worker (--delete-missing-args), never a file it was not given. With whole_directories
+        (--force; over ssh only, the checkpoint's rsync daemon refuses it), a named directory goes
+        with what it holds. `within` runs the pass in that sub-directory of both sides, the names
+        relative to it. Returns (copied, deleted)."""
         argv = [self.binary] + list(RSYNC_BASE) + ["--mkpath"] + self._transport(target) + ["--from0", "--files-from=-"]
         argv.append("--delete-missing-args" if delete else "--ignore-missing-args")
         if delete and whole_directories:
             argv.append("--force")
         if dry_run:
             argv.append("--dry-run")
-        argv += [dest.rstrip("/") + "/", _target_dir(target, "")]
+        argv += [posixpath.join(dest, within).rstrip("/") + "/", _target_dir(target, within)]
         names = sorted(set(files) | set(delete))
         return parse_itemized(self._run(argv, target, "".join(name + "\0" for name in names)))
 

@@ -117,11 +117,6 @@ def plan_worker(head_identity, head_digest, head_names, worker):
     return "mirror", jit_cache.deletions(worker.get("names") or [], head_names), None
 
 
-def _within(target, rel_dir):
-    """The rsync destination of one of the cache's directories on the worker."""
-    return target.rstrip("/") + "/" + (rel_dir + "/" if rel_dir else "")
-
-
 def mirror(params, check_mode, rsync):
     results, changed, failed = {}, False, []
     for worker in params["workers"]:
@@ -141,8 +136,7 @@ def mirror(params, check_mode, rsync):
             # the head does have, or the cache's own top.
             for parent, names in jit_cache.deletions_by_directory(delete):
                 deleted += [posixpath.join(parent, name) for name in rsync.tree(
-                    posixpath.join(params["source"], parent), _within(worker["target"], parent), [],
-                    delete=names, whole_directories=True)[1]]
+                    params["source"], worker["target"], [], delete=names, whole_directories=True, within=parent)[1]]
         except RsyncFailure as exc:
             failed.append("%s: %s" % (worker["name"], exc))
             results[worker["name"]] = {"action": "failed", "copied": 0, "deleted": 0, "reason": str(exc)}
