@@ -1,16 +1,22 @@
-"""python -m sparkctl.bench run|selftest: argument checks (all before any request), the run,
-the report. Exit status: 0 all measured requests succeeded, 1 a measured request (or the
+"""python -m sparkctl.bench run|selftest|compare: argument checks (all before any request), the
+run, the report. Exit status: 0 all measured requests succeeded, 1 a measured request (or the
 warm-up / prompt sizing) failed - the report is still written, failures marked - or nothing
 could be measured, 2 usage error (a --model the server does not list included), 130/143
 interrupted by SIGINT/SIGTERM - the partial report of the points measured so far is written
 first. The API key is read from a file only its owner can read
 (--api-key-file) or from the environment variable named by --api-key-env; it never appears
-in argv, output or the report."""
+in argv, output or the report. `compare` sets two runs' benchmark.json side by side (compare.py,
+LOAD.md): exit 0, or 2 when a file cannot be read or is not a benchmark.json.
+
+The load flags (--load, --num-requests, --max-concurrency, --sweep-rates, --burstiness, --slo,
+--capacity; README.md, "Load shapes, goodput and capacity") are checked together before any
+request too: a flag that would be ignored in its company is refused, naming what to give instead."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import re
 import signal
@@ -18,12 +24,15 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from . import compare as compare_mod
 from . import reference as reference_mod
 from . import report
+from .arrivals import DEFAULT_SEED, LoadSpec, SpecError, parse_load
+from .goodput import parse_slo
 from .runner import ModelChoiceError, Runner
 from .selftest import DEFAULT_SECONDS, run_selftest
-from .settings import (DEFAULT_API_KEY_ENV, DEFAULT_CONCURRENCY, DEFAULT_PROMPT_TOKENS, DEFAULT_STALL_TIMEOUT_S,
-                       Settings)
+from .settings import (DEFAULT_API_KEY_ENV, DEFAULT_CONCURRENCY, DEFAULT_NUM_REQUESTS, DEFAULT_PROMPT_TOKENS,
+                       DEFAULT_STALL_TIMEOUT_S, Settings)
 
 PROG = "python -m sparkctl.bench"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -41,7 +50,7 @@ class _Parser(argparse.ArgumentParser):
         if message.startswith("unrecognized arguments:"):
             flags = [word.split("=", 1)[0] for word in message.split(":", 1)[1].split() if word.startswith("-")]
             message = "unrecognized arguments" + (f": {' '.join(flags)}" if flags else "")
-        self.exit(2, f"{self.prog}: error: {message}\nsee `{PROG} {{run,selftest}} --help`\n")
+        self.exit(2, f"{self.prog}: error: {message}\nsee `{PROG} {{run,selftest,compare}} --help`\n")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,8 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     run.add_argument("--prompt-tokens", default=",".join(map(str, DEFAULT_PROMPT_TOKENS)),
                      help="comma-separated prompt lengths in tokens (K = 1024), default %(default)s")
-    run.add_argument("--concurrency", default=",".join(map(str, DEFAULT_CONCURRENCY)),
-                     help="comma-separated stream counts, default %(default)s")
+    # None, not the default list: --concurrency given beside --load is refused, not ignored.
+    run.add_argument("--concurrency", default=None,
+                     help="comma-separated stream counts of the closed loops, default "
+                          f"{','.join(map(str, DEFAULT_CONCURRENCY))} (with --load: give concurrency:N loads instead)")
     run.add_argument("--max-tokens", default="128", help="completion tokens per request, default %(default)s")
     run.add_argument("--requests-per-stream", default="2", help="back-to-back requests per stream, default %(default)s")
     run.add_argument("--warmup", default="1", help="warm-up requests before measuring (not counted), default %(default)s")
@@ -80,12 +91,48 @@ def _parser() -> argparse.ArgumentParser:
                      help="do not send ignore_eos; answers may then stop early (a server that refuses the field "
                           "with a 400/422 is detected and the field dropped without this flag)")
     run.add_argument("--strict", action="store_true",
-                     help="fail requests whose stream arrives buffered (many tokens in one network read) instead of "
-                          "warning: their TTFT and decode rate are not the server's")
+                     help="fail requests whose token chunks arrived in bursts (together, less than 200 us apart, as "
+                          "behind a buffering proxy) instead of warning: their TTFT, TPOT, ITL and decode rate are not "
+                          "the server's")
+    loads = run.add_argument_group("load shapes, goodput and capacity (sparkctl/bench/LOAD.md)")
+    loads.add_argument("--load", action="extend", nargs="+", default=None, metavar="SPEC",
+                       help="the loads to measure each prompt length at, in order (repeatable; several specs after one "
+                            "--load too): constant:rate=R, poisson:rate=R[,burstiness=B][,seed=S], "
+                            "ramp:start=R0,end=R1[,shape=linear|exponential][,burstiness=B][,seed=S] (requests/s), or "
+                            "concurrency:N (a closed loop); default: the closed loops of --concurrency")
+    loads.add_argument("--num-requests", default=None, metavar="N",
+                       help=f"requests of each rate point, sent at the schedule's offsets, default {DEFAULT_NUM_REQUESTS}")
+    loads.add_argument("--max-concurrency", default=None, metavar="N",
+                       help="at most this many requests of a rate point in flight; a request whose time has come waits "
+                            "for a free slot (default: unbounded)")
+    loads.add_argument("--sweep-rates", default=None, metavar="R1,R2,...",
+                       help="ascending requests/s, each a poisson load (instead of --load): e.g. 1,2,4,8")
+    loads.add_argument("--burstiness", default=None, metavar="B",
+                       help="burstiness of the --sweep-rates loads: 1 Poisson (default), below 1 burstier, above 1 more "
+                            "even, inf evenly spaced")
+    loads.add_argument("--slo", default=None, metavar="SPEC",
+                       help="latency objectives with units, e.g. ttft=2s,tpot=100ms (metrics ttft, tpot, itl, e2e): each "
+                            "point's goodput, the requests/s that met all of them")
+    loads.add_argument("--capacity", default=None, metavar="FRACTION",
+                       help="walk the rate loads upwards (--sweep-rates, or --load with ascending rates) and report the "
+                            "highest rate at which this fraction of requests met --slo, e.g. 0.9")
 
     test = sub.add_parser("selftest", allow_abbrev=False, help="print the client's own parse capacity (loopback only)")
     test.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     test.add_argument("--seconds", default=str(DEFAULT_SECONDS), help="duration, default %(default)s")
+
+    comparison = sub.add_parser("compare", allow_abbrev=False, help="compare two runs' benchmark.json, point by point",
+                                description="Before/after comparison of two benchmark.json files: median TTFT, median "
+                                            "decode and aggregate tok/s per point, each judged faster, slower or within "
+                                            "noise (Welch's t-test); see sparkctl/bench/LOAD.md.")
+    comparison.add_argument("before", metavar="BEFORE.json", help="benchmark.json of the run before the change")
+    comparison.add_argument("after", metavar="AFTER.json", help="benchmark.json of the run after the change")
+    comparison.add_argument("--also-before", action="append", default=[], metavar="FILE.json",
+                            help="another repetition of the before run (repeatable): its requests are pooled and its "
+                                 "aggregates make the aggregate figure judgeable")
+    comparison.add_argument("--also-after", action="append", default=[], metavar="FILE.json",
+                            help="another repetition of the after run (repeatable)")
+    comparison.add_argument("--out", default=None, metavar="FILE.md", help="also write the Markdown table to this file")
     return parser
 
 
@@ -141,6 +188,100 @@ def _url(text: str) -> str:
     return text.rstrip("/")
 
 
+def _fraction(flag: str, text: str, example: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value <= 1:
+        raise UsageError(flag, f"{text!r} is not a fraction in (0, 1]", f"give e.g. {flag} {example}")
+    return value
+
+
+def _rates(flag: str, text: str) -> list[float]:
+    """Ascending, finite, positive requests/s: a sweep walks rates upwards, and an infinite one has no
+    place on its curve."""
+    example = f"{flag} 1,2,4,8"
+    items = [item.strip() for item in str(text).split(",") if item.strip()]
+    if not items:
+        raise UsageError(flag, "no rate given", f"give ascending requests/s, e.g. {example}")
+    rates = []
+    for item in items:
+        try:
+            rate = float(item)
+        except ValueError:
+            rate = math.nan
+        if not 0 < rate < math.inf:
+            raise UsageError(flag, f"{item!r} is not a positive, finite number of requests/s", f"give e.g. {example}")
+        if rates and rate <= rates[-1]:
+            raise UsageError(flag, f"{item} after {rates[-1]:g}: the rates do not ascend",
+                             f"give each rate once, lowest first, e.g. {example}")
+        rates.append(rate)
+    return rates
+
+
+def _load_specs(args: argparse.Namespace) -> tuple[list[LoadSpec], list[float]]:
+    """(the --load specs, or the poisson specs --sweep-rates makes; the sweep's rates). Both empty:
+    the closed loops of --concurrency."""
+    if args.sweep_rates is not None and args.load:
+        raise UsageError("--sweep-rates", "cannot be combined with --load",
+                         "give the rates either as --sweep-rates 1,2,4,8 or as --load specs, e.g. "
+                         "--load poisson:rate=1 poisson:rate=2")
+    if args.burstiness is not None and args.sweep_rates is None:
+        raise UsageError("--burstiness", "applies to --sweep-rates only",
+                         "add --sweep-rates 1,2,4,8, or give the burstiness in each --load spec, e.g. "
+                         "--load poisson:rate=4,burstiness=0.5")
+    if args.sweep_rates is not None:
+        rates = _rates("--sweep-rates", args.sweep_rates)
+        burstiness = 1.0
+        if args.burstiness is not None:
+            try:
+                burstiness = float(args.burstiness)
+            except ValueError:
+                burstiness = math.nan
+            if not burstiness > 0:
+                raise UsageError("--burstiness", f"{args.burstiness!r} is not a positive number",
+                                 "give e.g. --burstiness 0.5 (burstier), 1 (Poisson) or inf (evenly spaced)")
+        return [LoadSpec(kind="poisson", rate=rate, burstiness=burstiness, seed=DEFAULT_SEED) for rate in rates], rates
+    specs = []
+    for text in args.load or []:
+        try:
+            spec = parse_load(text)
+        except SpecError as exc:
+            raise UsageError(exc.flag, exc.problem, exc.fix) from None
+        if str(spec) in map(str, specs):
+            raise UsageError("--load", f"{spec} is given twice", "give each load once")
+        specs.append(spec)
+    return specs, []
+
+
+def _check_capacity(args: argparse.Namespace, specs: list[LoadSpec], prompt_tokens: list[int]) -> float | None:
+    """The --capacity fraction, with what a capacity search needs around it: an SLO, one prompt
+    length, and rate loads (constant or poisson, finite) listed with ascending rates."""
+    if args.capacity is None:
+        return None
+    fraction = _fraction("--capacity", args.capacity, "0.9")
+    if args.slo is None:
+        raise UsageError("--capacity", "needs the latency objectives each rate is judged by",
+                         "give --slo too, e.g. --slo ttft=2s,tpot=100ms")
+    if not specs:
+        raise UsageError("--capacity", "needs rates to walk", "give --sweep-rates 1,2,4,8 or ascending rate loads, e.g. "
+                                                              "--load poisson:rate=1 poisson:rate=2 poisson:rate=4")
+    if len(prompt_tokens) > 1:
+        raise UsageError("--prompt-tokens", "a capacity search measures one prompt length",
+                         f"give one, e.g. --prompt-tokens {prompt_tokens[0]}, and run again for another")
+    previous = None
+    for spec in specs:
+        if spec.kind not in ("constant", "poisson") or spec.rate == math.inf:
+            raise UsageError("--load", f"{spec} has no finite rate for a capacity search to walk",
+                             "give constant or poisson loads with finite rates, e.g. --load poisson:rate=1 poisson:rate=2")
+        if previous is not None and spec.rate <= previous.rate:
+            raise UsageError("--load", f"{spec} comes after {previous}: the rates do not ascend",
+                             "list the loads lowest rate first, each rate once, e.g. --load poisson:rate=1 poisson:rate=2")
+        previous = spec
+    return fraction
+
+
 def read_key_file(text: str) -> str:
     """The key in a file only its owner can read: a key others can read is refused, not used."""
     try:
@@ -168,12 +309,33 @@ def validate(args: argparse.Namespace) -> tuple[Settings, dict]:
     if not _ENV_NAME.match(args.api_key_env):
         raise UsageError("--api-key-env", "not an environment variable name",
                          f"give the NAME of the variable holding the key, e.g. --api-key-env {DEFAULT_API_KEY_ENV}")
+    specs, sweep_rates = _load_specs(args)
+    if specs and args.concurrency is not None:
+        raise UsageError("--concurrency", "cannot be combined with --load or --sweep-rates",
+                         "give the closed loops as loads instead, e.g. --load concurrency:1 concurrency:4")
+    rate_loads = any(spec.kind != "concurrency" for spec in specs)
+    for flag, given in (("--num-requests", args.num_requests), ("--max-concurrency", args.max_concurrency)):
+        if given is not None and not rate_loads:
+            raise UsageError(flag, "applies to rate loads only, and none is given",
+                             "add one, e.g. --load poisson:rate=4 or --sweep-rates 1,2,4,8 (closed loops send "
+                             "--requests-per-stream requests per stream)")
+    slo = None
+    if args.slo is not None:
+        try:
+            slo = parse_slo(args.slo)
+        except SpecError as exc:
+            raise UsageError(exc.flag, exc.problem, exc.fix) from None
+    prompt_tokens = _int_list("--prompt-tokens", args.prompt_tokens, "2048,8192,32768")
+    if specs:
+        concurrency = sorted({spec.streams for spec in specs if spec.kind == "concurrency"})
+    else:
+        concurrency = _int_list("--concurrency", args.concurrency or ",".join(map(str, DEFAULT_CONCURRENCY)), "1,2,4")
     settings = Settings(
         url=_url(args.url),
         model=args.model,
         endpoint=args.endpoint,
-        prompt_tokens=_int_list("--prompt-tokens", args.prompt_tokens, "2048,8192,32768"),
-        concurrency=_int_list("--concurrency", args.concurrency, "1,2,4"),
+        prompt_tokens=prompt_tokens,
+        concurrency=concurrency,
         max_tokens=_int("--max-tokens", args.max_tokens, example="128"),
         requests_per_stream=_int("--requests-per-stream", args.requests_per_stream),
         warmup=_int("--warmup", args.warmup, minimum=0, example="1"),
@@ -185,6 +347,15 @@ def validate(args: argparse.Namespace) -> tuple[Settings, dict]:
         api_key_env=args.api_key_env,
         ignore_eos=args.ignore_eos,
         selftest_s=_seconds("--selftest-seconds", args.selftest_seconds, "1.5"),
+        loads=[str(spec) for spec in specs],
+        num_requests=(DEFAULT_NUM_REQUESTS if args.num_requests is None
+                      else _int("--num-requests", args.num_requests, example=str(DEFAULT_NUM_REQUESTS))),
+        max_concurrency=None if args.max_concurrency is None else _int("--max-concurrency", args.max_concurrency,
+                                                                        example="4"),
+        sweep_rates=sweep_rates,
+        burstiness=specs[0].burstiness if sweep_rates else None,
+        slo=slo,
+        capacity_fraction=_check_capacity(args, specs, prompt_tokens),
     )
     if settings.max_tokens < 2:
         raise UsageError("--max-tokens", "decode rate needs at least 2 completion tokens", "give e.g. --max-tokens 128")
@@ -233,6 +404,8 @@ def main(argv: list[str] | None = None, *, transport=None) -> int:
     if args.command is None:
         _parser().print_help(sys.stderr)
         return 2
+    if args.command == "compare":
+        return _compare(args)
     if args.command == "selftest":
         try:
             seconds = _seconds("--seconds", args.seconds, "1.5")
@@ -295,6 +468,31 @@ async def _run_until_signal(runner: Runner, interrupted: list[str]) -> dict:
             # remove_signal_handler would leave SIG_DFL: give back what the caller had.
             loop.remove_signal_handler(signal.SIGTERM)
             signal.signal(signal.SIGTERM, previous)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """Print (and with --out write) the Markdown comparison -> 0, or 2 naming the file that cannot be used."""
+    try:
+        before = [compare_mod.load_document(path) for path in [args.before, *args.also_before]]
+        after = [compare_mod.load_document(path) for path in [args.after, *args.also_after]]
+        out = None
+        if args.out:
+            out = Path(args.out)
+            if out.is_dir() or not out.parent.is_dir():
+                raise UsageError("--out", f"cannot write {out}", "give a file path in an existing directory")
+    except (compare_mod.DocumentError, UsageError) as exc:
+        print(f"{PROG} compare: {exc}", file=sys.stderr)
+        return 2
+    text = compare_mod.render_markdown(compare_mod.compare(before, after), before_name=args.before, after_name=args.after)
+    if out is not None:
+        try:
+            report.atomic_write(out, text.encode("utf-8"))
+        except OSError as exc:
+            print(f"{PROG} compare: --out: cannot write {out} ({exc.strerror or exc}); give a writable path", file=sys.stderr)
+            return 2
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return 0
 
 
 def _report(doc: dict, out: Path) -> int:

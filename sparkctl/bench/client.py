@@ -1,9 +1,12 @@
 """One streaming request and one sizing probe against an OpenAI-compatible server (httpx).
 
-Timestamps are time.perf_counter() taken when a network read returns, before any parsing,
-so the parser's own cost never shifts a token's arrival time. A token is counted from the
-chunk's content: `text` (completions) or `delta.content`, `delta.reasoning_content`,
-`delta.reasoning`, `delta.tool_calls` (chat; reasoning tokens are generated tokens too)."""
+Timestamps are time.perf_counter() taken when httpx hands over a piece of the body, before
+any parsing, so the parser's own cost never shifts a token's arrival time. httpx hands over one
+decoded HTTP chunk at a time (aiter_bytes and aiter_raw alike), never a whole socket read, so
+chunks that came in one read are told apart by their arrival times instead (see BURST_GAP_S).
+A token is counted from the chunk's content: `text` (completions) or `delta.content`,
+`delta.reasoning_content`, `delta.reasoning`, `delta.tool_calls` (chat; reasoning tokens are
+generated tokens too)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import asyncio
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -22,12 +25,43 @@ _LENGTH_REJECTION = re.compile(r"context length|maximum model length|max_model_l
                                r"exceeds the maximum|too long|longer than", re.I)
 
 
-# A stream is "buffered" when its tokens did not arrive one (or a few) per network read: behind
-# a buffering proxy the whole answer lands in one read, so the first token's arrival is the
-# last one's and TTFT, decode and aggregate figures describe the proxy, not the server. Real
-# servers send one chunk per token; a loaded client can find a few chunks in one read.
-BUFFERED_MIN_CHUNKS = 4
-BUFFERED_CHUNKS_PER_READ = 4.0
+# A "burst": token chunks that arrived together although the engine made them one decode step
+# apart, because something between the engine and this client (a buffering proxy, a server
+# flushing late) held them back. Their arrival times then describe the buffer, not the engine:
+# a whole answer in one burst reads as tens of thousands of tokens per second.
+#
+# Two token chunks arrived together when their arrival times are less than BURST_GAP_S apart.
+# A decode step, even of a tiny model on a GPU, takes more than a millisecond (the engine's
+# own scheduling alone costs hundreds of microseconds), and one step gives a stream at most one
+# chunk; the chunks of one socket read are handed over and parsed tens of microseconds apart.
+# 200 us sits five times below the fastest step and ten times above the parse.
+BURST_GAP_S = 0.0002
+# A request is a burst when one group holds at least BURST_MIN_CHUNKS token chunks, or when more
+# than half of its token chunks arrived grouped (in groups of two or more). A busy client can
+# find two chunks of one stream waiting now and then; four take a stall of three decode steps.
+BURST_MIN_CHUNKS = 4
+
+
+def arrival_groups(arrivals: list[float], gap_s: float = BURST_GAP_S) -> list[int]:
+    """The sizes of the runs of arrival times whose successive gaps are below gap_s, in order:
+    [1, 1, 3] for two chunks alone, then three that arrived together."""
+    if not arrivals:
+        return []
+    sizes = [1]
+    previous = arrivals[0]
+    for arrival in arrivals[1:]:
+        if arrival - previous < gap_s:
+            sizes[-1] += 1
+        else:
+            sizes.append(1)
+        previous = arrival
+    return sizes
+
+
+def is_burst(groups: list[int]) -> bool:
+    """The rule above: a group of BURST_MIN_CHUNKS or more, or more than half the chunks grouped."""
+    grouped = sum(size for size in groups if size > 1)
+    return max(groups, default=0) >= BURST_MIN_CHUNKS or 2 * grouped > sum(groups)
 
 
 @dataclass
@@ -47,12 +81,13 @@ class StreamOutcome:
     done_marker: bool = False  # data: [DONE] itself was sent
     error: str | None = None
     length_rejected: bool = False
-    empty_text: bool = False  # usage counts tokens the chunks carried as empty text
-    token_reads: int = 0  # network reads that completed at least one token-bearing chunk
+    empty_text: bool = False  # every token chunk carried empty text (usage still counts the tokens)
+    token_reads: int = 0  # pieces of the body (decoded HTTP chunks, as httpx yields them) that completed a token chunk
     max_chunks_per_read: int = 0
-    # Chunks with a choice but empty text: the timing of last resort when every token decoded to "".
-    t_first_choice: float | None = None
-    t_last_choice: float | None = None
+    # The arrival time of every token chunk, in order (the time the piece of the body that
+    # completed it was handed over): inter-token gaps and bursts are read from them.
+    arrivals: list[float] = field(default_factory=list)
+    # Token chunks whose text was empty (see _read_line): counted apart from content_chunks.
     choice_chunks: int = 0
 
     @property
@@ -60,21 +95,28 @@ class StreamOutcome:
         return self.error is None and self.done and self.t_first is not None
 
     @property
+    def burst_chunks(self) -> int:
+        """The most token chunks that arrived together (1 when none did, 0 without tokens)."""
+        return max(arrival_groups(self.arrivals), default=0)
+
+    @property
+    def burst(self) -> bool:
+        """Did the token chunks arrive in bursts (see BURST_GAP_S and BURST_MIN_CHUNKS)?"""
+        return is_burst(arrival_groups(self.arrivals))
+
+    @property
     def buffered(self) -> bool:
-        """Did the tokens arrive many to a read (see BUFFERED_CHUNKS_PER_READ)?"""
-        chunks = self.content_chunks + self.choice_chunks
-        if chunks < BUFFERED_MIN_CHUNKS or not self.token_reads:
-            return False
-        return self.token_reads == 1 or chunks / self.token_reads >= BUFFERED_CHUNKS_PER_READ
+        """The older name of `burst`, kept for the readers of benchmark.json that know it."""
+        return self.burst
 
     @property
     def completion_tokens(self) -> tuple[int | None, str | None]:
-        """(tokens, source): the server's usage when it sent one, else the content chunks
-        (an undercount when a chunk carries several tokens, e.g. speculative decoding)."""
+        """(tokens, source): the server's usage when it sent one, else the token chunks, empty
+        ones included (an undercount when a chunk carries several tokens, e.g. speculative decoding)."""
         if self.usage_completion_tokens is not None:
             return self.usage_completion_tokens, "usage"
-        if self.content_chunks:
-            return self.content_chunks, "chunks"
+        if self.content_chunks + self.choice_chunks:
+            return self.content_chunks + self.choice_chunks, "chunks"
         return None, None
 
 
@@ -186,7 +228,7 @@ async def stream_request(client: httpx.AsyncClient, url: str, payload: bytes, he
                 _finish(outcome)
     except _Stalled:
         outcome.error = (f"the stream stalled: no token for {stall_timeout_s:g} s after token "
-                         f"{outcome.content_chunks or outcome.choice_chunks} (--stall-timeout)")
+                         f"{outcome.content_chunks + outcome.choice_chunks} (--stall-timeout)")
     except TimeoutError:
         outcome.error = f"no complete answer within {timeout_s:g} s (--timeout)"
     except httpx.HTTPError as exc:
@@ -210,14 +252,13 @@ def _finish(outcome: StreamOutcome) -> None:
                              f"(cut off after {outcome.content_chunks} token chunk(s))")
             return
     outcome.done = True
-    if outcome.t_first is None:
-        if outcome.usage_completion_tokens and outcome.t_first_choice is not None:
-            # The tokens decoded to empty text (special tokens, or a model emitting nothing
-            # printable): usage still counts them and their chunks still time them.
-            outcome.empty_text = True
-            outcome.t_first, outcome.t_last = outcome.t_first_choice, outcome.t_last_choice
-        else:
-            outcome.error = "the stream carried no token"
+    if outcome.t_first is None or not (outcome.content_chunks or outcome.usage_completion_tokens):
+        # Chunks of empty text alone, with no usage counting tokens: nothing shows one was made.
+        outcome.error = "the stream carried no token"
+    elif not outcome.content_chunks:
+        # The tokens decoded to empty text (special tokens, or a model emitting nothing
+        # printable): usage still counts them and their chunks still time them.
+        outcome.empty_text = True
 
 
 def _read_line(line: bytes, now: float, outcome: StreamOutcome, chat: bool) -> None:
@@ -239,16 +280,21 @@ def _read_line(line: bytes, now: float, outcome: StreamOutcome, chat: bool) -> N
         message = event["error"].get("message") if isinstance(event["error"], dict) else event["error"]
         outcome.error = f"error in stream: {str(message)[:300]}"
         return
-    if _chunk_has_token(event, chat):
+    # A chunk whose text is empty still carries a token: vLLM sends one chunk per engine step,
+    # its text empty while the detokenizer holds back a token that ends mid-character (byte-level
+    # vocabularies split a character across tokens), and the characters come with a later chunk.
+    # Timed at its arrival as the engine made it, as vLLM's own client (`vllm bench serve`) times
+    # every chunk with a choice; without it a first token held back read as a decode step of TTFT.
+    has_text = _chunk_has_token(event, chat)
+    if has_text or _chunk_has_empty_token(event, chat):
         if outcome.t_first is None:
             outcome.t_first = now
         outcome.t_last = now
-        outcome.content_chunks += 1
-    elif _chunk_has_empty_token(event, chat):
-        if outcome.t_first_choice is None:
-            outcome.t_first_choice = now
-        outcome.t_last_choice = now
-        outcome.choice_chunks += 1
+        outcome.arrivals.append(now)
+        if has_text:
+            outcome.content_chunks += 1
+        else:
+            outcome.choice_chunks += 1
     reason = _finish_reason(event)
     if reason:
         outcome.finish_reason = reason

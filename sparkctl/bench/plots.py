@@ -1,4 +1,7 @@
-"""The three PNG plots, measured points beside the profile's published reference.
+"""The PNG plots: the three of the closed loops, measured points beside the profile's published
+reference, and with rate loads the latency-throughput curve (latency_vs_throughput.png: median
+TTFT and TPOT against the output throughput each load achieved, the SLO's objectives and the
+capacity marked).
 
 Each plot is built from `series` (plain data, stored in benchmark.json under `plots` so
 what was drawn can be checked without reading pixels); the figure is drawn from exactly
@@ -16,11 +19,18 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator  # noqa: E402
 
+# Drawn for every run with closed loops (and for a run without any point, as before loads existed).
 FILES = {
     "decode_vs_context": "decode_vs_context.png",
     "ttft_vs_context": "ttft_vs_context.png",
     "throughput_vs_streams": "throughput_vs_streams.png",
 }
+# Drawn for a run with rate loads.
+RATE_FILES = {"latency_vs_throughput": "latency_vs_throughput.png"}
+ALL_FILES = FILES | RATE_FILES
+SLO_STYLE = {"linestyle": "--", "color": "tab:red", "linewidth": 1}
+CAPACITY_STYLE = {"marker": "o", "markersize": 16, "markerfacecolor": "none", "markeredgecolor": "tab:green",
+                  "markeredgewidth": 2, "linestyle": "none", "zorder": 6}
 # Measured lines get distinct, shrinking markers so equal values (e.g. 1 and 2 streams below
 # a server's cap) stay visible on top of each other; the reference is a red star above them.
 MEASURED_MARKERS = (("o", 9), ("s", 7), ("^", 6), ("D", 4), ("v", 4), ("x", 6))
@@ -73,10 +83,14 @@ def context_series(doc: dict, metric: str) -> list[dict]:
     return series
 
 
+def _is_rate(point: dict) -> bool:
+    return point.get("streams") is None and bool(point.get("load"))
+
+
 def throughput_series(doc: dict) -> list[dict]:
     series = []
     for target in doc["settings"]["prompt_tokens"]:
-        chosen = sorted((p for p in doc["points"] if p["prompt_tokens_target"] == target
+        chosen = sorted((p for p in doc["points"] if p["prompt_tokens_target"] == target and not _is_rate(p)
                          and _summary_value(p, "aggregate", None) is not None), key=lambda p: p["streams"])
         if chosen:
             series.append({"kind": "measured", "label": f"measured, {target}-token prompt", "prompt_tokens": target,
@@ -87,6 +101,85 @@ def throughput_series(doc: dict) -> list[dict]:
         series.append({"kind": "reference", "label": f"reference: {reference.get('source')}",
                        "x": [e["streams"] for e in entries], "y": [e["value"] for e in entries]})
     return series
+
+
+def latency_series(doc: dict) -> list[dict]:
+    """The rate points' latency-throughput curve: per prompt length, in the order measured, the
+    output tok/s each load achieved (x) and its median TTFT and TPOT; then each objective of the
+    SLO on TTFT or TPOT, and the capacity's point."""
+    series = []
+    for target in doc["settings"]["prompt_tokens"]:
+        chosen = [p for p in doc["points"] if p["prompt_tokens_target"] == target and _is_rate(p)
+                  and (p.get("summary") or {}).get("output_throughput") is not None]
+        if chosen:
+            series.append({
+                "kind": "measured", "label": f"measured, {target}-token prompt", "prompt_tokens": target,
+                "load": [p["load"] for p in chosen], "offered_rate": [p.get("offered_rate") for p in chosen],
+                "x": [p["summary"]["output_throughput"] for p in chosen],
+                "ttft_s": [_summary_value(p, "ttft_s", "median") for p in chosen],
+                "tpot_s": [_summary_value(p, "tpot_s", "median") for p in chosen],
+            })
+    for metric in ("ttft", "tpot"):
+        objective = (doc["settings"].get("slo") or {}).get(metric)
+        if objective is not None:
+            series.append({"kind": "slo", "label": f"SLO: {metric} <= {_seconds_label(objective)}", "metric": metric,
+                           "y": objective})
+    capacity = doc.get("capacity") or {}
+    point = next((p for p in doc["points"] if capacity.get("load") and p.get("load") == capacity["load"]
+                  and p["prompt_tokens_target"] == capacity.get("prompt_tokens_target")), None)
+    if point is not None and (point.get("summary") or {}).get("output_throughput") is not None:
+        series.append({"kind": "capacity", "label": f"capacity: {capacity['rate']:g} requests/s", "load": point["load"],
+                       "x": [point["summary"]["output_throughput"]], "ttft_s": [_summary_value(point, "ttft_s", "median")],
+                       "tpot_s": [_summary_value(point, "tpot_s", "median")]})
+    return series
+
+
+def _seconds_label(value: float) -> str:
+    return f"{value * 1000:g} ms" if value < 1 else f"{value:g} s"
+
+
+def _draw_latency(series: list[dict], title: str) -> Figure:
+    """Two panels side by side sharing the throughput axis: TTFT (s) and TPOT (ms) against the
+    output tok/s achieved, each point labelled with its offered rate."""
+    figure = Figure(figsize=(10, 4.6), dpi=110, layout="constrained")
+    ax_ttft, ax_tpot = figure.subplots(1, 2, sharex=True)
+    panels = ((ax_ttft, "ttft", "ttft_s", 1.0, "TTFT s (median)"), (ax_tpot, "tpot", "tpot_s", 1000.0, "TPOT ms (median)"))
+    measured_index = 0
+    for s in series:
+        if s["kind"] != "measured":
+            continue
+        marker, size = MEASURED_MARKERS[measured_index % len(MEASURED_MARKERS)]
+        measured_index += 1
+        for ax, _metric, key, scale, _label in panels:
+            pairs = [(x, y * scale, rate) for x, y, rate in zip(s["x"], s[key], s["offered_rate"], strict=True)
+                     if y is not None]
+            ax.plot([x for x, _, _ in pairs], [y for _, y, _ in pairs], marker=marker, markersize=size, linestyle="-",
+                    label=s["label"])
+            for x, y, rate in pairs:
+                if rate is not None:
+                    ax.annotate(f"{rate:g}/s", (x, y), textcoords="offset points", xytext=(5, 5), fontsize=7, color="grey")
+    for s in series:
+        for ax, metric, key, scale, _label in panels:
+            if s["kind"] == "slo" and s["metric"] == metric:
+                ax.axhline(s["y"] * scale, label=s["label"], **SLO_STYLE)
+            elif s["kind"] == "capacity" and s[key][0] is not None:
+                ax.plot(s["x"], [s[key][0] * scale], label=s["label"], **CAPACITY_STYLE)
+    for ax, _metric, _key, _scale, label in panels:
+        if not measured_index:
+            ax.text(0.5, 0.5, "no measured points", transform=ax.transAxes, ha="center", va="center", color="grey")
+        ax.margins(0.1)  # room for the rate labels beside the outermost points
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("output tok/s (achieved)")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        if series:
+            ax.legend(fontsize=7)
+    figure.suptitle(title)
+    figure.supxlabel("one point per rate load, labelled with its offered requests/s; TPOT = (E2E - TTFT) / "
+                     "(completion tokens - 1); output tok/s = completion tokens / (last end - first send) of the point",
+                     fontsize=7, color="grey")
+    return figure
 
 
 def _tokens_label(value, _pos=None):
@@ -145,8 +238,16 @@ def _draw(series: list[dict], title: str, xlabel: str, ylabel: str, *, caption: 
 
 
 def build(doc: dict) -> dict[str, tuple[Figure, list[dict]]]:
-    """{plot name: (figure, series)} for the three plots."""
+    """{plot name: (figure, series)}: the three closed-loop plots when the run has closed loops (or
+    no point at all), the latency-throughput plot when it has rate loads."""
     name = doc.get("label") or doc["settings"]["model"]
+    figures = {}
+    rates = [p for p in doc["points"] if _is_rate(p)]
+    if rates:
+        latency = latency_series(doc)
+        figures["latency_vs_throughput"] = (_draw_latency(latency, f"{name}: latency against throughput"), latency)
+    if rates and all(_is_rate(p) for p in doc["points"]):
+        return figures
     decode = context_series(doc, "decode_tok_s")
     ttft = context_series(doc, "ttft_s")
     throughput = throughput_series(doc)
@@ -163,7 +264,7 @@ def build(doc: dict) -> dict[str, tuple[Figure, list[dict]]]:
         "throughput_vs_streams": (_draw(throughput, f"{name}: aggregate throughput", "concurrent streams", "aggregate tok/s",
                                         caption="aggregate = completion tokens of the level / (last token - "
                                                 "first first-token) of the level"), throughput),
-    }
+    } | figures
 
 
 def render(figure: Figure) -> bytes:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
 from . import plots
 from . import reference as reference_mod
+from .goodput import format_slo
 
 JSON_FILE = "benchmark.json"
 MARKDOWN_FILE = "benchmark.md"
@@ -44,6 +46,22 @@ def _seconds(value):
     return f"{value:.3f}" if value < 10 else f"{value:,.1f}"
 
 
+def _ms(value):
+    """Seconds shown in milliseconds, with fewer decimals as the value grows."""
+    if value is None:
+        return "n/a"
+    ms = value * 1000
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
+
+
+def _spread_ms(distribution: dict | None) -> str:
+    """median / p90 / p99 of a distribution of seconds, in milliseconds."""
+    d = distribution or {}
+    if not d.get("n"):
+        return "n/a"
+    return " / ".join(_ms(d.get(stat)) for stat in ("median", "p90", "p99"))
+
+
 def _ratio(value):
     return "" if value is None else f"{value:.2f}x"
 
@@ -64,15 +82,76 @@ def _where(comparison: dict) -> str:
     return "a short prompt" if comparison["prompt_tokens"] == 0 else f"prompt {comparison['prompt_tokens']}"
 
 
+def is_rate_point(point: dict) -> bool:
+    """A point of an open loop (constant, poisson or ramp load): no streams, a load spec. Reports
+    written before loads existed have closed loops only."""
+    return point.get("streams") is None and bool(point.get("load"))
+
+
+def point_where(point: dict) -> str:
+    if is_rate_point(point):
+        return f"prompt {point['prompt_tokens_target']} at {point['load']}"
+    return f"prompt {point['prompt_tokens_target']} x {point['streams']} stream(s)"
+
+
+def _percent(value):
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+def _goodput(summary: dict) -> str:
+    """'90 % / 1.80/s': the share of the point's requests within the SLO and good requests/s."""
+    good = summary.get("goodput")
+    if not good:
+        return "n/a"
+    return f"{_percent(good.get('fraction'))} / {_num(good.get('goodput_rps'), 2)}/s"
+
+
+def _capacity_lines(doc: dict) -> list[str]:
+    capacity = doc.get("capacity")
+    if not capacity:
+        return []
+    lines = ["## Capacity", ""]
+    if capacity.get("rate") is not None:
+        lines.append(f"**{capacity['rate']:g} requests/s** (`{capacity['load']}`) at {capacity['prompt_tokens_target']}-token "
+                     f"prompts: the highest rate measured at which {capacity['fraction']:.0%} of the requests met "
+                     f"`{capacity['slo_text']}`.")
+    else:
+        lines.append(f"**No capacity** at {capacity['prompt_tokens_target']}-token prompts for `{capacity['slo_text']}` "
+                     f"at {capacity['fraction']:.0%}.")
+    lines.append("")
+    lines.append(f"{capacity['note']}" + (f" ({capacity['stop']})" if capacity.get("stop") and capacity["stop"] not in
+                                          capacity["note"] else ""))
+    lines.append("")
+    if capacity.get("points"):
+        rows = []
+        for p in capacity["points"]:
+            rows.append([f"`{p['load']}`", _num(p.get("rate"), 2), _percent(p.get("fraction")), _num(p.get("goodput_rps"), 2),
+                         _num(p.get("throughput_rps"), 2), _num(p.get("output_throughput")),
+                         _ms((p.get("ttft_s") or {}).get("median")), _ms((p.get("tpot_s") or {}).get("median")),
+                         "yes" if p.get("meets") else "**no**"])
+        lines += _table(["load", "offered requests/s", "within SLO", "goodput requests/s", "requests/s", "output tok/s",
+                         "TTFT median ms", "TPOT median ms", "meets"], rows)
+        lines.append("")
+    return lines
+
+
 def render_markdown(doc: dict) -> str:
     s = doc["settings"]
     points = doc["points"]
+    closed = [p for p in points if not is_rate_point(p)]
+    rates = [p for p in points if is_rate_point(p)]
     failed = [r for r in doc["requests"] if not r["ok"] and not r["length_rejected"]]
     verdict = "OK" if doc["ok"] else "FAILED"
     lines = [f"# Benchmark: {doc.get('label') or s['model']} - {verdict}", ""]
+    load = f"{s['requests_per_stream']} request(s) per stream"
+    if rates:
+        load = (f"{s.get('num_requests')} request(s) per rate point"
+                + (f" (at most {s['max_concurrency']} in flight)" if s.get("max_concurrency") else "")
+                + (f", {load}" if closed else ""))
     lines.append(f"`{s['model']}` at {s['api_base']} ({s['endpoint']} endpoint), max_tokens {s['max_tokens']}, "
-                 f"{s['requests_per_stream']} request(s) per stream, {s['warmup']} warm-up, started {doc['started_at']}, "
-                 f"{doc['duration_s']:.0f} s.")
+                 f"{load}, {s['warmup']} warm-up, started {doc['started_at']}, {doc['duration_s']:.0f} s.")
+    if s.get("slo"):
+        lines.append(f"SLO: each request within {format_slo(s['slo'])} (goodput: the requests/s that met it).")
     lines.append("")
     calibration = doc.get("calibration") or {}
     estimated = bool(calibration.get("estimated"))
@@ -88,10 +167,13 @@ def render_markdown(doc: dict) -> str:
     if doc.get("errors") or doc.get("warnings"):
         lines.append("")
 
-    single = 1 if 1 in s["concurrency"] else min(s["concurrency"])
-    by_length = [p for p in points if p["streams"] == single]
-    lines.append(f"## By prompt length ({single} stream{'s' if single > 1 else ''})")
-    lines.append("")
+    lines += _capacity_lines(doc)
+
+    single = 1 if 1 in s["concurrency"] else min(s["concurrency"], default=None)
+    by_length = [p for p in closed if p["streams"] == single]
+    if single is not None:
+        lines.append(f"## By prompt length ({single} stream{'s' if single > 1 else ''})")
+        lines.append("")
     rows = []
     for p in by_length:
         summary = p.get("summary") or {}
@@ -109,14 +191,12 @@ def render_markdown(doc: dict) -> str:
             _seconds(ref_ttft["reference"]) if ref_ttft else "", _ratio(ref_ttft["ratio"]) if ref_ttft else "",
             p["status"],
         ])
-    lines += _table(["prompt (target)", "prompt (sent)", "TTFT median s", "TTFT p90 s", "decode median tok/s",
-                     "decode p90 tok/s", "ref decode tok/s", "decode ratio", "ref TTFT s", "TTFT ratio", "status"], rows)
-    lines.append("")
-
-    lines.append("## By concurrency")
-    lines.append("")
+    if single is not None:
+        lines += _table(["prompt (target)", "prompt (sent)", "TTFT median s", "TTFT p90 s", "decode median tok/s",
+                         "decode p90 tok/s", "ref decode tok/s", "decode ratio", "ref TTFT s", "TTFT ratio", "status"], rows)
+        lines.append("")
     rows = []
-    for p in points:
+    for p in closed:
         summary = p.get("summary") or {}
         decode, ttft = summary.get("decode_tok_s") or {}, summary.get("ttft_s") or {}
         aggregate = (summary.get("aggregate") or {}).get("tok_s")
@@ -129,23 +209,79 @@ def render_markdown(doc: dict) -> str:
             f"{summary.get('failed_requests', 0)}/{summary.get('requests', 0)}" if summary else "",
             p["status"],
         ])
-    lines += _table(["prompt (target)", "streams", "aggregate tok/s", "decode/stream median (min-max)",
-                     "TTFT median (max) s", "ref aggregate tok/s", "ratio", "failed", "status"], rows)
-    lines.append("")
+    if closed:
+        lines += ["## By concurrency", ""]
+        lines += _table(["prompt (target)", "streams", "aggregate tok/s", "decode/stream median (min-max)",
+                         "TTFT median (max) s", "ref aggregate tok/s", "ratio", "failed", "status"], rows)
+        lines.append("")
 
-    noted = [p for p in points if p.get("early_stops") or p.get("buffered_requests")]
+    if rates:
+        lines.append("## By offered load")
+        lines.append("")
+        lines.append(f"Open loops: {s.get('num_requests')} requests per point, each sent at its time in the load's schedule "
+                     "whether or not the earlier ones had ended"
+                     + (f", at most {s['max_concurrency']} in flight (--max-concurrency)" if s.get("max_concurrency") else "")
+                     + ". Latest send: how long after its scheduled time the latest request left.")
+        lines.append("")
+        rows = []
+        for p in rates:
+            summary = p.get("summary") or {}
+            ttft, tpot = summary.get("ttft_s") or {}, summary.get("tpot_s") or {}
+            rows.append([
+                p["prompt_tokens_target"], f"`{p['load']}`", _num(p.get("offered_rate"), 2),
+                _num(summary.get("request_throughput"), 2), _num(summary.get("output_throughput")),
+                p.get("max_in_flight") if p.get("max_in_flight") is not None else "n/a",
+                f"{_seconds(ttft.get('median'))} ({_seconds(ttft.get('p90'))})", _ms(tpot.get("median")),
+                _ms((p.get("send_lag_s") or {}).get("max")),
+                f"{summary.get('failed_requests', 0)}/{summary.get('requests', 0)}" if summary else "", p["status"],
+            ])
+        lines += _table(["prompt (target)", "load", "offered requests/s", "requests/s", "output tok/s", "most in flight",
+                         "TTFT median (p90) s", "TPOT median ms", "latest send ms", "failed", "status"], rows)
+        lines.append("")
+
+    measured = [p for p in points if p.get("summary")]
+    if measured:
+        lines.append("## Latency and throughput per point")
+        lines.append("")
+        lines.append("As `vllm bench serve` reports them (sparkctl's README, \"Against `vllm bench serve`\", says where "
+                     "the definitions differ): milliseconds, median / p90 / p99 over the successful requests; answers "
+                     "that arrived in bursts are left out of TPOT and ITL.")
+        lines.append("")
+        if s.get("slo"):
+            lines.append(f"Goodput: the share of the point's requests (failed ones included) that met every objective of "
+                         f"`{format_slo(s['slo'])}`, and those requests per second of the point's duration.")
+            lines.append("")
+        rows = []
+        for p in measured:
+            summary = p["summary"]
+            row = [
+                p["prompt_tokens_target"], f"`{p['load']}`" if rates else p["streams"],
+                _spread_ms(summary.get("ttft_s")), _spread_ms(summary.get("tpot_s")), _spread_ms(summary.get("itl_s")),
+                _spread_ms(summary.get("e2e_s")), _num(summary.get("output_throughput")),
+                _num(summary.get("request_throughput"), 2)]
+            if s.get("slo"):
+                row.append(_goodput(summary))
+            rows.append(row + [_bursts(p), p["status"]])
+        header = ["prompt (target)", "load" if rates else "streams", "TTFT ms", "TPOT ms", "ITL ms", "E2E ms", "output tok/s",
+                  "requests/s"]
+        lines += _table(header + (["goodput (within SLO / good requests/s)"] if s.get("slo") else []) + ["bursts", "status"],
+                        rows)
+        lines.append("")
+
+    noted = [p for p in points if p.get("early_stops") or _burst_count(p)]
     if noted:
-        lines.append("## Answers that stopped early or arrived buffered")
+        lines.append("## Answers that stopped early or arrived in bursts")
         lines.append("")
         for p in noted:
             requests = (p.get("summary") or {}).get("requests", 0)
-            where = f"- prompt {p['prompt_tokens_target']} x {p['streams']} stream(s):"
+            where = f"- {point_where(p)}:"
             if p.get("early_stops"):
                 where += (f" {p['early_stops']} of {requests} answers stopped early (finish_reason before max_tokens "
                           f"{s['max_tokens']});")
-            if p.get("buffered_requests"):
-                where += (f" {p['buffered_requests']} of {requests} answers arrived buffered (many tokens in one network "
-                          "read): TTFT and decode figures are not the server's;")
+            if _burst_count(p):
+                where += (f" {_burst_count(p)} of {requests} answers arrived in bursts, buffered on their way (token "
+                          "chunks together that the engine made a decode step apart): left out of decode, TPOT and ITL, "
+                          "and their TTFT may be late;")
             lines.append(where.rstrip(";"))
         lines.append("")
 
@@ -153,17 +289,20 @@ def render_markdown(doc: dict) -> str:
     if not_measured:
         lines.append("## Skipped and unmeasured points")
         lines.append("")
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple, list] = {}
         for p in not_measured:
-            groups.setdefault((p["prompt_tokens_target"], p["status"], p["reason"]), []).append(p["streams"])
-        for (target, status, reason), streams in groups.items():
-            lines.append(f"- {target} tokens, streams {', '.join(map(str, streams))}: {status}: {reason}")
+            rate = is_rate_point(p)
+            groups.setdefault((p["prompt_tokens_target"], rate, p["status"], p["reason"]), []).append(
+                f"`{p['load']}`" if rate else str(p["streams"]))
+        for (target, rate, status, reason), which in groups.items():
+            lines.append(f"- {target} tokens, {'loads' if rate else 'streams'} {', '.join(which)}: {status}: {reason}")
         lines.append("")
     if failed:
         lines.append(f"Failed requests ({len(failed)}):")
         lines.append("")
         for r in failed[:10]:
-            lines.append(f"- point {r['point']} stream {r['stream']} request {r['index']}: {r['error']}")
+            stream = "" if r.get("stream") is None else f" stream {r['stream']}"
+            lines.append(f"- point {r['point']}{stream} request {r['index']}: {r['error']}")
         if len(failed) > 10:
             lines.append(f"- ... {len(failed) - 10} more in {JSON_FILE}")
         lines.append("")
@@ -200,13 +339,45 @@ def render_markdown(doc: dict) -> str:
     for warning in o.get("warnings", []):
         lines.append(f"- **warning:** {warning}")
     lines.append("")
-    lines.append("Definitions: TTFT = first token arrival - request sent; decode = (completion tokens - 1) / "
-                 "(last token - first token) per request; aggregate = completion tokens of a level / (last token - "
-                 "first first-token of the level). Plots: " + ", ".join(plots.FILES.values()) + f"; raw records: {JSON_FILE}.")
+    lines.append("Definitions: TTFT = first token arrival - request sent; E2E = end of the stream - request sent; "
+                 "TPOT = (E2E - TTFT) / (completion tokens - 1); ITL = the gaps between successive token chunks; "
+                 "decode = (completion tokens - 1) / (last token - first token) per request; aggregate = completion "
+                 "tokens of a level / (last token - first first-token of the level); output and request throughput = "
+                 "completion tokens and successful requests of a point / (last end - first send). Plots: "
+                 + ", ".join(_plot_files(doc)) + f"; raw records: {JSON_FILE}.")
     return "\n".join(lines) + "\n"
 
 
+def _plot_files(doc: dict) -> list[str]:
+    """The PNGs written beside the report (doc["plots"], filled by write()), else those every run has."""
+    drawn = [entry["file"] for entry in (doc.get("plots") or {}).values()]
+    return drawn or list(plots.FILES.values())
+
+
+def _burst_count(point: dict) -> int:
+    """Requests of the point that arrived in bursts (`buffered_requests` in reports written
+    before bursts had their own name)."""
+    return point.get("burst_requests", point.get("buffered_requests")) or 0
+
+
+def _bursts(point: dict) -> str:
+    count, requests = _burst_count(point), (point.get("summary") or {}).get("requests", 0)
+    return f"**{count} of {requests}**" if count else "0"
+
+
 # ---- files ----------------------------------------------------------------------------------
+
+
+# A list of numbers as json.dumps(indent=2) lays it out, one number a line. Strings in JSON hold
+# no raw newline, so a "[" followed by a newline is always the start of a list.
+_NUMBER_LIST = re.compile(r"\[\n\s*(-?[0-9][-+0-9.eE,\s]*?)\n\s*\]")
+
+
+def json_text(doc: dict) -> str:
+    """The document indented, with lists of numbers (each request's itl_s, the plotted series)
+    kept on one line: one line per inter-token gap would bury the records."""
+    text = json.dumps(doc, indent=2)
+    return _NUMBER_LIST.sub(lambda match: "[" + " ".join(match.group(1).split()) + "]", text) + "\n"
 
 
 def write(doc: dict, out_dir: str | Path) -> dict[str, Path]:
@@ -217,14 +388,14 @@ def write(doc: dict, out_dir: str | Path) -> dict[str, Path]:
     doc["plots"] = {}
     images = {}
     for name, (figure, series) in plots.build(doc).items():
-        doc["plots"][name] = {"file": plots.FILES[name], "series": series}
+        doc["plots"][name] = {"file": plots.ALL_FILES[name], "series": series}
         images[name] = plots.render(figure)
     for name, data in images.items():
-        atomic_write(out / plots.FILES[name], data)
-        written[name] = out / plots.FILES[name]
+        atomic_write(out / plots.ALL_FILES[name], data)
+        written[name] = out / plots.ALL_FILES[name]
     markdown = render_markdown(doc)
     atomic_write(out / MARKDOWN_FILE, markdown.encode())
     written["markdown"] = out / MARKDOWN_FILE
-    atomic_write(out / JSON_FILE, (json.dumps(doc, indent=2) + "\n").encode())
+    atomic_write(out / JSON_FILE, json_text(doc).encode())
     written["json"] = out / JSON_FILE
     return written

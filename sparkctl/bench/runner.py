@@ -3,23 +3,32 @@
 Order: the model (GET /v1/models: checks --model, or picks the only one served) -> warm-up
 requests (not counted) -> two short probes fit tokens-per-word -> for each
 prompt length (ascending) size the filler to the target with max_tokens=1 probes, then
-measure it at every concurrency level -> the loopback self-test. A point is skipped (not
+measure it at every load -> the loopback self-test. A point is skipped (not
 failed) when prompt + max_tokens exceeds --max-model-len or the server refuses the length
 with a 400; any other failed measured request makes the run fail (exit 1) but the report is
 still written, the failures marked.
+
+A load is a closed loop (concurrency:N, --concurrency: N streams, each sending its requests
+back to back) or a rate (constant, poisson, ramp: --num-requests requests, each started as its
+own task at its offset in the schedule, arrivals.py, whether or not the earlier ones have
+ended; --max-concurrency caps how many are in flight). With --slo each point's summary carries
+its goodput; with --capacity the rate points are walked upwards by goodput.find_capacity, which
+stops the walk once the SLO is clearly missed.
 
 Servers other than vLLM and SGLang differ in small ways the run adapts to, each said once in
 the report's warnings: an optional field refused with a 400/422 (ignore_eos, stream_options)
 is dropped and the request sent again; no usage.prompt_tokens in non-streamed answers switches
 prompt sizing to the server's tokenizer endpoint, else to a characters-per-token estimate
 (the lengths are then marked estimated); streams ending without data: [DONE], tokens that
-decode to empty text, and streams that arrive buffered are accepted but noted."""
+decode to empty text, and streams that arrive in bursts (buffered) are accepted but noted."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -27,9 +36,10 @@ from pathlib import Path
 
 import httpx
 
-from . import SCHEMA_VERSION, prompts, reference as reference_mod, stats
-from .client import (OPTIONAL_FIELDS, ProbeOutcome, StreamOutcome, count_tokens, list_models, probe_prompt_tokens,
-                     refused_field, stream_request)
+from . import SCHEMA_VERSION, arrivals, goodput, prompts, reference as reference_mod, stats
+from .arrivals import LoadSpec
+from .client import (BURST_GAP_S, OPTIONAL_FIELDS, ProbeOutcome, StreamOutcome, count_tokens, list_models,
+                     probe_prompt_tokens, refused_field, stream_request)
 from .selftest import measure_capacity
 from .settings import Settings
 
@@ -45,6 +55,10 @@ DEFAULT_CHARS_PER_TOKEN = 4.0
 # vLLM serves /tokenize beside /v1; SGLang serves /v1/tokenize (prompt strings only).
 TOKENIZER_ROUTES = ("/tokenize", "/v1/tokenize")
 MODELS_TIMEOUT_S = 30.0
+# A rate point's request sent this much later than its schedule says (without --max-concurrency,
+# whose queue delays requests on purpose) means the client fell behind: the load it offered was
+# lower than the one asked for, and the report says so.
+LATE_SEND_WARN_S = 0.1
 
 
 class ModelChoiceError(Exception):
@@ -57,6 +71,24 @@ def _now_iso() -> str:
 
 def _round(value, digits=6):
     return None if value is None else round(value, digits)
+
+
+def load_specs(settings: Settings) -> list[LoadSpec]:
+    """The loads of the run in order: the --load specs (or those --sweep-rates made), else one
+    closed loop per --concurrency level, as before loads existed."""
+    if settings.loads:
+        return [arrivals.parse_load(text) for text in settings.loads]
+    return [LoadSpec(kind="concurrency", streams=streams) for streams in settings.concurrency]
+
+
+def offered_rate(spec: LoadSpec, offsets: list[float] | None = None) -> float | None:
+    """Requests/s a rate load offers: its rate (None for an infinite one, all sent at once); for a
+    ramp the mean over its schedule, (n - 1) / span. None for a closed loop, which offers no rate."""
+    if spec.kind in ("constant", "poisson"):
+        return None if spec.rate == math.inf else spec.rate
+    if spec.kind == "ramp" and offsets and len(offsets) > 1 and offsets[-1] > 0:
+        return (len(offsets) - 1) / offsets[-1]
+    return None
 
 
 class Runner:
@@ -91,8 +123,12 @@ class Runner:
         self.points: list[dict] = []
         self.requests: list[dict] = []
         self.calibration: dict = {"fit": None, "probes": [], "lengths": []}
-        self.plan: list[tuple[int, int]] = []
+        self.plan: list[tuple[int, LoadSpec]] = []
         self._warmup_chars: list[tuple[dict, int]] = []
+        self._fit_result: prompts.LinearFit | None = None
+        self._sized_lengths: dict[int, dict] = {}  # prompt target -> its sizing (calibration["lengths"])
+        self._abandon: str | None = None  # set: every further point is failed with this reason, unmeasured
+        self.capacity: dict | None = None
 
     # ---- helpers ------------------------------------------------------------------------
 
@@ -139,14 +175,17 @@ class Runner:
     def _rel(self, t):
         return None if t is None else _round(t - self.t0)
 
-    def _record(self, outcome: StreamOutcome, *, phase: str, point: int | None, stream: int, index: int,
-                target: int | None, words: int) -> dict:
+    def _record(self, outcome: StreamOutcome, *, phase: str, point: int | None, stream: int | None, index: int,
+                target: int | None, words: int, scheduled: float | None = None, offset: float | None = None) -> dict:
         tokens, source = outcome.completion_tokens
         ok, error = outcome.ok, outcome.error
-        buffered = outcome.buffered
-        if ok and buffered and self.settings.strict:
-            ok, error = False, (f"the stream arrived buffered ({outcome.max_chunks_per_read} token chunks in one network "
-                                f"read): its TTFT and decode rate are not the server's (--strict)")
+        burst, burst_chunks = outcome.burst, outcome.burst_chunks
+        if ok and burst and self.settings.strict:
+            ok, error = False, (f"the stream arrived in bursts, buffered on its way ({burst_chunks} token chunks within "
+                                f"{BURST_GAP_S * 1e6:.0f} us of each other): its TTFT, TPOT, ITL and decode rate are not "
+                                "the server's (--strict)")
+        ttft = stats.time_to_first_token(outcome.t_send, outcome.t_first)
+        e2e = stats.end_to_end(outcome.t_send, outcome.t_end, outcome.t_last) if ok else None
         prompt_tokens, prompt_source = outcome.usage_prompt_tokens, "usage"
         if prompt_tokens is None:
             prompt_tokens = self._sized_tokens.get(words)
@@ -159,15 +198,24 @@ class Runner:
             "completion_tokens": tokens, "token_count_source": source, "content_chunks": outcome.content_chunks,
             "t_send": self._rel(outcome.t_send), "t_first": self._rel(outcome.t_first), "t_last": self._rel(outcome.t_last),
             "t_end": self._rel(outcome.t_end),
-            "ttft_s": _round(stats.time_to_first_token(outcome.t_send, outcome.t_first)),
+            # Rate points: when the schedule said to send (same clock as t_send) and the offset in
+            # the schedule; t_send - t_scheduled is how late the request left (--max-concurrency's
+            # queue included). None in closed loops, which have no schedule.
+            "t_scheduled": self._rel(scheduled), "offset_s": _round(offset),
+            "ttft_s": _round(ttft),
             "decode_tok_s": _round(stats.decode_rate(tokens, outcome.t_first, outcome.t_last)) if ok else None,
+            "tpot_s": _round(stats.time_per_output_token(e2e, ttft, tokens)),
+            "e2e_s": _round(e2e),
             "finish_reason": outcome.finish_reason,
             "stopped_early": bool(outcome.ok and tokens is not None and tokens < self.settings.max_tokens
                                   and outcome.finish_reason != "length"),
             "done_marker": outcome.done_marker, "empty_text": outcome.empty_text,
-            "buffered": buffered, "token_reads": outcome.token_reads, "max_chunks_per_read": outcome.max_chunks_per_read,
+            "burst": burst, "burst_chunks": burst_chunks,
+            "buffered": burst, "token_reads": outcome.token_reads, "max_chunks_per_read": outcome.max_chunks_per_read,
             "ok": ok, "status": outcome.status, "error": self._redact(error),
             "length_rejected": outcome.length_rejected,
+            # Last: one gap per token chunk, the longest entry of a record.
+            "itl_s": [round(gap, 6) for gap in stats.inter_token_latencies(outcome.arrivals)] if ok else [],
         }
 
     async def _stream(self, client, words, payload: bytes | None = None, **where) -> dict:
@@ -332,32 +380,201 @@ class Runner:
         await asyncio.gather(*tasks)
         return sorted(records, key=lambda r: (r["stream"], r["index"]))
 
-    async def _run_point(self, client, point: dict, size: dict) -> list[dict]:
+    async def _measure_rate(self, client, point: dict, target: int, words: int, spec: LoadSpec) -> list[dict]:
+        """An open loop: --num-requests requests, request i started as its own task at the
+        point's start + offset i of the schedule, whether or not the earlier ones have ended
+        (--max-concurrency: it then waits for a free slot, as `vllm bench serve` does, and its
+        t_send is when it got one). Sets the point's offered_rate, max_in_flight, send_lag_s."""
+        s = self.settings
+        offsets = spec.offsets(s.num_requests)
+        gate = asyncio.Semaphore(s.max_concurrency) if s.max_concurrency else None
+        records: list[dict] = []
+        in_flight = most = 0
+
+        async def one(index: int, payload: bytes, due: float):
+            nonlocal in_flight, most
+            async with gate if gate is not None else contextlib.nullcontext():
+                in_flight += 1
+                most = max(most, in_flight)
+                try:
+                    records.append(await self._stream(client, words, payload, phase="measure", point=point["point"],
+                                                      stream=None, index=index, target=target, scheduled=due,
+                                                      offset=offsets[index]))
+                finally:
+                    in_flight -= 1
+
+        # A TaskGroup: an interrupt while the schedule runs cancels the requests already in flight.
+        async with asyncio.TaskGroup() as group:
+            start = self.clock()
+            for index, offset in enumerate(offsets):
+                # Encoded before its time comes (while the previous requests are on their way), so
+                # encoding a long prompt does not make it late; one at a time keeps the memory small.
+                payload = self._payload(words, s.max_tokens, stream=True)
+                due = start + offset
+                # Until the clock the records use says so: a timer may fire a little early.
+                while (wait := due - self.clock()) > 0:
+                    await asyncio.sleep(wait)
+                group.create_task(one(index, payload, due))
+        point["offered_rate"] = _round(offered_rate(spec, offsets))
+        point["max_in_flight"] = most
+        lags = [r["t_send"] - r["t_scheduled"] for r in records if r["t_send"] is not None and r["t_scheduled"] is not None]
+        point["send_lag_s"] = {"median": _round(stats.percentile(lags, 50)), "max": _round(max(lags, default=None))}
+        return sorted(records, key=lambda r: r["index"])
+
+    async def _run_point(self, client, point: dict, size: dict, spec: LoadSpec) -> list[dict]:
         """Measure one point (updating its status, reason and summary) -> its request records."""
         if size["status"] != "ok":
             point.update(status=size["status"], reason=size["reason"])
             return []
         point["prompt_words"] = size["words"]
-        records = await self._measure(client, point["point"], point["prompt_tokens_target"], point["streams"], size["words"])
-        point["summary"] = stats.summarize_point(records, point["streams"])
+        target = point["prompt_tokens_target"]
+        if spec.kind == "concurrency":
+            records = await self._measure(client, point["point"], target, point["streams"], size["words"])
+        else:
+            records = await self._measure_rate(client, point, target, size["words"], spec)
+        point["summary"] = stats.summarize_point(records, point["streams"] or 0)
+        if self.settings.slo:
+            point["summary"]["goodput"] = goodput.goodput(records, self.settings.slo, point["summary"]["duration_s"])
         point["early_stops"] = sum(1 for r in records if r["stopped_early"])
-        point["buffered_requests"] = sum(1 for r in records if r["buffered"])
-        if point["buffered_requests"]:
-            most = max(r["max_chunks_per_read"] for r in records)
+        point["burst_requests"] = point["buffered_requests"] = sum(1 for r in records if r["burst"])
+        if point["burst_requests"]:
+            most = max(r["burst_chunks"] for r in records)
             self.warnings.append(
-                f"point {point['point']} (prompt {point['prompt_tokens_target']} x {point['streams']} stream(s)): "
-                f"{point['buffered_requests']} of {len(records)} answers arrived buffered (up to {most} token chunks in "
-                f"one network read): its TTFT, decode and aggregate figures are the buffer's, not the server's; is a "
-                f"proxy between client and server buffering the stream? (--strict fails such points)")
+                f"point {point['point']} ({self._where(point)}): "
+                f"{point['burst_requests']} of {len(records)} answers arrived in bursts, buffered on their way (up to "
+                f"{most} token chunks within {BURST_GAP_S * 1e6:.0f} us of each other, where the engine needs a decode "
+                "step for each): they are left out of the point's decode, TPOT and ITL figures, and their TTFT may be "
+                "late; is a proxy between client and server buffering the stream? (--strict fails such requests)")
+        late = (point.get("send_lag_s") or {}).get("max")
+        if late is not None and late > LATE_SEND_WARN_S and not self.settings.max_concurrency:
+            self.warnings.append(
+                f"point {point['point']} ({self._where(point)}): a request left {late:.3f} s after its scheduled time: "
+                "the client fell behind the schedule, so the load offered was lower than asked (a busy client machine, "
+                "or prompts too long to encode in time)")
         rejected = next((r for r in records if r["length_rejected"]), None)
         if rejected:
             point.update(status="skipped", reason=f"the server refused the length: {rejected['error']}")
-            size.update(status="skipped", reason=point["reason"])  # the other levels of this length too
+            size.update(status="skipped", reason=point["reason"])  # the other loads of this length too
         elif point["summary"]["failed_requests"]:
             first = next(r for r in records if not r["ok"])
             point.update(status="failed", reason=f"{point['summary']['failed_requests']} of {len(records)} requests "
                                                  f"failed; first: {first['error']}")
         return records
+
+    @staticmethod
+    def _where(point: dict) -> str:
+        """'prompt 2048 x 2 stream(s)' for a closed loop, 'prompt 2048 at poisson:rate=4,...' for a rate."""
+        if point.get("streams") is not None:
+            return f"prompt {point['prompt_tokens_target']} x {point['streams']} stream(s)"
+        return f"prompt {point['prompt_tokens_target']} at {point.get('load')}"
+
+    def _new_point(self, number: int, target: int, spec: LoadSpec) -> dict:
+        """A point before it is measured. streams: the closed loop's stream count; None for a rate
+        load, whose requests are not tied to streams (max_in_flight says how many overlapped)."""
+        closed = spec.kind == "concurrency"
+        return {"point": number, "prompt_tokens_target": target, "streams": spec.streams if closed else None,
+                "load": str(spec), "status": "ok", "reason": None, "prompt_words": None, "summary": None, "early_stops": 0,
+                "burst_requests": 0, "buffered_requests": 0, "started_s": None, "elapsed_s": None,
+                "offered_rate": None if closed else _round(offered_rate(spec)), "max_in_flight": None, "send_lag_s": None}
+
+    async def _point(self, client, number: int, target: int, spec: LoadSpec) -> list[dict]:
+        """Measure (or skip) point `number` of the plan, append it to the points, report progress
+        -> its request records."""
+        s = self.settings
+        began = self.clock()
+        point = self._new_point(number, target, spec)
+        point["started_s"] = self._rel(began)
+        records: list[dict] = []
+        if s.max_model_len and target + s.max_tokens > s.max_model_len:
+            point.update(status="skipped", reason=f"{target} prompt + {s.max_tokens} max_tokens exceeds "
+                                                  f"--max-model-len {s.max_model_len}")
+        elif self._abandon:
+            point.update(status="failed", reason=self._abandon)
+        else:
+            size = await self._sized(client, target)
+            records = await self._run_point(client, point, size, spec)
+            summary = point["summary"]
+            if point["status"] == "failed" and summary and not summary["ok_requests"]:
+                # Nothing got through (server gone or wedged): each further request would
+                # only wait out --timeout.
+                self._abandon = f"not measured: every request of point {number} failed"
+        point["elapsed_s"] = _round(self.clock() - began, 3)
+        self.points.append(point)
+        self.requests.extend(records)
+        self._report_point(point)
+        return records
+
+    async def _sized(self, client, target: int) -> dict:
+        if target not in self._sized_lengths:
+            self.progress(f"sizing the {target}-token prompt")
+            self._sized_lengths[target] = await self._size(client, self._fit_result, target)
+            self.calibration["lengths"].append(self._sized_lengths[target])
+        return self._sized_lengths[target]
+
+    def _report_point(self, point: dict) -> None:
+        message = self._point_message(point)
+        self.progress(f"[{point['point']}/{len(self.plan)}] {message}")
+        self._write_progress({"point": point["point"], "points": len(self.plan), "prompt_tokens": point["prompt_tokens_target"],
+                              "streams": point["streams"], "load": point["load"],
+                              "elapsed_s": _round(self.clock() - self.t0, 3), "message": message})
+
+    async def _search_capacity(self, client, target: int, specs: list[LoadSpec]) -> None:
+        """--capacity: goodput.find_capacity walks the rate loads upwards, one point each, and
+        stops once the SLO is clearly missed; the loads it did not reach are listed as skipped
+        points. find_capacity is synchronous and calls measure(rate) for each load: it runs in a
+        worker thread, and each measurement is a coroutine on this event loop (the same client and
+        connections) that the thread waits for, so the loop never blocks."""
+        s = self.settings
+        numbered = {spec.rate: (number, spec) for number, spec in enumerate(specs, start=1)}
+        self.capacity = {"prompt_tokens_target": target, "slo": dict(s.slo), "slo_text": goodput.format_slo(s.slo),
+                         "fraction": s.capacity_fraction, "margin": s.capacity_margin,
+                         "loads": [str(spec) for spec in specs], "load": None, "rate": None, "points": [],
+                         "stop": "", "note": "", "may_be_higher": False}
+        why_not = None
+        if s.max_model_len and target + s.max_tokens > s.max_model_len:
+            why_not = f"the {target}-token prompt does not fit --max-model-len {s.max_model_len}"
+        elif self._abandon:
+            why_not = self._abandon
+        else:
+            size = await self._sized(client, target)
+            if size["status"] != "ok":
+                why_not = size["reason"]
+        if why_not:
+            for number, spec in numbered.values():
+                await self._point(client, number, target, spec)
+            self.capacity.update(stop="not searched", note=f"no capacity search: {why_not}")
+            return
+
+        loop = asyncio.get_running_loop()
+
+        def measure(rate: float) -> list[dict]:
+            number, spec = numbered[rate]
+            return asyncio.run_coroutine_threadsafe(self._point(client, number, target, spec), loop).result()
+
+        self.progress(f"capacity search at {target} prompt tokens: rates {', '.join(f'{rate:g}' for rate in numbered)} "
+                      f"requests/s, {s.capacity_fraction:.0%} of requests within {goodput.format_slo(s.slo)}")
+        result = await asyncio.to_thread(goodput.find_capacity, measure, list(numbered), s.slo, s.capacity_fraction,
+                                         s.capacity_margin)
+        by_number = {p["point"]: p for p in self.points}
+        curve = []
+        for entry in result.points:
+            number, spec = numbered[entry["load"]]
+            summary = by_number[number].get("summary") or {}
+            curve.append({"point": number, "load": str(spec), "rate": entry["load"]}
+                         | {k: v for k, v in entry.items() if k != "load"}
+                         | {"output_throughput": summary.get("output_throughput")})
+        reached = {p["point"] for p in curve}
+        for number, spec in numbered.values():
+            if number not in reached:
+                point = self._new_point(number, target, spec)
+                point.update(status="skipped", reason=f"not measured: the capacity search {result.stop}")
+                self.points.append(point)
+                self._report_point(point)
+        self.points.sort(key=lambda p: p["point"])
+        capacity_spec = numbered[result.capacity][1] if result.capacity is not None else None
+        self.capacity.update(load=None if capacity_spec is None else str(capacity_spec), rate=result.capacity,
+                             points=curve, stop=result.stop, note=result.note, may_be_higher=result.may_be_higher)
+        self.progress(f"capacity: {result.note}")
 
     # ---- the run ------------------------------------------------------------------------
 
@@ -387,16 +604,30 @@ class Runner:
                                    f"; give one of them, e.g. --model {ids[0] if ids else 'NAME'}, or leave --model out when "
                                    "the server serves one model")
 
+    def _plan(self) -> list[tuple[int, LoadSpec]]:
+        """(prompt target, load) of every point in order: each length at every load."""
+        return [(target, spec) for target in self.settings.prompt_tokens for spec in load_specs(self.settings)]
+
+    def _connections(self) -> int:
+        """Enough pooled connections that no request waits for one after its t_send: a closed loop
+        needs its streams, a rate load as many as may overlap (--max-concurrency, else all of them)."""
+        s = self.settings
+        specs = load_specs(s)
+        needed = [spec.streams for spec in specs if spec.kind == "concurrency"]
+        if any(spec.kind != "concurrency" for spec in specs):
+            needed.append(s.max_concurrency or s.num_requests)
+        return max(needed, default=1) + 2
+
     async def run(self) -> dict:
         s = self.settings
         self.started_at = _now_iso()
         self.t0 = self.clock()
         self._cpu0 = time.process_time()
-        limits = httpx.Limits(max_connections=max(s.concurrency) + 2, max_keepalive_connections=max(s.concurrency) + 2)
+        connections = self._connections()
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         timeout = httpx.Timeout(s.timeout_s, connect=min(s.timeout_s, 30.0))
-        warmup, points, requests, calibration = self.warmup, self.points, self.requests, self.calibration
-        self.plan = plan = [(target, streams) for target in s.prompt_tokens for streams in s.concurrency]
-        total = len(plan)
+        warmup, calibration = self.warmup, self.calibration
+        self.plan = plan = self._plan()
 
         # trust_env=False: a proxy from the environment would sit in the timed path.
         async with httpx.AsyncClient(transport=self.transport, limits=limits, timeout=timeout, trust_env=False) as client:
@@ -413,54 +644,36 @@ class Runner:
             if not self.errors:
                 fit, calibration["probes"] = await self._fit(client)
                 calibration["fit"] = fit.as_dict() if fit else None
-            sized: dict[int, dict] = {}
-            abandon = None if fit else "not measured: " + (self.errors[0] if self.errors else "no prompt fit")
-            for number, (target, streams) in enumerate(plan, start=1):
-                began = self.clock()
-                point = {"point": number, "prompt_tokens_target": target, "streams": streams, "status": "ok", "reason": None,
-                         "prompt_words": None, "summary": None, "early_stops": 0, "buffered_requests": 0,
-                         "started_s": self._rel(began), "elapsed_s": None}
-                if s.max_model_len and target + s.max_tokens > s.max_model_len:
-                    point.update(status="skipped", reason=f"{target} prompt + {s.max_tokens} max_tokens exceeds "
-                                                          f"--max-model-len {s.max_model_len}")
-                elif abandon:
-                    point.update(status="failed", reason=abandon)
-                else:
-                    if target not in sized:
-                        self.progress(f"sizing the {target}-token prompt")
-                        sized[target] = await self._size(client, fit, target)
-                        calibration["lengths"].append(sized[target])
-                    requests.extend(await self._run_point(client, point, sized[target]))
-                    summary = point["summary"]
-                    if point["status"] == "failed" and summary and not summary["ok_requests"]:
-                        # Nothing got through (server gone or wedged): each further request would
-                        # only wait out --timeout.
-                        abandon = f"not measured: every request of point {number} failed"
-                point["elapsed_s"] = _round(self.clock() - began, 3)
-                points.append(point)
-                message = self._point_message(point)
-                self.progress(f"[{number}/{total}] {message}")
-                self._write_progress({"point": number, "points": total, "prompt_tokens": target, "streams": streams,
-                                      "elapsed_s": _round(self.clock() - self.t0, 3), "message": message})
+            self._fit_result = fit
+            self._abandon = None if fit else "not measured: " + (self.errors[0] if self.errors else "no prompt fit")
+            if s.capacity_fraction is not None:
+                # cli.py allows one prompt length and ascending rate loads with --capacity.
+                await self._search_capacity(client, plan[0][0], [spec for _, spec in plan])
+            else:
+                for number, (target, spec) in enumerate(plan, start=1):
+                    await self._point(client, number, target, spec)
         wall = self.clock() - self.t0
         cpu = time.process_time() - self._cpu0
 
         self.progress(f"client self-test ({s.selftest_s:g} s on loopback)")
-        capacity = await measure_capacity(s.endpoint, s.selftest_s)
-        return self.document(cpu, wall, capacity)
+        parse_capacity = await measure_capacity(s.endpoint, s.selftest_s)
+        return self.document(cpu, wall, parse_capacity)
 
     def partial_document(self, signal_name: str) -> dict:
         """The report of what was measured before an interrupt: the finished points as they
-        are, the rest marked not measured, no self-test."""
-        s = self.settings
+        are, the rest marked not measured, no self-test (and no capacity: the search did not end)."""
         if not self.plan:
-            self.plan = [(target, streams) for target in s.prompt_tokens for streams in s.concurrency]
-        done = len(self.points)
-        for number, (target, streams) in enumerate(self.plan[done:], start=done + 1):
-            self.points.append({"point": number, "prompt_tokens_target": target, "streams": streams, "status": "failed",
-                                "reason": f"not measured: the run was interrupted ({signal_name})", "prompt_words": None,
-                                "summary": None, "early_stops": 0, "buffered_requests": 0, "started_s": None,
-                                "elapsed_s": None})
+            self.plan = self._plan()
+        measured = {p["point"] for p in self.points}
+        done = len(measured)
+        for number, (target, spec) in enumerate(self.plan, start=1):
+            if number not in measured:
+                point = self._new_point(number, target, spec)
+                point.update(status="failed", reason=f"not measured: the run was interrupted ({signal_name})")
+                self.points.append(point)
+        self.points.sort(key=lambda p: p["point"])
+        if self.capacity is not None and not self.capacity["stop"]:
+            self.capacity.update(stop="interrupted", note=f"no capacity: the search was interrupted ({signal_name})")
         self.errors.insert(0, f"interrupted by {signal_name} after {done} of {len(self.plan)} point(s): this is a partial "
                               "report")
         wall = self.clock() - self.t0 if self.t0 else 0.0
@@ -470,10 +683,11 @@ class Runner:
         doc["interrupted"] = signal_name
         return doc
 
-    def document(self, cpu: float, wall: float, capacity: dict, *, count_unmeasured: bool = True) -> dict:
+    def document(self, cpu: float, wall: float, parse_capacity: dict, *, count_unmeasured: bool = True) -> dict:
+        """The benchmark.json document; parse_capacity is the client self-test's result."""
         s = self.settings
         requests, points = self.requests, self.points
-        overhead = self._overhead(cpu, wall, self.warmup + requests, points, capacity)
+        overhead = self._overhead(cpu, wall, self.warmup + requests, points, parse_capacity)
         failed_requests = sum(1 for r in requests if not r["ok"] and not r["length_rejected"])
         if failed_requests:
             self.errors.append(f"{failed_requests} measured request(s) failed")
@@ -502,6 +716,7 @@ class Runner:
             "overhead": overhead,
             "reference": self.reference,
             "comparisons": reference_mod.compare(points, self.reference),
+            "capacity": self.capacity,
             "errors": self.errors,
             "warnings": self.warnings,
         }
@@ -525,19 +740,30 @@ class Runner:
 
     @staticmethod
     def _point_message(point: dict) -> str:
-        where = f"prompt {point['prompt_tokens_target']} x {point['streams']} stream(s)"
+        where = Runner._where(point)
         if point["status"] == "skipped":
             return f"{where}: skipped ({point['reason']})"
         summary = point.get("summary")
         if not summary:
             return f"{where}: failed ({point['reason']})"
         decode, ttft, agg = summary["decode_tok_s"]["median"], summary["ttft_s"]["median"], summary["aggregate"]["tok_s"]
-        text = (f"{where}: decode {_fmt(decode, '.1f')} tok/s median, TTFT {_fmt(ttft, '.3f')} s median, "
-                f"aggregate {_fmt(agg, '.1f')} tok/s")
+        if point.get("streams") is not None:
+            text = (f"{where}: decode {_fmt(decode, '.1f')} tok/s median, TTFT {_fmt(ttft, '.3f')} s median, "
+                    f"aggregate {_fmt(agg, '.1f')} tok/s")
+        else:
+            tpot = (summary.get("tpot_s") or {}).get("median")
+            text = (f"{where}: TTFT {_fmt(ttft, '.3f')} s median, TPOT {_fmt(None if tpot is None else tpot * 1000, '.1f')} "
+                    f"ms median, {_fmt(summary.get('request_throughput'), '.2f')} requests/s achieved, output "
+                    f"{_fmt(summary.get('output_throughput'), '.1f')} tok/s, up to {point.get('max_in_flight')} in flight")
+        good = summary.get("goodput")
+        if good:
+            share = "n/a" if good["fraction"] is None else f"{good['fraction']:.0%}"
+            text += f"; goodput {_fmt(good['goodput_rps'], '.2f')} requests/s ({share} within the SLO)"
         if point.get("early_stops"):
             text += f"; {point['early_stops']} of {summary['requests']} answers stopped early"
-        if point.get("buffered_requests"):
-            text += f"; {point['buffered_requests']} of {summary['requests']} answers arrived BUFFERED"
+        if point.get("burst_requests"):
+            text += (f"; {point['burst_requests']} of {summary['requests']} answers arrived in BURSTS (left out of "
+                     "decode, TPOT and ITL)")
         return text + (f"; FAILED: {point['reason']}" if point["status"] == "failed" else "")
 
     def _overhead(self, cpu: float, wall: float, streamed: list[dict], points: list[dict], capacity: dict) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 DEFAULT_PROMPT_TOKENS = (2048, 8192, 32768)
@@ -10,6 +11,9 @@ DEFAULT_API_KEY_ENV = "SPARKCTL_API_KEY"
 # Between two tokens a healthy server takes milliseconds, seconds at worst under a prefill of
 # another stream; a minute of silence is a stall, not a slow server.
 DEFAULT_STALL_TIMEOUT_S = 60.0
+# Requests of one rate point (--num-requests): enough for a median and a p90 that mean
+# something, few enough that a sweep of a handful of rates takes minutes, not hours.
+DEFAULT_NUM_REQUESTS = 16
 
 
 def api_base(url: str) -> str:
@@ -37,6 +41,21 @@ class Settings:
     selftest_s: float = 1.5
     strict: bool = False
     model_source: str = "--model"
+    # Load shapes (arrivals.py, LOAD.md). loads: the --load specs in their canonical form, in
+    # the order given, or the poisson specs --sweep-rates made; [] measures the closed loops
+    # of `concurrency` as before. With loads, `concurrency` holds the stream counts of their
+    # concurrency:N specs (possibly none).
+    loads: list[str] = field(default_factory=list)
+    num_requests: int = DEFAULT_NUM_REQUESTS  # requests of each rate point, sent at the schedule's offsets
+    max_concurrency: int | None = None  # at most this many rate-point requests in flight; None: unbounded
+    sweep_rates: list[float] = field(default_factory=list)  # --sweep-rates as given (then `loads` holds their specs)
+    burstiness: float | None = None  # --burstiness of the --sweep-rates specs
+    # Latency objectives in seconds ({"ttft": 2.0, "tpot": 0.1}, goodput.parse_slo); None: no goodput.
+    slo: dict[str, float] | None = None
+    # The capacity search (goodput.find_capacity): the share of requests that must meet the SLO
+    # at a rate; None: no search.
+    capacity_fraction: float | None = None
+    capacity_margin: float = 0.1
 
     @property
     def api_base(self) -> str:
@@ -48,5 +67,10 @@ class Settings:
         return self.api_base[: -len("/v1")]
 
     def as_dict(self) -> dict:
-        """For benchmark.json: the name of the key's variable, never the key."""
-        return dict(asdict(self), api_base=self.api_base)
+        """For benchmark.json: the name of the key's variable, never the key. An infinite
+        burstiness is written "inf": JSON has no infinity, and Python's json would write one
+        other readers refuse."""
+        values = dict(asdict(self), api_base=self.api_base)
+        if values["burstiness"] == math.inf:
+            values["burstiness"] = "inf"
+        return values

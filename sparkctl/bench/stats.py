@@ -1,13 +1,16 @@
 """Benchmark arithmetic: pure functions over recorded request timings (no I/O, no clock).
 
 A request record is the dict benchmark.json stores under `requests` (see runner.py); the
-functions here read `ok`, `completion_tokens`, `t_send`, `t_first`, `t_last`, `ttft_s`,
-`decode_tok_s`, `stream` and `prompt_tokens` from it."""
+functions here read `ok`, `completion_tokens`, `t_send`, `t_first`, `t_last`, `t_end`, `ttft_s`,
+`decode_tok_s`, `tpot_s`, `itl_s`, `e2e_s`, `burst`, `stopped_early`, `stream` and
+`prompt_tokens` from it. The latency metrics mirror `vllm bench serve` (README: "Against
+`vllm bench serve`")."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from itertools import pairwise
 
 
 def percentile(values: Iterable[float], q: float) -> float | None:
@@ -24,18 +27,41 @@ def percentile(values: Iterable[float], q: float) -> float | None:
 
 
 def distribution(values: Iterable[float | None]) -> dict:
-    """{n, median, p90, min, max} of the values that are not None (all None when there are none)."""
+    """{n, mean, median, p90, p99, min, max} of the values that are not None (all None when
+    there are none)."""
     present = [v for v in values if v is not None]
     if not present:
-        return {"n": 0, "median": None, "p90": None, "min": None, "max": None}
-    return {"n": len(present), "median": percentile(present, 50), "p90": percentile(present, 90),
-            "min": min(present), "max": max(present)}
+        return {"n": 0, "mean": None, "median": None, "p90": None, "p99": None, "min": None, "max": None}
+    return {"n": len(present), "mean": math.fsum(present) / len(present), "median": percentile(present, 50),
+            "p90": percentile(present, 90), "p99": percentile(present, 99), "min": min(present), "max": max(present)}
 
 
 def time_to_first_token(t_send: float | None, t_first: float | None) -> float | None:
     if t_send is None or t_first is None:
         return None
     return t_first - t_send
+
+
+def end_to_end(t_send: float | None, t_end: float | None, t_last: float | None = None) -> float | None:
+    """The end of the stream (t_end; t_last when there is none) minus the send."""
+    end = t_end if t_end is not None else t_last
+    if t_send is None or end is None:
+        return None
+    return end - t_send
+
+
+def time_per_output_token(e2e_s: float | None, ttft_s: float | None, completion_tokens: int | None) -> float | None:
+    """(e2e - ttft) / (completion_tokens - 1), vLLM's TPOT: the time after the first token,
+    shared by the tokens after it. None for fewer than two tokens."""
+    if e2e_s is None or ttft_s is None or completion_tokens is None or completion_tokens < 2:
+        return None
+    return (e2e_s - ttft_s) / (completion_tokens - 1)
+
+
+def inter_token_latencies(arrivals: list[float]) -> list[float]:
+    """The gaps between successive token-bearing chunks' arrivals, vLLM's ITL: a chunk that
+    carries several tokens is one gap, as vLLM counts it."""
+    return [later - earlier for earlier, later in pairwise(arrivals)]
 
 
 def decode_rate(completion_tokens: int | None, t_first: float | None, t_last: float | None) -> float | None:
@@ -69,25 +95,61 @@ def aggregate_throughput(records: Iterable[dict]) -> dict:
     return {"completion_tokens": tokens, "window_s": window, "tok_s": tokens / window if window > 0 else None}
 
 
+def point_duration(records: Iterable[dict]) -> float | None:
+    """The wall time of a point: the latest end (t_end, else t_last) minus the earliest send, over
+    the requests that have both. None when there is no such request or the span is empty."""
+    spans = [(r["t_send"], r["t_end"] if r.get("t_end") is not None else r["t_last"]) for r in records
+             if r.get("t_send") is not None and (r.get("t_end") is not None or r.get("t_last") is not None)]
+    if not spans:
+        return None
+    duration = max(end for _, end in spans) - min(send for send, _ in spans)
+    return duration if duration > 0 else None
+
+
+def _per_second(count: float, duration: float | None) -> float | None:
+    return None if duration is None else count / duration
+
+
 def summarize_point(records: list[dict], streams: int) -> dict:
-    """The summary of one measurement point (one prompt length at one concurrency)."""
+    """The summary of one measurement point (one prompt length at one concurrency).
+
+    Requests whose chunks arrived in bursts (`burst`) are left out of decode_tok_s, tpot_s and
+    itl_s: their arrival times are the buffer's. They stay in ttft_s, e2e_s and the throughputs,
+    whose ends a burst does not move (its last chunk arrives when the buffer lets go of it).
+    The throughputs are vLLM's: successful requests, their completion tokens, and their prompt
+    plus completion tokens, each over the point's wall time (point_duration)."""
     ok = [r for r in records if r.get("ok")]
+    steady = [r for r in ok if not r.get("burst")]
     per_stream = []
     for stream in range(streams):
         mine = [r for r in ok if r.get("stream") == stream]
         per_stream.append({
             "stream": stream,
             "requests": len(mine),
-            "decode_tok_s": distribution(r.get("decode_tok_s") for r in mine),
+            "decode_tok_s": distribution(r.get("decode_tok_s") for r in mine if not r.get("burst")),
             "ttft_s": distribution(r.get("ttft_s") for r in mine),
         })
+    duration = point_duration(records)
+    completion_tokens = sum(r.get("completion_tokens") or 0 for r in ok)
+    prompt_tokens = sum(r.get("prompt_tokens") or 0 for r in ok)
+    failed = sum(1 for r in records if not r.get("ok") and not r.get("length_rejected"))
     return {
         "requests": len(records),
         "ok_requests": len(ok),
-        "failed_requests": sum(1 for r in records if not r.get("ok") and not r.get("length_rejected")),
+        "failed_requests": failed,
+        "errors": failed,
+        "early_stops": sum(1 for r in records if r.get("stopped_early")),
+        "burst_requests": sum(1 for r in records if r.get("burst")),
         "prompt_tokens": distribution(r.get("prompt_tokens") for r in ok),
         "ttft_s": distribution(r.get("ttft_s") for r in ok),
-        "decode_tok_s": distribution(r.get("decode_tok_s") for r in ok),
+        "decode_tok_s": distribution(r.get("decode_tok_s") for r in steady),
+        "tpot_s": distribution(r.get("tpot_s") for r in steady),
+        "itl_s": distribution(gap for r in steady for gap in r.get("itl_s") or ()),
+        "e2e_s": distribution(r.get("e2e_s") for r in ok),
+        "duration_s": duration,
+        "request_throughput": _per_second(len(ok), duration),
+        "output_throughput": _per_second(completion_tokens, duration),
+        "total_token_throughput": _per_second(prompt_tokens + completion_tokens, duration),
         "aggregate": aggregate_throughput(ok),
         "per_stream": per_stream,
     }

@@ -23,6 +23,11 @@ LAB_NODE = REPO / "tests" / "lab" / "node"
 if str(LAB_NODE) not in sys.path:
     sys.path.insert(0, str(LAB_NODE))
 
+# The observe stage's alert rules as rendered and promtool (tests/lab/alert_rules.py), shared with the lab's tests.
+LAB_DIR = REPO / "tests" / "lab"
+if str(LAB_DIR) not in sys.path:
+    sys.path.insert(0, str(LAB_DIR))
+
 # The hub stand-in and checkpoint generator (tests/lab/hub) double as test helpers.
 HUB_DIR = REPO / "tests" / "lab" / "hub"
 if str(HUB_DIR) not in sys.path:
@@ -145,3 +150,18 @@ def pytest_collection_modifyitems(items):
     if hidden:
         raise pytest.UsageError(f"timed tests in files that do not name {TIMING_MARK_TEXT!r} "
                                 f"(tests/suite.sh would not run them): {', '.join(hidden)}")
+
+
+@pytest.fixture
+def no_network():
+    """(the requests a benchmark client sent, an httpx transport that records and refuses them): for the
+    usage errors that must stop it before any request."""
+    import httpx
+
+    calls = []
+
+    def handler(request):
+        calls.append(request)
+        return httpx.Response(599)
+
+    return calls, httpx.MockTransport(handler)

@@ -15,17 +15,6 @@ REPO = Path(__file__).resolve().parents[2]
 BASE = ["run", "--url", "http://10.0.0.1:8000", "--model", "m"]
 
 
-@pytest.fixture
-def no_network():
-    calls = []
-
-    def handler(request):
-        calls.append(request)
-        return httpx.Response(599)
-
-    return calls, httpx.MockTransport(handler)
-
-
 @pytest.mark.parametrize("extra, flag, fix", [
     (["--url", "ftp://10.0.0.1"], "--url", "--url http://"),
     (["--url", "10.0.0.1:8000"], "--url", "--url http://"),

@@ -1,6 +1,7 @@
 """sparkctl.bench's stream reader and runner against scripted servers (httpx.MockTransport,
 no socket): token timing, usage vs chunk counting, reasoning deltas, errors, length
-rejections, skips, failures and the exit status."""
+rejections, skips, failures and the exit status; the per-request latencies (E2E, TPOT, ITL) and
+bursts: token chunks that arrive together, as from a buffer, whatever HTTP chunks carry them."""
 
 import asyncio
 import itertools
@@ -10,7 +11,9 @@ import httpx
 import pytest
 
 from sparkctl.bench import cli
-from sparkctl.bench.client import is_length_rejection, probe_prompt_tokens, stream_request
+from sparkctl.bench.client import StreamOutcome, is_length_rejection, probe_prompt_tokens, stream_request
+from sparkctl.bench.runner import Runner
+from sparkctl.bench.settings import Settings
 
 URL = "http://bench.invalid/v1/chat/completions"
 
@@ -65,8 +68,10 @@ def test_reasoning_and_content_deltas_are_tokens_and_usage_wins():
     outcome = run_stream(streaming_transport(reads), clock=ticking_clock())
     assert outcome.ok and outcome.error is None
     assert outcome.t_send == 0 and outcome.t_first == pytest.approx(0.2)  # the role chunk carries no token
-    assert outcome.t_last == pytest.approx(0.5)
-    assert outcome.content_chunks == 4
+    # The finish chunk's empty content is a token too (an end-of-sequence token decodes to nothing), as
+    # vLLM's own client counts every chunk with a choice.
+    assert outcome.t_last == pytest.approx(0.6)
+    assert outcome.content_chunks == 4 and outcome.choice_chunks == 1
     assert outcome.completion_tokens == (6, "usage")  # e.g. a chunk that carried two tokens
     assert outcome.usage_prompt_tokens == 9 and outcome.finish_reason == "stop"
 
@@ -85,6 +90,20 @@ def test_events_split_across_reads_and_packed_into_one_read():
     assert outcome.ok and outcome.content_chunks == 3
     # " a" completes in read 2 (t=0.2); " b" and " c" complete together in read 3 (t=0.3).
     assert outcome.t_first == pytest.approx(0.2) and outcome.t_last == pytest.approx(0.3)
+
+
+def test_a_token_held_back_by_the_detokenizer_times_the_stream_where_it_arrived():
+    """vLLM's real stream from a byte-level vocabulary: a token ending mid-character comes as a chunk of
+    empty text, its characters with the next. It is the first token's arrival (TTFT) and a gap of its own,
+    as vLLM's client counts them; before, TTFT waited a decode step for the first visible text."""
+    reads = sse({"choices": [{"index": 0, "text": ""}]}, {"choices": [{"index": 0, "text": "\u00e9t"}]},
+                {"choices": [{"index": 0, "text": ""}]}, {"choices": [{"index": 0, "text": "\u00e9", "finish_reason": "length"}]},
+                {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}, "[DONE]")
+    outcome = run_stream(streaming_transport(reads), chat=False, clock=ticking_clock())
+    assert outcome.ok and not outcome.empty_text
+    assert outcome.t_first == pytest.approx(0.1) and outcome.t_last == pytest.approx(0.4)
+    assert outcome.arrivals == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    assert (outcome.content_chunks, outcome.choice_chunks) == (2, 2) and outcome.completion_tokens == (4, "usage")
 
 
 def test_a_stream_without_done_or_tokens_is_an_error():
@@ -144,10 +163,13 @@ class FakeServer:
     """A completions server in a MockTransport: a token is a word, answers are max_tokens words.
     `fail_stream_words` (a range) makes streaming requests of those prompt words answer 500,
     `fail_stream_calls` the n-th streaming requests (1-based);
-    `usage` False drops the usage chunk; `status` answers every request with it."""
+    `usage` False drops the usage chunk; `status` answers every request with it; `pause` None sends
+    the whole stream as one piece of body, a number of seconds sends every event as its own piece
+    that long after the previous one (0: all at once, as in one socket read)."""
 
-    def __init__(self, fail_stream_words=(), fail_stream_calls=(), usage=True, status=None, limit=100000):
+    def __init__(self, fail_stream_words=(), fail_stream_calls=(), usage=True, status=None, limit=100000, pause=None):
         self.fail_stream_words, self.usage, self.status, self.limit = fail_stream_words, usage, status, limit
+        self.pause = pause
         self.fail_stream_calls = set(fail_stream_calls)
         self.stream_calls = 0
         self.seen = []  # (prompt words, max_tokens, stream, authorization)
@@ -171,7 +193,17 @@ class FakeServer:
         events = [{"choices": [{"index": 0, "text": " w"}]} for _ in range(body["max_tokens"])]
         if self.usage and body.get("stream_options", {}).get("include_usage"):
             events.append({"choices": [], "usage": usage})
-        return httpx.Response(200, headers={"Content-Type": "text/event-stream"}, content=b"".join(sse(*events, "[DONE]")))
+        pieces = sse(*events, "[DONE]")
+        if self.pause is None:
+            return httpx.Response(200, headers={"Content-Type": "text/event-stream"}, content=b"".join(pieces))
+
+        async def paced():
+            for piece in pieces:
+                if self.pause:
+                    await asyncio.sleep(self.pause)
+                yield piece
+
+        return httpx.Response(200, headers={"Content-Type": "text/event-stream"}, content=paced())
 
 
 def run_cli(tmp_path, server, *extra):
@@ -256,3 +288,107 @@ def test_a_failing_warmup_stops_the_run_but_still_reports(tmp_path, monkeypatch,
     assert all(p["status"] == "failed" and p["summary"] is None for p in doc["points"])
     assert "SPARKCTL_API_KEY is not set" in capsys.readouterr().err
     assert "FAILED" in markdown
+
+
+# ------------------------------------------------------------------------------ bursts
+
+
+def completion_events(tokens):
+    events = [{"choices": [{"index": 0, "text": " w", "finish_reason": "length" if i == tokens - 1 else None}]}
+              for i in range(tokens)]
+    return [*events, {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": tokens}}, "[DONE]"]
+
+
+def test_64_events_sent_as_separate_http_chunks_without_a_pause_are_a_burst():
+    # As a real vLLM was seen to send a whole answer: 64 SSE events, each its own HTTP chunk,
+    # all in one socket read. httpx yields every decoded HTTP chunk on its own, so counting
+    # chunks per yield saw one per "read"; their arrival times, microseconds apart, give it away.
+    outcome = run_stream(streaming_transport(sse(*completion_events(64))), chat=False)
+    assert outcome.ok and outcome.completion_tokens == (64, "usage")
+    assert outcome.buffered, f"{outcome.token_reads} reads, up to {outcome.max_chunks_per_read} token chunks in one"
+    assert outcome.burst and len(outcome.arrivals) == 64
+    assert outcome.burst_chunks >= 32  # one group, unless the machine preempted the reader mid-burst
+
+
+def test_events_a_decode_step_apart_are_not_a_burst():
+    outcome = run_stream(streaming_transport(sse(*completion_events(16)), delay=0.005), chat=False)
+    assert outcome.ok and len(outcome.arrivals) == 16
+    assert not outcome.burst and not outcome.buffered and outcome.burst_chunks == 1
+
+
+def test_a_burst_is_marked_and_left_out_of_decode_tpot_and_itl(tmp_path, capsys):
+    code, doc, markdown = run_cli(tmp_path, FakeServer(pause=0), "--prompt-tokens", "64", "--concurrency", "1",
+                                  "--max-tokens", "64")
+    assert code == 0 and doc["ok"]
+    for record in doc["requests"]:
+        assert record["burst"] and record["buffered"] and record["burst_chunks"] >= 32
+        assert len(record["itl_s"]) == 63 and record["decode_tok_s"] > 1000  # the buffer's rate, kept for the record
+    point = doc["points"][0]
+    assert point["burst_requests"] == point["buffered_requests"] == point["summary"]["burst_requests"] == 2
+    summary = point["summary"]
+    assert summary["decode_tok_s"]["n"] == summary["tpot_s"]["n"] == summary["itl_s"]["n"] == 0
+    assert summary["ttft_s"]["n"] == summary["e2e_s"]["n"] == 2 and summary["output_throughput"] > 0
+    assert any("arrived in bursts" in w and "left out" in w for w in doc["warnings"])
+    assert "| 64 | 1 | " in markdown and "**2 of 2**" in markdown and "arrived in BURSTS" in capsys.readouterr().err
+
+
+def test_a_burst_fails_with_strict(tmp_path, capsys):
+    code, doc, _ = run_cli(tmp_path, FakeServer(pause=0), "--prompt-tokens", "64", "--concurrency", "1", "--strict")
+    assert code == 1 and doc["points"][0]["status"] == "failed" and "arrived in bursts" in doc["points"][0]["reason"]
+    assert all(not r["ok"] and r["burst"] and r["tpot_s"] is None and r["itl_s"] == [] for r in doc["requests"])
+
+
+def test_a_paced_stream_is_measured_with_its_latencies(tmp_path, capsys):
+    code, doc, markdown = run_cli(tmp_path, FakeServer(pause=0.004), "--prompt-tokens", "64", "--concurrency", "1,2",
+                                  "--strict")
+    assert code == 0, capsys.readouterr().err
+    for record in doc["requests"]:
+        assert record["ok"] and not record["burst"] and record["burst_chunks"] == 1
+        assert len(record["itl_s"]) == 7 and min(record["itl_s"]) >= 0.004  # 8 tokens, each after a 4 ms pause
+        # TPOT runs to the end of the stream (the usage chunk and [DONE] came 4 ms apart after the last token).
+        assert record["e2e_s"] == pytest.approx(record["t_end"] - record["t_send"], abs=2e-6)
+        assert record["tpot_s"] == pytest.approx((record["e2e_s"] - record["ttft_s"]) / 7, abs=2e-6)
+    for point in doc["points"]:
+        summary = point["summary"]
+        assert point["burst_requests"] == 0 and summary["itl_s"]["n"] == 7 * summary["ok_requests"]
+        assert summary["tpot_s"]["n"] == summary["decode_tok_s"]["n"] == summary["ok_requests"]
+        assert summary["request_throughput"] == pytest.approx(summary["ok_requests"] / summary["duration_s"])
+    assert "## Latency and throughput per point" in markdown and "## Answers that stopped early or arrived" not in markdown
+
+
+def recorded(outcome, strict=False):
+    runner = Runner(Settings(url="http://bench.invalid:8000", model="m", max_tokens=5, strict=strict), None)
+    runner.t0 = 10.0
+    return runner._record(outcome, phase="measure", point=1, stream=0, index=0, target=64, words=60)
+
+
+def test_a_record_carries_e2e_tpot_and_itl():
+    # Sent at 10.0; tokens at 10.5, 10.75, 11.0, 11.25, 11.5 (one chunk each); the body ended at 11.6.
+    outcome = StreamOutcome(t_send=10.0, t_first=10.5, t_last=11.5, t_end=11.6, status=200, content_chunks=5,
+                            usage_completion_tokens=5, finish_reason="length", done=True, done_marker=True,
+                            arrivals=[10.5, 10.75, 11.0, 11.25, 11.5])
+    record = recorded(outcome)
+    assert record["ok"] and record["ttft_s"] == 0.5
+    assert record["e2e_s"] == 1.6  # 11.6 - 10.0, rounded to 6 digits
+    assert record["tpot_s"] == 0.275  # (1.6 - 0.5) / (5 - 1)
+    assert record["itl_s"] == [0.25, 0.25, 0.25, 0.25]
+    assert record["decode_tok_s"] == 4.0  # (5 - 1) / (11.5 - 10.5), as before
+    assert not record["burst"] and record["burst_chunks"] == 1 and not record["buffered"]
+    assert list(record)[-1] == "itl_s"
+    # Without an end of the body the last token ends the request: (11.5 - 10.0 - 0.5) / 4.
+    outcome.t_end = None
+    assert recorded(outcome)["e2e_s"] == 1.5 and recorded(outcome)["tpot_s"] == 0.25
+
+
+def test_a_burst_record_and_strict():
+    # The first token alone at 10.5, then four within 30 us at 11.0: a group of four.
+    arrivals = [10.5, 11.0, 11.00001, 11.00002, 11.00003]
+    outcome = StreamOutcome(t_send=10.0, t_first=10.5, t_last=11.00003, t_end=11.1, status=200, content_chunks=5,
+                            usage_completion_tokens=5, finish_reason="length", done=True, done_marker=True,
+                            arrivals=arrivals)
+    record = recorded(outcome)
+    assert record["ok"] and record["burst"] and record["buffered"] and record["burst_chunks"] == 4
+    assert record["itl_s"] == [0.5, 1e-05, 1e-05, 1e-05]  # kept on the record; the statistics leave them out
+    strict = recorded(outcome, strict=True)
+    assert not strict["ok"] and "4 token chunks within 200 us" in strict["error"] and "--strict" in strict["error"]
+    assert strict["e2e_s"] is None and strict["tpot_s"] is None and strict["itl_s"] == [] and strict["decode_tok_s"] is None

@@ -79,12 +79,21 @@ def test_measured_ttft_and_decode_match_the_standin_at_1_2_and_4_streams(standin
         expected_decode = min(TIMING["token_rate"], TIMING["max_total_token_rate"] / streams)
         # rps 1: every stream decodes over the same window, so aggregate = streams * T / ((T - 1) / decode)
         expected_aggregate = streams * MAX_TOKENS / ((MAX_TOKENS - 1) / expected_decode)
+        # vLLM's figures: a token every 1 / decode s, so TPOT and ITL are that step; a request
+        # lasts its TTFT and 23 steps, and the streams, started together, end together.
+        expected_e2e = expected_ttft + (MAX_TOKENS - 1) / expected_decode
         for name, measured, expected in (("TTFT", summary["ttft_s"]["median"], expected_ttft),
                                          ("decode", summary["decode_tok_s"]["median"], expected_decode),
-                                         ("aggregate", summary["aggregate"]["tok_s"], expected_aggregate)):
+                                         ("aggregate", summary["aggregate"]["tok_s"], expected_aggregate),
+                                         ("TPOT", summary["tpot_s"]["median"], 1 / expected_decode),
+                                         ("ITL", summary["itl_s"]["median"], 1 / expected_decode),
+                                         ("E2E", summary["e2e_s"]["median"], expected_e2e),
+                                         ("output throughput", summary["output_throughput"],
+                                          streams * MAX_TOKENS / expected_e2e)):
             if not close(measured, expected):
                 problems.append(f"{point['prompt_tokens_target']} x {streams}: {name} {measured} vs {expected:.3f}")
         assert summary["requests"] == streams and len(summary["per_stream"]) == streams
+        assert point["burst_requests"] == 0 and summary["itl_s"]["n"] == streams * (MAX_TOKENS - 1)
         assert all(r["token_count_source"] == "usage" and r["completion_tokens"] == MAX_TOKENS
                    for r in doc["requests"] if r["point"] == point["point"])
     assert not problems, problems
@@ -127,6 +136,8 @@ def test_chat_reasoning_tokens_count_and_an_oversized_length_is_skipped(standin,
     # The reasoning parser makes the first tokens reasoning deltas: they are tokens too.
     for record in doc["requests"]:
         assert record["content_chunks"] == record["completion_tokens"] == MAX_TOKENS
+        assert len(record["itl_s"]) == MAX_TOKENS - 1 and record["e2e_s"] >= record["ttft_s"] > 0
+        assert record["tpot_s"] == pytest.approx((record["e2e_s"] - record["ttft_s"]) / (MAX_TOKENS - 1), abs=1e-5)
     assert skipped["status"] == "skipped" and "maximum context length is 4096" in skipped["reason"]
 
 

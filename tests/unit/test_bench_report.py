@@ -43,9 +43,12 @@ def synthetic_doc(ref=SOLAR):
             for stream in range(streams):
                 t_send = stream * 0.01
                 t_first = t_send + ttft
+                t_last = t_first + 127 / rate
                 records.append({"point": number, "stream": stream, "index": 0, "ok": True, "length_rejected": False,
                                 "prompt_tokens": target + 3, "completion_tokens": 128, "t_send": t_send, "t_first": t_first,
-                                "t_last": t_first + 127 / rate, "ttft_s": ttft, "decode_tok_s": rate, "error": None})
+                                "t_last": t_last, "t_end": t_last, "ttft_s": ttft, "decode_tok_s": rate,
+                                "e2e_s": t_last - t_send, "tpot_s": 1 / rate, "itl_s": [1 / rate] * 127, "burst": False,
+                                "error": None})
             requests += records
             points.append({"point": number, "prompt_tokens_target": target, "streams": streams, "status": "ok",
                            "reason": None, "summary": stats.summarize_point(records, streams)})
@@ -148,6 +151,40 @@ def test_markdown_has_both_tables_with_reference_ratios(written):
     assert "32768 tokens, streams 1, 2: skipped: 32768 prompt + 128 max_tokens exceeds --max-model-len 16384" in text
     assert "not compared: decode_tok_s at prompt 223000 = 8.1" in text
     assert SOLAR["source"] in text and "## Client overhead" in text and "250 us per received token" in text
+
+
+def test_markdown_has_the_latency_table_as_vllm_reports_it(written):
+    _, _, out = written
+    text = (out / "benchmark.md").read_text()
+    assert "## Latency and throughput per point" in text
+    assert "| prompt (target) | streams | TTFT ms | TPOT ms | ITL ms | E2E ms | output tok/s | requests/s | bursts | status |" in text
+    # 2K x 1 stream: TTFT 1 s; 127 tokens at 9 tok/s after it: E2E 1 + 127 / 9 = 15.111 s, TPOT = ITL = 1 / 9 s;
+    # 128 tokens and 1 request over those 15.111 s: 8.47 tok/s and 0.07 requests/s.
+    assert ("| 2048 | 1 | 1,000 / 1,000 / 1,000 | 111 / 111 / 111 | 111 / 111 / 111 | 15,111 / 15,111 / 15,111 | 8.5 "
+            "| 0.07 | 0 | ok |") in text
+    # 2K x 2 streams at 4.5 tok/s, the second sent 10 ms later: E2E 1 + 127 / 4.5 = 29.222 s for both; the point
+    # lasts 29.232 s (first send to last end): 256 tokens -> 8.76 tok/s, 2 requests -> 0.07/s.
+    assert ("| 2048 | 2 | 1,000 / 1,000 / 1,000 | 222 / 222 / 222 | 222 / 222 / 222 | 29,222 / 29,222 / 29,222 | 8.8 "
+            "| 0.07 | 0 | ok |") in text
+    assert "arrived in bursts" not in text.split("## Latency and throughput per point")[1].split("\n\n", 2)[2]
+
+
+def test_markdown_counts_bursts_and_reads_older_reports():
+    doc = synthetic_doc()
+    doc["points"][0]["burst_requests"] = 1
+    del doc["points"][1]["summary"]["tpot_s"]  # a report written before TPOT was measured
+    doc["points"][1]["buffered_requests"] = 2  # ... and before bursts had their own name
+    text = report.render_markdown(doc)
+    assert "| 1,000 / 1,000 / 1,000 | n/a | 222 / 222 / 222 |" in text
+    assert "| **1 of 1** | ok |" in text and "| **2 of 2** | ok |" in text
+    assert "- prompt 2048 x 1 stream(s): 1 of 1 answers arrived in bursts" in text
+
+
+def test_json_keeps_lists_of_numbers_on_one_line(written):
+    _, _, out = written
+    text = (out / "benchmark.json").read_text()
+    assert '"itl_s": [0.1111111111111111, 0.1111111111111111,' in text
+    assert json.loads(text)["requests"][0]["itl_s"] == [1 / 9] * 127
 
 
 def test_a_failed_write_leaves_the_previous_report_whole(tmp_path, monkeypatch):

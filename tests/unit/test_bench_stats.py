@@ -3,7 +3,7 @@ aggregate definition, point summaries, prompt sizing and the reference compariso
 
 import pytest
 
-from sparkctl.bench import prompts, reference, stats
+from sparkctl.bench import client, prompts, reference, stats
 
 
 def rec(stream, t_send, t_first, t_last, tokens, ok=True, index=0, prompt_tokens=2048, length_rejected=False):
@@ -31,8 +31,20 @@ def test_percentile_rejects_out_of_range_q():
 
 def test_distribution_ignores_missing_values():
     d = stats.distribution([10.0, None, 30.0, 20.0])
-    assert d == {"n": 3, "median": 20.0, "p90": pytest.approx(28.0), "min": 10.0, "max": 30.0}
-    assert stats.distribution([None]) == {"n": 0, "median": None, "p90": None, "min": None, "max": None}
+    # Sorted 10, 20, 30: p90 at rank 2 * 0.9 = 1.8 -> 20 + 0.8 * 10; p99 at rank 1.98 -> 20 + 0.98 * 10.
+    assert d == {"n": 3, "mean": 20.0, "median": 20.0, "p90": pytest.approx(28.0), "p99": pytest.approx(29.8),
+                 "min": 10.0, "max": 30.0}
+    assert stats.distribution([None]) == {"n": 0, "mean": None, "median": None, "p90": None, "p99": None, "min": None,
+                                          "max": None}
+
+
+def test_distribution_mean_and_p99():
+    # 0, 1, ..., 100: the sum is 100 * 101 / 2 = 5050 over 101 values; p99 sits on rank 99 exactly.
+    d = stats.distribution(float(v) for v in range(101))
+    assert d["mean"] == pytest.approx(50.0) and d["p99"] == pytest.approx(99.0) and d["p90"] == pytest.approx(90.0)
+    # Skewed: 1, 1, 1, 9 -> mean 12 / 4 = 3 while the median stays 1; p99 at rank 2.97 -> 1 + 0.97 * 8.
+    skewed = stats.distribution([1.0, 9.0, 1.0, 1.0])
+    assert skewed["mean"] == pytest.approx(3.0) and skewed["median"] == 1.0 and skewed["p99"] == pytest.approx(8.76)
 
 
 # ------------------------------------------------------------------------------ per request
@@ -52,6 +64,54 @@ def test_decode_rate_is_undefined_without_a_decode_window(tokens, first, last):
 def test_ttft_is_first_token_minus_send():
     assert stats.time_to_first_token(10.0, 14.25) == pytest.approx(4.25)
     assert stats.time_to_first_token(10.0, None) is None
+
+
+def test_e2e_runs_from_the_send_to_the_end_of_the_stream():
+    assert stats.end_to_end(10.0, 12.5, 12.4) == pytest.approx(2.5)  # the end of the body, not the last token
+    assert stats.end_to_end(10.0, None, 12.4) == pytest.approx(2.4)  # no end recorded: the last token
+    assert stats.end_to_end(None, 12.5, 12.4) is None and stats.end_to_end(10.0, None, None) is None
+
+
+def test_tpot_shares_the_time_after_the_first_token_among_the_rest():
+    # E2E 2.5 s, TTFT 0.5 s, 11 tokens: 2.0 s over the 10 tokens after the first.
+    assert stats.time_per_output_token(2.5, 0.5, 11) == pytest.approx(0.2)
+    assert stats.time_per_output_token(2.5, 0.5, 2) == pytest.approx(2.0)
+    assert stats.time_per_output_token(2.5, 0.5, 1) is None and stats.time_per_output_token(2.5, 0.5, None) is None
+    assert stats.time_per_output_token(None, 0.5, 11) is None and stats.time_per_output_token(2.5, None, 11) is None
+
+
+def test_itl_is_the_gap_between_successive_token_chunks():
+    # A chunk carrying several tokens is one arrival, so one gap, as vLLM counts it.
+    assert stats.inter_token_latencies([1.0, 1.25, 1.5, 1.5, 2.0]) == [0.25, 0.25, 0.0, 0.5]
+    assert stats.inter_token_latencies([1.0]) == [] and stats.inter_token_latencies([]) == []
+
+
+# ------------------------------------------------------------------------------ bursts
+
+
+def test_arrival_groups_join_chunks_less_than_the_burst_gap_apart():
+    # Gaps: 10 ms (alone), 0.1 us, 99.9 us, 100 us (all under 200 us: one group of 4), 19.8 ms (alone).
+    assert client.BURST_GAP_S == 0.0002
+    assert client.arrival_groups([0.0, 0.010, 0.0100001, 0.0101, 0.0102, 0.030]) == [1, 4, 1]
+    assert client.arrival_groups([5.0, 5.0, 5.0]) == [3]  # one piece of the body: the same arrival time
+    assert client.arrival_groups([1.0, 1.001, 1.002]) == [1, 1, 1]  # 1 ms apart: a decode step each
+    assert client.arrival_groups([]) == []
+
+
+@pytest.mark.parametrize("groups, burst", [
+    ([1, 4, 1], True),           # a group of BURST_MIN_CHUNKS (4)
+    ([64], True),                # the whole answer at once
+    ([2, 2, 1], True),           # 4 of 5 chunks grouped: more than half
+    ([2, 2], True),              # every chunk in a pair
+    ([2], True),                 # a two-token answer whose chunks came together
+    ([1, 3, 1, 1, 1, 1], False),  # 3 of 8 grouped, no group of 4
+    ([2, 1, 1], False),          # 2 of 4: half, not more
+    ([1] * 128, False),
+    ([1], False),
+    ([], False),
+])
+def test_the_burst_rule(groups, burst):
+    assert client.is_burst(groups) is burst
 
 
 # ------------------------------------------------------------------------------ aggregate
@@ -93,6 +153,68 @@ def test_point_summary_reports_distributions_per_level_and_per_stream():
     assert [s["decode_tok_s"]["median"] for s in summary["per_stream"]] == [pytest.approx(10.0), pytest.approx(20.0)]
     assert [s["ttft_s"]["median"] for s in summary["per_stream"]] == [pytest.approx(1.5), pytest.approx(3.5)]
     assert summary["aggregate"]["window_s"] == pytest.approx(22.0 + 9.9 - 1.0)
+
+
+def test_point_summary_has_vllm_latencies_and_throughputs_without_the_bursts():
+    def record(stream, index, t_send, t_first, t_last, t_end, tokens, itl, ok=True, burst=False, stopped_early=False):
+        ttft = None if t_first is None else t_first - t_send
+        e2e = t_end - t_send if ok else None
+        return {"stream": stream, "index": index, "ok": ok, "length_rejected": False, "burst": burst,
+                "stopped_early": stopped_early, "prompt_tokens": 100 if ok else None, "completion_tokens": tokens,
+                "t_send": t_send, "t_first": t_first, "t_last": t_last, "t_end": t_end, "ttft_s": ttft, "e2e_s": e2e,
+                "tpot_s": None if not ok else (e2e - ttft) / (tokens - 1),
+                "decode_tok_s": None if not ok else (tokens - 1) / (t_last - t_first), "itl_s": itl}
+
+    records = [
+        # 5 tokens: TTFT 1, E2E 3, TPOT (3 - 1) / 4 = 0.5, decode 4 / 2 = 2.
+        record(0, 0, 0.0, 1.0, 3.0, 3.0, 5, [0.5, 0.5, 0.5, 0.5]),
+        # 3 tokens: TTFT 2, E2E 4, TPOT (4 - 2) / 2 = 1, decode 2 / 1 = 2; it stopped early.
+        record(1, 0, 0.0, 2.0, 3.0, 4.0, 3, [0.25, 0.75], stopped_early=True),
+        # 4 tokens in one burst: decode 3 / 0.00001 = 300,000 tok/s, TPOT 0.5 / 3; TTFT 2, E2E 2.5 stay in.
+        record(0, 1, 3.0, 5.0, 5.00001, 5.5, 4, [0.0, 0.0, 0.00001], burst=True),
+        # Failed at 6.0: its end is the point's last.
+        record(1, 1, 4.0, None, None, 6.0, None, [], ok=False),
+    ]
+    summary = stats.summarize_point(records, streams=2)
+    assert summary["ok_requests"] == 3 and summary["errors"] == summary["failed_requests"] == 1
+    assert summary["early_stops"] == 1 and summary["burst_requests"] == 1
+    # Wall time: first send 0.0 to last end 6.0.
+    assert summary["duration_s"] == pytest.approx(6.0)
+    assert summary["request_throughput"] == pytest.approx(3 / 6.0)  # 0.5 successful requests per second
+    assert summary["output_throughput"] == pytest.approx((5 + 3 + 4) / 6.0)  # 2.0 tok/s
+    assert summary["total_token_throughput"] == pytest.approx((3 * 100 + 12) / 6.0)  # 52.0 tok/s
+
+    # TTFT and E2E over all three successful requests, the burst included.
+    assert summary["ttft_s"]["n"] == 3 and summary["ttft_s"]["median"] == pytest.approx(2.0)
+    assert summary["ttft_s"]["mean"] == pytest.approx(5.0 / 3)
+    e2e = summary["e2e_s"]  # 2.5, 3, 4: p90 at rank 1.8 -> 3 + 0.8 * 1; p99 at 1.98 -> 3.98
+    assert e2e["n"] == 3 and e2e["median"] == pytest.approx(3.0) and e2e["mean"] == pytest.approx(9.5 / 3)
+    assert e2e["p90"] == pytest.approx(3.8) and e2e["p99"] == pytest.approx(3.98)
+    # TPOT, ITL and decode without the burst.
+    tpot = summary["tpot_s"]  # 0.5, 1.0
+    assert tpot["n"] == 2 and tpot["mean"] == pytest.approx(0.75) and tpot["median"] == pytest.approx(0.75)
+    assert tpot["p90"] == pytest.approx(0.95) and tpot["p99"] == pytest.approx(0.995)
+    itl = summary["itl_s"]  # every gap of both: 0.25, 0.5, 0.5, 0.5, 0.5, 0.75
+    assert itl["n"] == 6 and itl["mean"] == pytest.approx(3.0 / 6) and itl["median"] == pytest.approx(0.5)
+    assert itl["p90"] == pytest.approx(0.625) and itl["p99"] == pytest.approx(0.7375)  # ranks 4.5 and 4.95
+    assert itl["min"] == 0.25 and itl["max"] == 0.75
+    assert summary["decode_tok_s"]["n"] == 2 and summary["decode_tok_s"]["max"] == pytest.approx(2.0)
+    stream0 = summary["per_stream"][0]
+    assert stream0["decode_tok_s"]["n"] == 1 and stream0["ttft_s"]["median"] == pytest.approx(1.5)
+    # The aggregate keeps its own window (first first-token 1.0 to last token 5.00001), bursts included.
+    assert summary["aggregate"]["completion_tokens"] == 12
+    assert summary["aggregate"]["window_s"] == pytest.approx(4.00001)
+
+
+def test_point_throughputs_fall_back_to_the_last_token_and_need_a_span():
+    # Records without t_end (older reports): the end is the last token.
+    records = [rec(0, 0.0, 1.0, 5.0, 10), rec(1, 1.0, 2.0, 4.0, 10)]
+    summary = stats.summarize_point(records, streams=2)
+    assert summary["duration_s"] == pytest.approx(5.0) and summary["output_throughput"] == pytest.approx(20 / 5.0)
+    assert summary["request_throughput"] == pytest.approx(2 / 5.0)
+    empty = stats.summarize_point([rec(0, 0.0, None, None, None, ok=False)], streams=1)
+    assert empty["duration_s"] is None and empty["request_throughput"] is None and empty["output_throughput"] is None
+    assert empty["itl_s"]["n"] == 0 and empty["tpot_s"]["median"] is None
 
 
 def test_ratio():

@@ -20,9 +20,10 @@ NOT_IN_THE_WHOLE_SITE = {"engine_image", "fabric_test", "teardown"}
 # and a new role cannot join it unnoticed.
 NO_SCENARIO_YET = {"benchmark"}
 # A stage that ends with another role's step after its own work, not a prerequisite of it: the
-# verify stage, once verified, keeps the checkpoints checkpoint_keep and the venvs engine_venv_keep
-# ask for (roles/checkpoint/tasks/keep.yml and roles/engine_venv/tasks/keep.yml, only those files).
-AFTER_ITS_ROLE = {"verify": {"checkpoint", "engine_venv"}}
+# verify stage mirrors what the engine compiled for its requests (roles/jit_cache/tasks/mirror.yml)
+# and, once verified, keeps the checkpoints checkpoint_keep and the venvs engine_venv_keep ask for
+# (roles/checkpoint/tasks/keep.yml and roles/engine_venv/tasks/keep.yml, only those files).
+AFTER_ITS_ROLE = {"verify": {"jit_cache", "checkpoint", "engine_venv"}}
 # The whole-site scenario does not run the observe stage's role: the stage is opt-in (the suite runs
 # its scenario last on the first lab, OBSERVE_ROLE_SCENARIOS).
 NOT_IN_THE_WHOLE_SITE_OPT_IN = {"observe"}
@@ -99,11 +100,12 @@ def test_the_suite_runs_every_role_scenario_once():
     assert sorted(listed) == sorted(_scenarios())
 
 
-def test_the_steps_after_verify_are_only_the_checkpoint_and_venv_keeps():
+def test_the_steps_after_verify_are_only_the_kernel_cache_mirror_and_the_checkpoint_and_venv_keeps():
     tasks = yaml.safe_load((REPO / "playbooks" / "verify.yml").read_text())[-1]["tasks"]
     imports = [t["ansible.builtin.import_role"] for t in tasks if "ansible.builtin.import_role" in t]
-    assert imports[-2:] == [{"name": "checkpoint", "tasks_from": "keep.yml"}, {"name": "engine_venv", "tasks_from": "keep.yml"}]
-    assert [i["name"] for i in imports] == ["spark", "verify", "checkpoint", "engine_venv"]
+    assert imports[-3:] == [{"name": "jit_cache", "tasks_from": "mirror.yml"},
+                            {"name": "checkpoint", "tasks_from": "keep.yml"}, {"name": "engine_venv", "tasks_from": "keep.yml"}]
+    assert [i["name"] for i in imports] == ["spark", "verify", "jit_cache", "checkpoint", "engine_venv"]
 
 
 # What molecule is given another way: the role and collection paths in its environment, the lab's

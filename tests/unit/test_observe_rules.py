@@ -1,5 +1,5 @@
 """The observe role's alert rules (roles/observe/templates/sparkctl.rules.yml.j2), rendered with
-the role's defaults and run through `promtool check rules` and `promtool test rules`
+the role's defaults (tests/lab/alert_rules.py) and run through `promtool check rules` and `promtool test rules`
 (tests/unit/fixtures/observe/rules_test.yml: each alert fires on the series that should fire it
 and stays quiet otherwise, on a vLLM profile; rules_test_sglang.yml: the engine's alert on an
 SGLang profile's metric names). promtool comes from the distribution's prometheus package, unpacked
@@ -7,54 +7,24 @@ into the venv by tests/bootstrap.sh ($SPARKCTL_PROMTOOL or PATH otherwise)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-import jinja2
 import pytest
 import yaml
+from alert_rules import PROMTOOL, PROMTOOL_MISSING, render_rules
+from alert_rules import promtool_test as _promtool_test
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkctl.spark.plugins.filter.observe import observe_engine_metrics
 
-REPO = Path(__file__).resolve().parents[2]
-ROLE = REPO / "roles" / "observe"
 FIXTURES = Path(__file__).parent / "fixtures" / "observe"
 FIXTURE = FIXTURES / "rules_test.yml"
 # The engine alert's cases in SGLang's metric names (FIXTURE has them in vLLM's, with every other alert).
 SGLANG_FIXTURE = FIXTURES / "rules_test_sglang.yml"
-
-
-def _promtool():
-    for candidate in (os.environ.get("SPARKCTL_PROMTOOL"), str(Path(sys.prefix) / "prometheus" / "usr" / "bin" / "promtool"),
-                      shutil.which("promtool")):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    return None
-
-
-PROMTOOL = _promtool()
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="no promtool: tests/bootstrap.sh unpacks the prometheus "
-                                    "package into .venv/prometheus (or set SPARKCTL_PROMTOOL)")
-
-
-def render_rules(**overrides) -> str:
-    values = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    values["spark_oom_guard_min_available_bytes"] = 8589934592
-    # The default reads spark_profile.engine.kind, which Ansible would template; plain jinja2 does not.
-    values["observe_engine_kind"] = "vllm"
-    values.update(overrides)
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters["sparkctl.spark.observe_engine_metrics"] = observe_engine_metrics
-    return env.from_string((ROLE / "templates" / "sparkctl.rules.yml.j2").read_text()).render(**values)
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason=PROMTOOL_MISSING)
 
 
 def promtool_test(tmp_path, rules_text, fixture):
-    (tmp_path / "sparkctl.rules.yml").write_text(rules_text)
-    shutil.copy(fixture, tmp_path / fixture.name)
-    return subprocess.run([PROMTOOL, "test", "rules", str(tmp_path / fixture.name)], capture_output=True, text=True, check=False)
+    return _promtool_test(tmp_path, rules_text, fixture.read_text(), fixture.name)
 
 
 def test_the_rules_name_every_alert_the_stage_documents():

@@ -253,6 +253,28 @@ def test_schema_errors_name_the_key(overrides, expected):
     assert all(msg.startswith("profile lab-standin: ") for msg in found)
 
 
+@pytest.mark.parametrize("slo, expected", [
+    ("ttft=2", "benchmark.slo: 'ttft=2' is not METRIC=VALUE with a unit, e.g. 'ttft=2s,tpot=100ms'"),
+    ("latency=2s", "benchmark.slo: 'latency=2s' is not METRIC=VALUE with a unit"),
+    ("ttft=0ms", "benchmark.slo: 'ttft=0ms' is not METRIC=VALUE with a unit"),
+    ("e2e=30s,e2el=20s", "benchmark.slo: e2e is given twice"),
+    (",", "benchmark.slo: names no objective"),
+    (2, "benchmark.slo: expected a non-empty string, got 2."),
+])
+def test_a_benchmark_slo_the_client_would_refuse_is_refused(slo, expected):
+    found = problems("lab-standin", {"benchmark": {"slo": slo}})
+    assert any(expected in msg for msg in found), found
+
+
+def test_a_benchmark_slo_in_the_clients_form_is_accepted_and_read_alike():
+    from sparkctl.bench.goodput import parse_slo
+
+    for slo in ("ttft=2s,tpot=100ms", " TTFT = 1.5s , e2el=2000ms ", "itl=250ms,e2e=3e1s"):
+        assert problems("lab-standin", {"benchmark": {"slo": slo}}) == [], slo
+        assert parse_slo(slo)
+    assert "benchmark: unknown key(s) goodput" in problems("lab-standin", {"benchmark": {"goodput": "x"}})[0]
+
+
 def test_build_context_without_dockerfile_is_refused():
     found = problems("qwen38-flash-next-nvfp4-sglang", {"runtime": {"image": {"build": {"context": "contexts/missing"}}}})
     assert any("runtime.image.build.context" in m and "has no Dockerfile" in m for m in found), found

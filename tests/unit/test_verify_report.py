@@ -73,6 +73,13 @@ def test_progress_line_reads_the_last_record():
     assert bench_progress_line(text) == "benchmark: point 2 of 6 done (2048 prompt tokens, 2 streams) after 10 s: ttft 0.4 s"
 
 
+def test_progress_line_names_the_load_of_a_rate_point():
+    text = json.dumps({"point": 3, "points": 4, "prompt_tokens": 2048, "streams": None, "load": "poisson:rate=2,burstiness=1,seed=0",
+                       "elapsed_s": 41.0})
+    assert bench_progress_line(text) == ("benchmark: point 3 of 4 done (2048 prompt tokens, load "
+                                         "poisson:rate=2,burstiness=1,seed=0) after 41 s")
+
+
 def test_a_probe_that_did_not_run_is_a_failure_not_a_pass():
     report = verify_report({"changed": False, "skipped": True, "skip_reason": "Conditional result was False"})
     assert report["status"] == "failed"

@@ -12,8 +12,8 @@ short_description: The benchmark client's last progress record as one line
 version_added: 0.1.0
 description:
   - Reads the progress file of C(python -m sparkctl.bench run --progress-file), one JSON line per finished measurement
-    point, and returns the last point as one line (which point of how many, its prompt tokens and streams, the
-    seconds since the start, the client's message); lines that are not JSON are skipped.
+    point, and returns the last point as one line (which point of how many, its prompt tokens and streams, or the load
+    of a rate point, the seconds since the start, the client's message); lines that are not JSON are skipped.
   - Before the first point has finished it says the client is warming up.
 options:
   _input:
@@ -46,8 +46,13 @@ def bench_progress_line(text):
     if not records:
         return "benchmark: warming up (no measurement point finished yet)"
     last = records[-1]
-    return "benchmark: point %s of %s done (%s prompt tokens, %s streams) after %.0f s%s" % (
-        last.get("point", "?"), last.get("points", "?"), last.get("prompt_tokens", "?"), last.get("streams", "?"),
+    # A rate point (a --load with a schedule) has no streams: its load says what it was.
+    if last.get("streams") is None and last.get("load"):
+        load = "load %s" % last["load"]
+    else:
+        load = "%s streams" % last.get("streams", "?")
+    return "benchmark: point %s of %s done (%s prompt tokens, %s) after %.0f s%s" % (
+        last.get("point", "?"), last.get("points", "?"), last.get("prompt_tokens", "?"), load,
         float(last.get("elapsed_s") or 0), (": " + last["message"]) if last.get("message") else "")
 
 

@@ -210,9 +210,17 @@ class _Checker:
 
 TOP_KEYS = (
     "schema_version", "name", "description", "seed", "engine", "runtime", "checkpoint", "model", "topology",
-    "nccl", "memory", "startup_log", "smoke", "api", "parsers", "reference", "boot", "cpu_affinity",
+    "nccl", "memory", "startup_log", "smoke", "api", "parsers", "reference", "benchmark", "boot", "cpu_affinity",
     "forbid_env_values", "_sources", "_dir",
 )
+
+# benchmark.slo: the benchmark client's --slo, which the benchmark stage passes on (sparkctl/bench
+# goodput.parse_slo reads it the same way). Checked here so a bad objective stops the validation
+# play, not a benchmark after the model is served. A unit is required: vLLM's --goodput reads a
+# bare number as milliseconds, and guessing either way would set an objective 1000 times off.
+SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
+_SLO_ITEM_RE = re.compile(r"^(ttft|tpot|itl|e2e|e2el)=([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)(ms|s)$")
+SLO_EXAMPLE = "ttft=2s,tpot=100ms"
 
 
 def _check_engine(c):
@@ -668,6 +676,31 @@ def _check_rest(c):
                 c.add("nccl.preload.path", f"expected an absolute library path on the nodes, got {path!r}.")
 
 
+def _check_benchmark(c):
+    bench = c.mapping("benchmark", required=False)
+    if bench is None:
+        return
+    c.unknown("benchmark", bench, ("slo",))
+    slo = c.string("benchmark.slo", required=False)
+    if slo is None:
+        return
+    items = [part.strip() for part in slo.split(",") if part.strip()]
+    if not items:
+        c.add("benchmark.slo", f"names no objective; give e.g. {SLO_EXAMPLE!r}, or remove the key.")
+    seen = set()
+    for item in items:
+        match = _SLO_ITEM_RE.match(item.replace(" ", "").lower())
+        if not match or float(match.group(2)) <= 0:
+            c.add("benchmark.slo", f"{item!r} is not METRIC=VALUE with a unit, e.g. {SLO_EXAMPLE!r} (metrics "
+                  f"{', '.join(SLO_METRICS)}; units s or ms; a value above 0).")
+            return
+        metric = "e2e" if match.group(1) == "e2el" else match.group(1)
+        if metric in seen:
+            c.add("benchmark.slo", f"{metric} is given twice in {slo!r}; give each metric once.")
+            return
+        seen.add(metric)
+
+
 def _check_engine_port(c, port):
     """api.engine_port: where the engine listens on 127.0.0.1 behind the API proxy (default
     api.port + 1). It must be a free TCP port of its own: not the public one, not a topology port."""
@@ -777,6 +810,7 @@ def schema_problems(profile):
     _check_topology(c, engine)
     _check_memory(c)
     _check_rest(c)
+    _check_benchmark(c)
     _check_parser_names(c, engine)
     _check_class_paths(c)
     _check_engine_env(c, engine)
