@@ -12,6 +12,7 @@ stage points the engine at and mirrors from the head to every worker (docs/jit-c
 Each round restarts every rank with the caches in one of three states, the states interleaved:
 
   mirrored     as the converge left them: the head's caches, and their mirror on every worker
+               (verify mirrors what the first requests compiled; docs/jit-cache.md)
   worker-cold  the head's caches kept, every worker's emptied (a cluster without the mirror)
   cold         every node's caches emptied (a fresh runtime)
 
