@@ -38,10 +38,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from labrun import management_address, node_exec, serving_venv  # noqa: E402
+from labrun import api_key, management_address, node_exec, serving_venv, unit_command  # noqa: E402
 
 HEAD = "spark1"
-KEY_FILE = "/etc/sparkctl/api-key.env"
 ENGINE_UNIT = "sparkctl-engine.service"
 RESULT_DIR = "/var/tmp/sparkctl-agreement-bench"
 # vLLM's result fields (vllm/benchmarks/serve.py) and sparkctl's point summary, by figure.
@@ -57,14 +56,9 @@ FIGURES = {
 
 
 def served_model_and_checkpoint() -> tuple[str, str]:
-    unit = node_exec(HEAD, "systemctl", "cat", ENGINE_UNIT).stdout
-    words = shlex.split(next(line for line in unit.splitlines() if line.startswith("ExecStart=")).split("=", 1)[1])
+    words = unit_command(HEAD, ENGINE_UNIT)
     serve = words.index("serve")
     return words[words.index("--served-model-name") + 1], words[serve + 1]
-
-
-def api_key() -> str:
-    return node_exec(HEAD, "cat", KEY_FILE).stdout.strip().split("=", 1)[1]
 
 
 def sparkctl_point(args, model: str, key_file: Path, out: Path, load: str | None) -> dict:
@@ -114,7 +108,7 @@ def main() -> int:
     parser.add_argument("--output-tokens", type=int, default=32)
     args = parser.parse_args()
     model, checkpoint = served_model_and_checkpoint()
-    key = api_key()
+    key = api_key(HEAD)
     points = {f"concurrency {args.concurrency}": None, f"poisson rate {args.rate:g}/s": args.rate}
     ratios: dict[str, dict[str, list[float]]] = {point: {name: [] for name in FIGURES} for point in points}
     with tempfile.TemporaryDirectory() as scratch:

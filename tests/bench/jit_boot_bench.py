@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import statistics
 import sys
 import time
@@ -39,13 +38,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "integration"))
 
-from labrun import JIT_CACHE_ROOT, JIT_ENGINE_UNIT, VLLM_RANK_UNIT, node_exec  # noqa: E402
+from labrun import API_KEY_FILE, JIT_CACHE_ROOT, JIT_ENGINE_UNIT, VLLM_RANK_UNIT, node_exec, unit_command  # noqa: E402
 
 HEAD = "spark1"
 STATES = ("mirrored", "worker-cold", "cold")
 ASIDE = "/var/tmp/sparkctl-jit-bench"
 CURRENT = f"{JIT_CACHE_ROOT}/current"
-KEY_FILE = "/etc/sparkctl/api-key.env"
 # Run on the head, through the API proxy with the key, as a user's client would reach the engine.
 PROBE = r"""
 import json, sys, time, urllib.request
@@ -74,7 +72,7 @@ for _ in range(2):
     call('/v1/completions', body, timeout=900)
     times.append(time.time() - t1)
 print(json.dumps({'health_s': health, 'first_request_s': times[0], 'second_request_s': times[1]}))
-""" % {"key": KEY_FILE}
+""" % {"key": API_KEY_FILE}
 
 
 def sh(node: str, script: str) -> str:
@@ -82,8 +80,7 @@ def sh(node: str, script: str) -> str:
 
 
 def served_model() -> str:
-    unit = node_exec(HEAD, "systemctl", "cat", JIT_ENGINE_UNIT).stdout
-    words = shlex.split(next(line for line in unit.splitlines() if line.startswith("ExecStart=")).split("=", 1)[1])
+    words = unit_command(HEAD, JIT_ENGINE_UNIT)
     return words[words.index("--served-model-name") + 1]
 
 

@@ -9,6 +9,7 @@ import ipaddress
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -155,6 +156,21 @@ def lab(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def node_exec(node: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
     return lab("exec", node, "--", *cmd, check=check)
+
+
+# The API key the serve stage generated, as KEY=value (roles/engine_service).
+API_KEY_FILE = "/etc/sparkctl/api-key.env"
+
+
+def api_key(node: str = "spark1") -> str:
+    """The API key, read on the head; it only ever goes into Authorization headers or a client's environment."""
+    return node_exec(node, "cat", API_KEY_FILE).stdout.strip().split("=", 1)[1]
+
+
+def unit_command(node: str, unit: str) -> list[str]:
+    """The words of a unit's ExecStart= as systemd has it (its shell quoting undone)."""
+    text = node_exec(node, "systemctl", "cat", unit).stdout
+    return shlex.split(next(line for line in text.splitlines() if line.startswith("ExecStart=")).split("=", 1)[1])
 
 
 # The units a node runs the venv runtime from, first found first: the head's engine, a worker's Ray.

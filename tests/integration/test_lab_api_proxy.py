@@ -14,7 +14,7 @@ import json
 import socket
 
 import pytest
-from labrun import api_call, management_address, node_exec, stream_arrivals
+from labrun import api_call, api_key, management_address, node_exec, stream_arrivals
 
 pytestmark = pytest.mark.lab
 
@@ -22,7 +22,6 @@ HOSTS = ("spark1", "spark2")
 HEAD = management_address("spark1")
 API_PORT = 8000
 ENGINE_PORT = 8001
-KEY_FILE = "/etc/sparkctl/api-key.env"
 PROXY_CONF = "/etc/sparkctl/api-proxy.conf"
 KEY_INCLUDE = "/etc/sparkctl/nginx-api-key.conf"
 PROXY_UNIT = "sparkctl-api-proxy.service"
@@ -38,8 +37,7 @@ def served(site_converged):
 @pytest.fixture(scope="module")
 def key(served):
     """The generated key, read on the head; it only ever goes into Authorization headers."""
-    text = node_exec("spark1", "cat", KEY_FILE).stdout
-    value = text.strip().split("=", 1)[1]
+    value = api_key()
     assert len(value) >= 32
     return value
 

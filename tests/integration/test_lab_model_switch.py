@@ -42,13 +42,14 @@ import time
 import pytest
 from alert_rules import PROMTOOL, PROMTOOL_MISSING, promtool_test, render_rules
 from ansible_collections.sparkctl.spark.plugins.module_utils.engine_metrics import ENGINE_METRICS
-from labrun import (JIT_CACHE_ROOT, LAB_INVENTORY_DIR, REPO, VENV_ROOT, changed_tasks, distribution_version, jit_boots,
-                    jit_identity, jit_kernel, management_address, node_exec, serving_venv)
+from labrun import (API_KEY_FILE, JIT_CACHE_ROOT, LAB_INVENTORY_DIR, REPO, VENV_ROOT, api_key, changed_tasks,
+                    distribution_version, jit_boots, jit_identity, jit_kernel, management_address, node_exec,
+                    serving_venv, unit_command)
 
 pytestmark = [pytest.mark.lab, pytest.mark.model_switch]
 
 HOSTS = ("spark1", "spark2")
-KEY_FILE = "/etc/sparkctl/api-key.env"
+KEY_FILE = API_KEY_FILE
 STAMP = ".sparkctl-verified.json"
 # Each profile's checkpoint directory and engine distribution (tests/lab/profiles).
 PROFILES = {
@@ -196,9 +197,7 @@ SCRAPE_INTERVAL_S = 1.0
 
 
 def _engine_port() -> str:
-    exec_start = next(line for line in node_exec("spark1", "systemctl", "cat", ENGINE_UNIT).stdout.splitlines()
-                      if line.startswith("ExecStart="))
-    words = shlex.split(exec_start.split("=", 1)[1])
+    words = unit_command("spark1", ENGINE_UNIT)
     return words[words.index("--port") + 1]
 
 
@@ -212,7 +211,7 @@ class _Generation(threading.Thread):
     def __init__(self, model: str):
         super().__init__(daemon=True)
         self.model, self.stop, self.chunks, self.error = model, threading.Event(), 0, None
-        self.key = node_exec("spark1", "cat", KEY_FILE).stdout.strip().split("=", 1)[1]
+        self.key = api_key()
 
     def run(self):
         conn = http.client.HTTPConnection(management_address("spark1"), 8000, timeout=120)
@@ -356,7 +355,7 @@ def _sparkctl_bench(report_dir) -> dict:
 
 
 def _vllm_bench_serve(checkpoint: str) -> dict:
-    key = node_exec("spark1", "cat", KEY_FILE).stdout.strip().split("=", 1)[1]
+    key = api_key()
     result_dir = "/var/tmp/sparkctl-vllm-bench"
     argv = [f"{serving_venv('spark1')}/bin/vllm", "bench", "serve", "--backend", "openai",
             "--base-url", "http://127.0.0.1:8000", "--endpoint", "/v1/completions", "--model", REAL,
