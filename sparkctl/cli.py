@@ -278,7 +278,6 @@ def run_stages(args: argparse.Namespace, root: Path) -> int:
     try:
         options = run_options(args, root)
         if args.command == "rollback":
-            collection_importable(root)
             target = rollback_target(options.inventory, root, args.which)
             options.final_extravars = rollback_vars(target)
             err.print(f"returning to deployment {short(target.get('deployment_id'))} "
@@ -391,7 +390,6 @@ def auto_rollback(args: argparse.Namespace, root: Path, options, results: list[S
     name = short(target.get("deployment_id"))
     cause = "verify failed" if failed.name == "verify" else f"{failed.name} failed (the verify after it too)"
     try:
-        collection_importable(root)
         extravars = rollback_vars(target)
     except RollbackError as exc:
         return None, f"{cause} after this run changed the deployment; no automatic rollback: {exc}"
@@ -525,6 +523,9 @@ def run_fit(args: argparse.Namespace, root: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     root = project_dir()
+    # The values the collection owns (the history's inventory key, the rollback's variables, the
+    # fit's arithmetic) are read from its Python.
+    collection_importable(root)
     if args.command == "report":
         return run_report(args, root)
     if args.command == "history":

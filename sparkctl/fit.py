@@ -23,8 +23,6 @@ from rich.table import Table
 from .project import collection_importable
 
 GIB = 1024**3
-# The OOM guard's line (roles/oom_guard/defaults/main.yml, oom_guard_min_available_bytes).
-GUARD_BYTES = 8 * GIB
 # Seconds per hub request: an unreachable hub should cost seconds, not minutes, per profile.
 HUB_TIMEOUT = 15
 
@@ -67,7 +65,7 @@ def fit_results(root: Path, names: list[str] | None, *, paths: list[str], contex
                 continue
             source, source_note = "profile", f"not read: {exc}"
         result = fit.profile_estimate(profile, config, tensors, context=context,
-                                      node_available_bytes=node_available_bytes, guard_bytes=GUARD_BYTES)
+                                      node_available_bytes=node_available_bytes, guard_bytes=fit.GUARD_BYTES)
         result["source"] = source
         if source_note:
             result["notes"].insert(0, f"checkpoint headers and config.json {source_note}: weights are "

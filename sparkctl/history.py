@@ -6,9 +6,7 @@ collection's sparkctl.spark.deployment filter's). This only reads them."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from pathlib import Path
 
 from rich import box
@@ -22,18 +20,15 @@ HISTORY_FILE_KEY = "_history_file"
 SHORT = 8
 
 
-def inventory_key(inventory: Path) -> str:
-    """The name of an inventory's history directory, as the collection's deployment_inventory_key
-    filter gives it for the playbooks' inventory_dir (the directory holding the hosts file): its
-    name and the first 8 hex digits of the sha256 of its real path."""
-    directory = inventory if inventory.is_dir() else inventory.parent
-    path = os.path.realpath(str(directory))
-    return "%s-%s" % (os.path.basename(path) or "inventory", hashlib.sha256(path.encode("utf-8")).hexdigest()[:8])
-
-
 def inventory_history(base: Path, inventory: Path) -> Path:
-    """The history directory of one inventory under the deployments base directory."""
-    return base / inventory_key(inventory)
+    """The history directory of one inventory (-i: the inventory directory or its hosts file) under
+    the deployments base directory. Its name is the collection's (module_utils/deployment.py,
+    inventory_key, behind the deployment_inventory_key filter the playbooks give their
+    inventory_dir, the directory holding the hosts file). The caller made the collection
+    importable (project.collection_importable)."""
+    from ansible_collections.sparkctl.spark.plugins.module_utils.deployment import inventory_key
+
+    return base / inventory_key(inventory if inventory.is_dir() else inventory.parent)
 
 
 def load_history(directory: Path) -> tuple[list[dict], list[str]]:

@@ -161,14 +161,15 @@ sanity_stage() {
   chain_stage sanity bash tests/sanity/run.sh
 }
 
-# Every role scenario (molecule/<role>/), in the order site.yml runs the roles. Two run their
+# Every role scenario (molecule/<role>/), in the order site.yml runs the roles, then the benchmark's
+# (a short run against the served lab; playbooks/benchmark.yml is not a stage of site.yml). Two run their
 # whole sequence on the twin right after its converge. The image runtime's, with its prepare
 # (Docker, the lab's base image): the whole-site scenario runs the default profile, a venv, so
 # nothing on a converged lab has put them in place, and the twin's image-runtime tests and fault
 # catalogue need the same Docker and base image. The fabric test's (not a stage of site.yml):
 # its first run installs the test's tool, so its second run is the idempotence check.
 ROLE_SCENARIOS=(preflight direct_link firewall fabric_env linger ssh_mesh checkpoint engine_venv
-                oom_guard jit_cache ray_cluster api_proxy engine_service verify)
+                oom_guard jit_cache ray_cluster api_proxy engine_service verify benchmark)
 PREPARED_ROLE_SCENARIOS=(engine_image fabric_test)
 # The teardown's, last on the twin: it takes everything off (tests/integration/test_lab_teardown.py
 # runs its check mode before it and a half-failed first run after it).
@@ -245,15 +246,17 @@ TWIN_INVENTORY=$REPO/inventories/lab-twin/hosts.yml
 # The two chains end about together (docs/performance.md has the split measured): the twin's
 # starts its tests earlier (no fresh check, no role scenarios first) but runs the image
 # runtime's scenario and the fault catalogue, the longest test file, the firewall's tests (they
-# touch neither the runtime nor the checkpoint), then the runtime upgrade (a venv pin and an
-# image tag upgraded and rolled back: Docker and the lab's base image are already there) and the
+# touch neither the runtime nor the checkpoint), the venv runtime's (each leaves the venv as it
+# found it) and the bad-input catalogue (refused before any change), then the image runtime's upgrade (a tag upgraded
+# and rolled back: Docker and the lab's base image are already there) and the
 # model switch, whose leftovers the teardown stages after them take off too. The first lab runs
 # the rest, then the rollbacks and the observe stage. (The kernel caches' tests
 # stay on the first lab: run on the twin right before the catalogue, its killed-engine batch's
 # repair run met a booting engine, changed what no fault of the batch owns, and once restarted Ray
 # with the engine at its start limit; docs/performance.md.)
 TWIN_TESTS=(tests/integration/test_lab_faults.py tests/integration/test_lab_runtime_image.py
-            tests/integration/test_lab_firewall.py)
+            tests/integration/test_lab_firewall.py tests/integration/test_lab_runtime_venv.py
+            tests/integration/test_lab_bad_inputs.py)
 # The twin's nodes as they are before anything runs on them: the teardown stage compares them
 # with it at the end (tests/integration/test_lab_teardown.py).
 TWIN_FRESH_SNAPSHOT=$REPO/.lab/twin-fresh-snapshot.json
@@ -325,10 +328,10 @@ stage scenarios role_scenarios converged "${ROLE_SCENARIOS[@]}"
 wait_chain side
 start_chain sanity sanity_stage
 # The day-two tests that change what the lab serves run after the others, in stages of their own:
-# the upgrade (test_lab_upgrade.py) and `model_switch` (test_lab_model_switch.py: two whole-site
-# runs switching the served model and back) on the twin, above; here `rollback`
-# (test_lab_rollback.py: recorded deployments, a broken change and a broken runtime upgrade rolled
-# back by `sparkctl up` itself, `sparkctl rollback` to an older record). tests/lab/README.md has
+# the image upgrade (test_lab_upgrade.py) and `model_switch` (test_lab_model_switch.py: two
+# whole-site runs switching the served model and back) on the twin, above; here `rollback`
+# (test_lab_rollback.py: a venv pin bump built beside and switched to, a broken change and a broken
+# runtime upgrade rolled back by `sparkctl up` itself, `sparkctl rollback` to an older record). tests/lab/README.md has
 # their times.
 stage integration python -m pytest tests/integration "${TWIN_IGNORES[@]}" -q -p no:cacheprovider -m "lab and not model_switch and not rollback and not upgrade" --durations=30 \
   --junitxml="$COUNTS_DIR/integration.xml"

@@ -10,7 +10,10 @@ LOAD.md): exit 0, or 2 when a file cannot be read or is not a benchmark.json.
 
 The load flags (--load, --num-requests, --max-concurrency, --sweep-rates, --burstiness, --slo,
 --capacity; README.md, "Load shapes, goodput and capacity") are checked together before any
-request too: a flag that would be ignored in its company is refused, naming what to give instead."""
+request too: a flag that would be ignored in its company is refused, naming what to give instead.
+So are the workloads (--dataset with --seed, --prefix-sharing, --depth-sweep; workloads.py),
+--repeat and --export-vllm (export.py): a dataset is read whole, and a malformed entry refused
+naming FILE:LINE, before the first request."""
 
 from __future__ import annotations
 
@@ -25,8 +28,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from . import compare as compare_mod
+from . import export
 from . import reference as reference_mod
-from . import report
+from . import report, workloads
 from .arrivals import DEFAULT_SEED, LoadSpec, SpecError, parse_load
 from .goodput import parse_slo
 from .runner import ModelChoiceError, Runner
@@ -63,8 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--model", default=None,
                      help="served model name, as GET /v1/models lists it; default: the one model the server lists")
     run.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
-    run.add_argument("--prompt-tokens", default=",".join(map(str, DEFAULT_PROMPT_TOKENS)),
-                     help="comma-separated prompt lengths in tokens (K = 1024), default %(default)s")
+    # None, not the default list: with a workload only the workload is measured unless given.
+    run.add_argument("--prompt-tokens", default=None,
+                     help="comma-separated prompt lengths in tokens (K = 1024), default "
+                          f"{','.join(map(str, DEFAULT_PROMPT_TOKENS))} (none with a workload flag)")
     # None, not the default list: --concurrency given beside --load is refused, not ignored.
     run.add_argument("--concurrency", default=None,
                      help="comma-separated stream counts of the closed loops, default "
@@ -116,6 +122,28 @@ def _parser() -> argparse.ArgumentParser:
     loads.add_argument("--capacity", default=None, metavar="FRACTION",
                        help="walk the rate loads upwards (--sweep-rates, or --load with ascending rates) and report the "
                             "highest rate at which this fraction of requests met --slo, e.g. 0.9")
+
+    work = run.add_argument_group("workloads, repetitions and export (sparkctl/bench/README.md, \"Workloads\")")
+    work.add_argument("--dataset", default=None, metavar="FILE.jsonl",
+                      help="a file of conversations, ShareGPT's JSON or JSONL ({\"conversations\": [{\"from\": \"human\", "
+                           "...}, {\"from\": \"gpt\", ...}]}) or JSONL of {\"prompt\", \"output_tokens\" or \"completion\"}: "
+                           "--num-requests of them, sampled by --seed, sent at each load, each with its first human "
+                           "turn as prompt and its answer's length as max tokens")
+    work.add_argument("--seed", default=None, metavar="N",
+                      help="seed of the --dataset sample, default 0: the same seed sends the same conversations")
+    work.add_argument("--prefix-sharing", default=None, metavar="N,PREFIX_TOKENS",
+                      help="N requests one after another sharing one PREFIX_TOKENS-long prefix, each with its own short "
+                           "suffix: the first request's TTFT (a prefix-cache miss) against the rest's (hits), e.g. 8,4096")
+    work.add_argument("--depth-sweep", default=None, metavar="D1,D2,...",
+                      help="context depths in tokens (K = 1024), e.g. 0,4096,16384,65536: at each, prefill tok/s "
+                           "(prompt tokens / TTFT) and single-stream decode tok/s; depths beyond --max-model-len are "
+                           "skipped")
+    work.add_argument("--repeat", default="1", metavar="K",
+                      help="run each measurement point and workload K times; above 1 the report gives each headline "
+                           "figure's mean and 95 %% confidence interval, default %(default)s")
+    work.add_argument("--export-vllm", default=None, metavar="FILE.json",
+                      help="also write each measured point's results under the field names `vllm bench serve "
+                           "--save-result` writes, one JSON object a line")
 
     test = sub.add_parser("selftest", allow_abbrev=False, help="print the client's own parse capacity (loopback only)")
     test.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
@@ -267,6 +295,9 @@ def _check_capacity(args: argparse.Namespace, specs: list[LoadSpec], prompt_toke
     if not specs:
         raise UsageError("--capacity", "needs rates to walk", "give --sweep-rates 1,2,4,8 or ascending rate loads, e.g. "
                                                               "--load poisson:rate=1 poisson:rate=2 poisson:rate=4")
+    if not prompt_tokens:
+        raise UsageError("--capacity", "a capacity search measures one --prompt-tokens length, and none is given",
+                         "give one, e.g. --prompt-tokens 2048")
     if len(prompt_tokens) > 1:
         raise UsageError("--prompt-tokens", "a capacity search measures one prompt length",
                          f"give one, e.g. --prompt-tokens {prompt_tokens[0]}, and run again for another")
@@ -280,6 +311,82 @@ def _check_capacity(args: argparse.Namespace, specs: list[LoadSpec], prompt_toke
                              "list the loads lowest rate first, each rate once, e.g. --load poisson:rate=1 poisson:rate=2")
         previous = spec
     return fraction
+
+
+def _workload_given(args: argparse.Namespace) -> bool:
+    return any(value is not None for value in (args.dataset, args.prefix_sharing, args.depth_sweep))
+
+
+def _prompt_tokens(args: argparse.Namespace) -> list[int]:
+    """--prompt-tokens; without it the default lengths, or none when a workload is given (a
+    workload alone should not cost the default points' minutes)."""
+    if args.prompt_tokens is not None:
+        return _int_list("--prompt-tokens", args.prompt_tokens, "2048,8192,32768")
+    return [] if _workload_given(args) else list(DEFAULT_PROMPT_TOKENS)
+
+
+def _prefix_sharing(text: str | None, settings: Settings) -> dict[str, int] | None:
+    """--prefix-sharing N,PREFIX_TOKENS -> {requests, prefix_tokens}: at least two requests (a
+    miss and a hit), a prefix that leaves --max-tokens room in --max-model-len."""
+    if text is None:
+        return None
+    example = "--prefix-sharing 8,4096"
+    items = [item.strip() for item in text.split(",")]
+    if len(items) != 2:
+        raise UsageError("--prefix-sharing", f"{text!r} is not N,PREFIX_TOKENS", f"give e.g. {example}")
+    requests = _int("--prefix-sharing", items[0], example="8,4096")
+    prefix_tokens = _int("--prefix-sharing", items[1], example="8,4096")
+    if requests < 2:
+        raise UsageError("--prefix-sharing", f"{requests} request: the first misses the prefix cache and the rest hit it, "
+                                             "so at least 2 are needed", f"give e.g. {example}")
+    if settings.max_model_len is not None and prefix_tokens + settings.max_tokens > settings.max_model_len:
+        raise UsageError("--prefix-sharing", f"a {prefix_tokens}-token prefix and --max-tokens {settings.max_tokens} "
+                                             f"exceed --max-model-len {settings.max_model_len}",
+                         f"give a shorter prefix, e.g. --prefix-sharing {requests},"
+                         f"{max(1, settings.max_model_len - settings.max_tokens) // 2}")
+    return {"requests": requests, "prefix_tokens": prefix_tokens}
+
+
+def _depths(text: str | None) -> list[int]:
+    """--depth-sweep: context depths in tokens, 0 allowed, ascending, each once."""
+    if text is None:
+        return []
+    example = "--depth-sweep 0,4096,16384,65536"
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise UsageError("--depth-sweep", "no depth given", f"give a comma-separated list such as {example}")
+    depths = set()
+    for item in items:
+        try:
+            depths.add(_int("--depth-sweep", item, minimum=0))
+        except UsageError:
+            raise UsageError("--depth-sweep", f"{item!r} is not a number of tokens (0 or more)",
+                             f"give a comma-separated list such as {example}") from None
+    return sorted(depths)
+
+
+def _dataset(args: argparse.Namespace, settings: Settings) -> workloads.Dataset | None:
+    """The --dataset file read whole (a malformed entry refused with FILE:LINE) and fitted to
+    --max-model-len, or None."""
+    if args.seed is not None and args.dataset is None:
+        raise UsageError("--seed", "applies to --dataset only", "add --dataset FILE.jsonl, or give a rate load's seed in "
+                                                                "its spec, e.g. --load poisson:rate=4,seed=7")
+    if args.dataset is None:
+        return None
+    try:
+        return workloads.fit_model_len(workloads.read_dataset(args.dataset), settings.max_model_len)
+    except workloads.DatasetError as exc:
+        raise UsageError(exc.flag, exc.problem, exc.fix) from None
+
+
+def _export_path(text: str | None) -> str | None:
+    if text is None:
+        return None
+    path = Path(text)
+    if path.is_dir() or not path.parent.is_dir():
+        raise UsageError("--export-vllm", f"cannot write {path}", "give a file path in an existing directory, e.g. "
+                                                                  "--export-vllm results/vllm.json")
+    return text
 
 
 def read_key_file(text: str) -> str:
@@ -314,18 +421,21 @@ def validate(args: argparse.Namespace) -> tuple[Settings, dict]:
         raise UsageError("--concurrency", "cannot be combined with --load or --sweep-rates",
                          "give the closed loops as loads instead, e.g. --load concurrency:1 concurrency:4")
     rate_loads = any(spec.kind != "concurrency" for spec in specs)
-    for flag, given in (("--num-requests", args.num_requests), ("--max-concurrency", args.max_concurrency)):
-        if given is not None and not rate_loads:
-            raise UsageError(flag, "applies to rate loads only, and none is given",
-                             "add one, e.g. --load poisson:rate=4 or --sweep-rates 1,2,4,8 (closed loops send "
-                             "--requests-per-stream requests per stream)")
+    if args.num_requests is not None and not rate_loads and args.dataset is None:
+        raise UsageError("--num-requests", "applies to rate loads and --dataset only, and neither is given",
+                         "add a rate load, e.g. --load poisson:rate=4 or --sweep-rates 1,2,4,8, or --dataset FILE.jsonl "
+                         "(closed loops send --requests-per-stream requests per stream)")
+    if args.max_concurrency is not None and not rate_loads:
+        raise UsageError("--max-concurrency", "applies to rate loads only, and none is given",
+                         "add one, e.g. --load poisson:rate=4 or --sweep-rates 1,2,4,8 (closed loops send "
+                         "--requests-per-stream requests per stream)")
     slo = None
     if args.slo is not None:
         try:
             slo = parse_slo(args.slo)
         except SpecError as exc:
             raise UsageError(exc.flag, exc.problem, exc.fix) from None
-    prompt_tokens = _int_list("--prompt-tokens", args.prompt_tokens, "2048,8192,32768")
+    prompt_tokens = _prompt_tokens(args)
     if specs:
         concurrency = sorted({spec.streams for spec in specs if spec.kind == "concurrency"})
     else:
@@ -356,12 +466,19 @@ def validate(args: argparse.Namespace) -> tuple[Settings, dict]:
         burstiness=specs[0].burstiness if sweep_rates else None,
         slo=slo,
         capacity_fraction=_check_capacity(args, specs, prompt_tokens),
+        repeat=_int("--repeat", args.repeat, example="5"),
+        dataset=args.dataset,
+        dataset_seed=0 if args.seed is None else _int("--seed", args.seed, minimum=0, example="0"),
+        depth_sweep=_depths(args.depth_sweep),
+        export_vllm=_export_path(args.export_vllm),
     )
     if settings.max_tokens < 2:
         raise UsageError("--max-tokens", "decode rate needs at least 2 completion tokens", "give e.g. --max-tokens 128")
     if settings.max_model_len is not None and settings.max_tokens >= settings.max_model_len:
         raise UsageError("--max-tokens", f"{settings.max_tokens} leaves no room for a prompt in --max-model-len "
                                          f"{settings.max_model_len}", "lower --max-tokens or raise --max-model-len")
+    settings.prefix_sharing = _prefix_sharing(args.prefix_sharing, settings)
+    dataset = _dataset(args, settings)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError("--out", f"{out} exists and is not a directory", "give a directory (it is created if missing)")
@@ -384,7 +501,8 @@ def validate(args: argparse.Namespace) -> tuple[Settings, dict]:
         raise UsageError("--out", f"cannot create {out} ({exc.strerror or exc})", "give a writable directory") from None
     if not os.access(out, os.W_OK | os.X_OK):
         raise UsageError("--out", f"{out} is not writable", "give a writable directory")
-    return settings, {"out": out, "progress_file": progress_file, "reference": reference, "api_key": api_key}
+    return settings, {"out": out, "progress_file": progress_file, "reference": reference, "api_key": api_key,
+                      "dataset": dataset}
 
 
 def _refuse_key_flag(argv: list[str]) -> bool:
@@ -428,7 +546,8 @@ def main(argv: list[str] | None = None, *, transport=None) -> int:
     api_key = extra["api_key"] or os.environ.get(settings.api_key_env) or None
     if api_key is None:
         print(f"note: ${settings.api_key_env} is not set; requests carry no API key", file=sys.stderr)
-    runner = Runner(settings, api_key, transport=transport, progress_file=extra["progress_file"], reference=extra["reference"])
+    runner = Runner(settings, api_key, transport=transport, progress_file=extra["progress_file"], reference=extra["reference"],
+                    dataset=extra["dataset"])
     interrupted: list[str] = []
     try:
         doc = asyncio.run(_run_until_signal(runner, interrupted))
@@ -442,8 +561,10 @@ def main(argv: list[str] | None = None, *, transport=None) -> int:
         print(f"interrupted by {name}: writing the partial report of the {sum(1 for p in doc['points'] if p['summary'])} "
               "point(s) measured so far", file=sys.stderr)
         _report(doc, extra["out"])
+        _export(doc, settings.export_vllm)
         return code
-    return _report(doc, extra["out"])
+    status = _report(doc, extra["out"])
+    return _export(doc, settings.export_vllm) or status
 
 
 async def _run_until_signal(runner: Runner, interrupted: list[str]) -> dict:
@@ -492,6 +613,19 @@ def _compare(args: argparse.Namespace) -> int:
             return 2
     sys.stdout.write(text)
     sys.stdout.flush()
+    return 0
+
+
+def _export(doc: dict, path: str | None) -> int:
+    """--export-vllm: write the vLLM-named results -> 0, or 1 when the file cannot be written."""
+    if path is None:
+        return 0
+    try:
+        count = export.write_vllm(doc, path)
+    except OSError as exc:
+        print(f"cannot write --export-vllm {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"vLLM-named results: {count} measurement(s) in {path}", file=sys.stderr)
     return 0
 
 

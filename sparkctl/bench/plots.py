@@ -1,7 +1,8 @@
 """The PNG plots: the three of the closed loops, measured points beside the profile's published
-reference, and with rate loads the latency-throughput curve (latency_vs_throughput.png: median
+reference, with rate loads the latency-throughput curve (latency_vs_throughput.png: median
 TTFT and TPOT against the output throughput each load achieved, the SLO's objectives and the
-capacity marked).
+capacity marked), and with --depth-sweep the speeds against context depth (depth_sweep.png:
+prefill and decode tok/s at each depth).
 
 Each plot is built from `series` (plain data, stored in benchmark.json under `plots` so
 what was drawn can be checked without reading pixels); the figure is drawn from exactly
@@ -27,7 +28,12 @@ FILES = {
 }
 # Drawn for a run with rate loads.
 RATE_FILES = {"latency_vs_throughput": "latency_vs_throughput.png"}
-ALL_FILES = FILES | RATE_FILES
+# Drawn for a run with --depth-sweep.
+DEPTH_FILES = {"depth_sweep": "depth_sweep.png"}
+ALL_FILES = FILES | RATE_FILES | DEPTH_FILES
+# benchmark.json's workload keys: a run of workloads alone draws no closed-loop plot.
+WORKLOAD_KEYS = ("dataset", "prefix_sharing", "depth_sweep")
+DEPTH_PANELS = (("prefill_tok_s", "prefill tok/s (prompt tokens / TTFT)"), ("decode_tok_s", "decode tok/s (one stream)"))
 SLO_STYLE = {"linestyle": "--", "color": "tab:red", "linewidth": 1}
 CAPACITY_STYLE = {"marker": "o", "markersize": 16, "markerfacecolor": "none", "markeredgecolor": "tab:green",
                   "markeredgewidth": 2, "linestyle": "none", "zorder": 6}
@@ -132,6 +138,63 @@ def latency_series(doc: dict) -> list[dict]:
                        "x": [point["summary"]["output_throughput"]], "ttft_s": [_summary_value(point, "ttft_s", "median")],
                        "tpot_s": [_summary_value(point, "tpot_s", "median")]})
     return series
+
+
+def depth_series(doc: dict) -> list[dict]:
+    """--depth-sweep: per figure (prefill, decode) the measured depths and their values: the
+    median over the depth's requests, or with --repeat the mean of the repetitions' medians and
+    the half-width of its 95 % interval (`half_width`, drawn as bars)."""
+    depths = [e for e in (doc.get("depth_sweep") or {}).get("depths", []) if e.get("status") == "ok"]
+    series = []
+    for metric, label in DEPTH_PANELS:
+        chosen = [e for e in depths if _depth_value(e, metric)[0] is not None]
+        if chosen:
+            values = [_depth_value(e, metric) for e in chosen]
+            repeated = any(half is not None for _, half in values)
+            series.append({"kind": "measured", "metric": metric, "label": label, "x": [e["depth"] for e in chosen],
+                           "y": [value for value, _ in values], "half_width": [half for _, half in values],
+                           "statistic": "mean of the repetitions' medians" if repeated else "median"})
+    return series
+
+
+def _depth_value(entry: dict, metric: str) -> tuple[float | None, float | None]:
+    interval = ((entry.get("repeat") or {}).get("figures") or {}).get(metric)
+    if interval and interval.get("half_width") is not None:
+        return interval["mean"], interval["half_width"]
+    return entry.get(metric), None
+
+
+def _draw_depth(series: list[dict], title: str) -> Figure:
+    """Two panels side by side: prefill and decode tok/s against the context depth (a symlog
+    axis, base 2: depth 0 and 64K on one axis, each depth ticked)."""
+    figure = Figure(figsize=(10, 4.6), dpi=110, layout="constrained")
+    axes = dict(zip((metric for metric, _ in DEPTH_PANELS), figure.subplots(1, 2), strict=True))
+    depths = sorted({x for s in series for x in s["x"]})
+    positive = [d for d in depths if d > 0]
+    for metric, label in DEPTH_PANELS:
+        ax = axes[metric]
+        mine = next((s for s in series if s["metric"] == metric), None)
+        if mine is None:
+            ax.text(0.5, 0.5, "no measured depth", transform=ax.transAxes, ha="center", va="center", color="grey")
+        else:
+            bars = [h or 0 for h in mine["half_width"]]
+            ax.errorbar(mine["x"], mine["y"], yerr=bars if any(bars) else None, capsize=3, marker="o", linestyle="-",
+                        label=f"measured ({mine['statistic']})")
+            ax.legend(fontsize=7)
+        if positive:
+            ax.set_xscale("symlog", base=2, linthresh=min(positive))
+        if depths:
+            ax.set_xticks(depths)
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _tokens_label(v)))
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("context depth (prompt tokens)")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+    figure.suptitle(title)
+    figure.supxlabel("one request at a time; prefill = prompt tokens / TTFT, decode = (completion tokens - 1) / "
+                     "(last token - first token); bars: 95 % interval over --repeat repetitions", fontsize=7, color="grey")
+    return figure
 
 
 def _seconds_label(value: float) -> str:
@@ -239,14 +302,20 @@ def _draw(series: list[dict], title: str, xlabel: str, ylabel: str, *, caption: 
 
 def build(doc: dict) -> dict[str, tuple[Figure, list[dict]]]:
     """{plot name: (figure, series)}: the three closed-loop plots when the run has closed loops (or
-    no point at all), the latency-throughput plot when it has rate loads."""
+    no point and no workload at all), the latency-throughput plot when it has rate loads, the
+    depth plot with a depth sweep."""
     name = doc.get("label") or doc["settings"]["model"]
     figures = {}
     rates = [p for p in doc["points"] if _is_rate(p)]
     if rates:
         latency = latency_series(doc)
         figures["latency_vs_throughput"] = (_draw_latency(latency, f"{name}: latency against throughput"), latency)
+    if doc.get("depth_sweep"):
+        depth = depth_series(doc)
+        figures["depth_sweep"] = (_draw_depth(depth, f"{name}: prefill and decode against context depth"), depth)
     if rates and all(_is_rate(p) for p in doc["points"]):
+        return figures
+    if not doc["points"] and any(doc.get(key) for key in WORKLOAD_KEYS):
         return figures
     decode = context_series(doc, "decode_tok_s")
     ttft = context_series(doc, "ttft_s")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import random
 import uuid
+from dataclasses import dataclass
 from functools import lru_cache
 
 _VOCABULARY = """
@@ -27,6 +28,10 @@ report rule share voice light island forest bridge engine signal layer memory ca
 
 # Long enough for any context a Spark serves (the longest recipe runs 1,048,576 tokens).
 _FILLER_SEED = 20260711
+# English text in common BPE vocabularies runs at about 4 characters per token: the estimate
+# used when the server counts no tokens (runner.py) and for a dataset's reference answers
+# (workloads.py), which are counted before any request is sent.
+DEFAULT_CHARS_PER_TOKEN = 4.0
 
 
 @lru_cache(maxsize=1)
@@ -53,6 +58,20 @@ class Nonces:
 
     def next(self) -> str:
         return f"[bench {self.run_id}-{next(self._counter):06d}]"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What one request sends: `words` filler words, or a `text` of its own (a dataset's prompt,
+    a shared-prefix request); a fresh nonce in front unless `nonce_first` is False (a request
+    whose shared prefix must reach the engine unchanged carries its nonce after the prefix).
+    max_tokens None: the run's --max-tokens. line: the dataset line the prompt came from."""
+
+    words: int | None = None
+    text: str | None = None
+    max_tokens: int | None = None
+    nonce_first: bool = True
+    line: int | None = None
 
 
 def prompt_text(nonce: str, filler_text: str) -> str:
@@ -95,6 +114,12 @@ class LinearFit:
 
     def as_dict(self) -> dict:
         return {"tokens_per_word": self.per_word, "overhead_tokens": self.overhead}
+
+
+def estimate_tokens(chars: int, chars_per_token: float = DEFAULT_CHARS_PER_TOKEN) -> int:
+    """Tokens of a text of `chars` characters without a tokenizer: chars / chars_per_token, at
+    least one."""
+    return max(1, round(chars / chars_per_token))
 
 
 def within(measured: int, target: int, tolerance: float, ceiling: int | None = None) -> bool:

@@ -89,9 +89,12 @@ def is_rate_point(point: dict) -> bool:
 
 
 def point_where(point: dict) -> str:
+    """'prompt 2048 x 2 stream(s)', 'prompt 2048 at poisson:...'; 'dataset ...' for a point of the
+    --dataset workload, which has no prompt target."""
+    what = "dataset" if point.get("prompt_tokens_target") is None else f"prompt {point['prompt_tokens_target']}"
     if is_rate_point(point):
-        return f"prompt {point['prompt_tokens_target']} at {point['load']}"
-    return f"prompt {point['prompt_tokens_target']} x {point['streams']} stream(s)"
+        return f"{what} at {point['load']}"
+    return f"{what} x {point['streams']} stream(s)"
 
 
 def _percent(value):
@@ -171,7 +174,7 @@ def render_markdown(doc: dict) -> str:
 
     single = 1 if 1 in s["concurrency"] else min(s["concurrency"], default=None)
     by_length = [p for p in closed if p["streams"] == single]
-    if single is not None:
+    if single is not None and closed:
         lines.append(f"## By prompt length ({single} stream{'s' if single > 1 else ''})")
         lines.append("")
     rows = []
@@ -191,7 +194,7 @@ def render_markdown(doc: dict) -> str:
             _seconds(ref_ttft["reference"]) if ref_ttft else "", _ratio(ref_ttft["ratio"]) if ref_ttft else "",
             p["status"],
         ])
-    if single is not None:
+    if single is not None and closed:
         lines += _table(["prompt (target)", "prompt (sent)", "TTFT median s", "TTFT p90 s", "decode median tok/s",
                          "decode p90 tok/s", "ref decode tok/s", "decode ratio", "ref TTFT s", "TTFT ratio", "status"], rows)
         lines.append("")
@@ -267,6 +270,11 @@ def render_markdown(doc: dict) -> str:
         lines += _table(header + (["goodput (within SLO / good requests/s)"] if s.get("slo") else []) + ["bursts", "status"],
                         rows)
         lines.append("")
+
+    lines += _repetition_lines(doc)
+    lines += _dataset_lines(doc)
+    lines += _prefix_lines(doc)
+    lines += _depth_lines(doc)
 
     noted = [p for p in points if p.get("early_stops") or _burst_count(p)]
     if noted:
@@ -346,6 +354,111 @@ def render_markdown(doc: dict) -> str:
                  "completion tokens and successful requests of a point / (last end - first send). Plots: "
                  + ", ".join(_plot_files(doc)) + f"; raw records: {JSON_FILE}.")
     return "\n".join(lines) + "\n"
+
+
+# ---- repetitions and workloads ----------------------------------------------------------------
+
+
+def _interval(interval: dict | None, show) -> str:
+    """'mean ± half-width' of an interval (repeat.interval) with `show` formatting each number;
+    the mean alone when there is no spread to estimate."""
+    if not interval or interval.get("mean") is None:
+        return "n/a"
+    if interval.get("half_width") is None:
+        return f"{show(interval['mean'])} (n={interval['n']})"
+    return f"{show(interval['mean'])} ± {show(interval['half_width'])}"
+
+
+def _repetition_lines(doc: dict) -> list[str]:
+    repeated = [p for p in doc["points"] + ((doc.get("dataset") or {}).get("points") or []) if p.get("repeat")]
+    if not repeated:
+        return []
+    k, level = repeated[0]["repeat"]["k"], repeated[0]["repeat"]["level"]
+    lines = ["## Repetitions", "",
+             f"Each point measured {k} times in a row: the mean over the repetitions of each one's own figure, ± the "
+             f"half-width of its two-sided {level:.0%} Student's t interval (t(1 - (1 - level)/2, K - 1) x s / sqrt(K) over "
+             "the K values). The tables above pool the repetitions' requests.", ""]
+    rows = []
+    for p in repeated:
+        figures = p["repeat"]["figures"]
+        rows.append([point_where(p), _interval(figures["ttft_median_s"], _ms), _interval(figures["tpot_median_s"], _ms),
+                     _interval(figures["itl_median_s"], _ms), _interval(figures["output_throughput"], _num)])
+    lines += _table(["point", "TTFT median ms", "TPOT median ms", "ITL median ms", "output tok/s"], rows)
+    return lines + [""]
+
+
+def _dataset_lines(doc: dict) -> list[str]:
+    dataset = doc.get("dataset")
+    if not dataset:
+        return []
+    left_out = ", ".join(f"{count} {why}" for why, count in dataset["left_out"].items())
+    lines = ["## Dataset", "",
+             f"`{dataset['file']}`: {dataset['conversations']} usable conversations"
+             + (f" ({left_out} left out)" if left_out else "")
+             + f"; {dataset['num_requests']} sampled with seed {dataset['seed']}, sent at each load"
+             + f" ({dataset['output_tokens_estimated']} answers' lengths estimated at 4 characters a token)."
+             + " Milliseconds, median / p90 / p99.", ""]
+    rows = []
+    for p in dataset["points"]:
+        summary = p.get("summary") or {}
+        rows.append([f"`{p['load']}`", _spread_ms(summary.get("ttft_s")), _spread_ms(summary.get("tpot_s")),
+                     _spread_ms(summary.get("itl_s")), _spread_ms(summary.get("e2e_s")),
+                     _num(summary.get("output_throughput")), _num(summary.get("request_throughput"), 2),
+                     f"{summary.get('failed_requests', 0)}/{summary.get('requests', 0)}" if summary else "",
+                     p.get("length_rejected") or 0, p["status"]])
+    lines += _table(["load", "TTFT ms", "TPOT ms", "ITL ms", "E2E ms", "output tok/s", "requests/s", "failed",
+                     "refused as too long", "status"], rows)
+    return lines + [""]
+
+
+def _prefix_lines(doc: dict) -> list[str]:
+    prefix = doc.get("prefix_sharing")
+    if not prefix:
+        return []
+    lines = ["## Prefix sharing", "",
+             f"{prefix['requests_per_repetition']} requests one after another sharing a {prefix['prefix_tokens_target']}-"
+             f"token prefix (sent: {_num(prefix.get('prompt_tokens'), 0)} prompt tokens with the suffix): the first "
+             "finds nothing cached (a miss), the rest find the prefix cached (hits).", ""]
+    if prefix["status"] != "ok" and not prefix.get("requests"):
+        return lines + [f"{prefix['status']}: {prefix['reason']}", ""]
+    hits = prefix.get("ttft_hit_s") or {}
+    rows = [["first request (miss)", _seconds(prefix.get("ttft_miss_s"))],
+            [f"the rest (hits, n={hits.get('n', 0)}): median (p90)", f"{_seconds(hits.get('median'))} ({_seconds(hits.get('p90'))})"],
+            ["miss / median hit", _ratio(prefix.get("miss_to_hit")) or "n/a"]]
+    figures = (prefix.get("repeat") or {}).get("figures")
+    if figures:
+        rows[0].append(_interval(figures["ttft_miss_s"], _seconds))
+        rows[1].append(_interval(figures["ttft_hit_median_s"], _seconds))
+        rows[2].append(_interval(figures["miss_to_hit"], lambda v: f"{v:.2f}x"))
+    header = ["TTFT", "s"] + (["mean ± 95 % interval over the repetitions"] if figures else [])
+    lines += _table(header, rows)
+    if prefix["status"] != "ok":
+        lines.append(f"\n{prefix['status']}: {prefix['reason']}")
+    return lines + [""]
+
+
+def _depth_lines(doc: dict) -> list[str]:
+    sweep = doc.get("depth_sweep")
+    if not sweep:
+        return []
+    lines = ["## Depth sweep", "",
+             f"At each context depth {sweep['requests_per_depth']} request(s) one after another (one stream), each "
+             "prompt its own (no cache hit): prefill = prompt tokens / TTFT, decode = (completion tokens - 1) / (last "
+             "token - first token); medians over the depth's requests"
+             + ("; ± the 95 % interval of the mean over the repetitions" if _repeated(sweep) else "") + ".", ""]
+    rows = []
+    for entry in sweep["depths"]:
+        figures = (entry.get("repeat") or {}).get("figures") or {}
+        rows.append([entry["depth"], _num(entry.get("prompt_tokens"), 0), _seconds(entry.get("ttft_s")),
+                     _interval(figures["prefill_tok_s"], _num) if figures else _num(entry.get("prefill_tok_s"), 0),
+                     _interval(figures["decode_tok_s"], _num) if figures else _num(entry.get("decode_tok_s")),
+                     entry["status"] + (f": {entry['reason']}" if entry.get("reason") else "")])
+    lines += _table(["depth (tokens)", "prompt tokens sent", "TTFT s", "prefill tok/s", "decode tok/s", "status"], rows)
+    return lines + [""]
+
+
+def _repeated(sweep: dict) -> bool:
+    return any(entry.get("repeat") for entry in sweep["depths"])
 
 
 def _plot_files(doc: dict) -> list[str]:

@@ -13,7 +13,10 @@ back to back) or a rate (constant, poisson, ramp: --num-requests requests, each 
 own task at its offset in the schedule, arrivals.py, whether or not the earlier ones have
 ended; --max-concurrency caps how many are in flight). With --slo each point's summary carries
 its goodput; with --capacity the rate points are walked upwards by goodput.find_capacity, which
-stops the walk once the SLO is clearly missed.
+stops the walk once the SLO is clearly missed. --repeat K measures each point K times in a row
+(repeat.py: the summary pools them, `repeat` gives each repetition's headline figures and their
+95 % intervals). After the points come the workloads (workloads.py: --dataset, --prefix-sharing,
+--depth-sweep), through the same send/closed_loop/open_loop/measure_load as the points.
 
 Servers other than vLLM and SGLang differ in small ways the run adapts to, each said once in
 the report's warnings: an optional field refused with a 400/422 (ignore_eos, stream_options)
@@ -36,7 +39,7 @@ from pathlib import Path
 
 import httpx
 
-from . import SCHEMA_VERSION, arrivals, goodput, prompts, reference as reference_mod, stats
+from . import SCHEMA_VERSION, arrivals, goodput, prompts, reference as reference_mod, repeat, stats, workloads
 from .arrivals import LoadSpec
 from .client import (BURST_GAP_S, OPTIONAL_FIELDS, ProbeOutcome, StreamOutcome, count_tokens, list_models,
                      probe_prompt_tokens, refused_field, stream_request)
@@ -49,9 +52,8 @@ CALIBRATION_TOLERANCE = 0.02
 CALIBRATION_ATTEMPTS = 4
 OVERHEAD_WARN_FRACTION = 0.10
 CORE_WARN_FRACTION = 0.5
-# English text in common BPE vocabularies runs at about 4 characters per token; used only when
-# the server reports no prompt token count anywhere and has no tokenizer endpoint.
-DEFAULT_CHARS_PER_TOKEN = 4.0
+# Used only when the server reports no prompt token count anywhere and has no tokenizer endpoint.
+DEFAULT_CHARS_PER_TOKEN = prompts.DEFAULT_CHARS_PER_TOKEN
 # vLLM serves /tokenize beside /v1; SGLang serves /v1/tokenize (prompt strings only).
 TOKENIZER_ROUTES = ("/tokenize", "/v1/tokenize")
 MODELS_TIMEOUT_S = 30.0
@@ -91,11 +93,30 @@ def offered_rate(spec: LoadSpec, offsets: list[float] | None = None) -> float | 
     return None
 
 
+class FillerPrompts:
+    """The prompts of a measurement point: the sized filler for every request, `per_stream`
+    requests per stream of a closed loop (an open loop's count is its schedule's). A length the
+    server refuses ends a stream: its further prompts are as long."""
+
+    stops_on_length = True
+
+    def __init__(self, words: int, per_stream: int):
+        self.prompt, self.per_stream = prompts.Prompt(words=words), per_stream
+
+    def start(self) -> None:
+        """A new repetition: nothing to reset."""
+
+    def take(self, stream: int | None, index: int) -> prompts.Prompt | None:
+        return self.prompt if stream is None or index < self.per_stream else None
+
+
 class Runner:
     def __init__(self, settings: Settings, api_key: str | None, *, transport: httpx.AsyncBaseTransport | None = None,
                  progress: Callable[[str], None] | None = None, progress_file: Path | None = None,
-                 reference: dict | None = None, clock: Callable[[], float] = time.perf_counter):
+                 reference: dict | None = None, clock: Callable[[], float] = time.perf_counter,
+                 dataset: workloads.Dataset | None = None):
         self.settings = settings
+        self.dataset = dataset  # --dataset, read and checked by cli.py
         self._api_key = api_key
         self.transport = transport
         self.progress = progress or (lambda message: print(message, file=sys.stderr, flush=True))
@@ -129,6 +150,7 @@ class Runner:
         self._sized_lengths: dict[int, dict] = {}  # prompt target -> its sizing (calibration["lengths"])
         self._abandon: str | None = None  # set: every further point is failed with this reason, unmeasured
         self.capacity: dict | None = None
+        self.workloads: dict = {}  # workload key -> its result (workloads.measure_all)
 
     # ---- helpers ------------------------------------------------------------------------
 
@@ -143,7 +165,11 @@ class Runner:
         return self._fillers[words]
 
     def _body(self, words: int, max_tokens: int, *, stream: bool) -> dict:
-        text = prompts.prompt_text(self.nonces.next(), self._filler(words))
+        return self._body_of(prompts.Prompt(words=words), max_tokens, stream=stream)
+
+    def _body_of(self, prompt: prompts.Prompt, max_tokens: int, *, stream: bool) -> dict:
+        body_text = prompt.text if prompt.text is not None else self._filler(prompt.words)
+        text = prompts.prompt_text(self.nonces.next(), body_text) if prompt.nonce_first else body_text
         self._last_text_chars = len(text)
         body = prompts.request_body(self.settings.endpoint, self.settings.model, text, max_tokens, stream=stream,
                                     ignore_eos=self.settings.ignore_eos)
@@ -153,6 +179,13 @@ class Runner:
 
     def _payload(self, words: int, max_tokens: int, *, stream: bool) -> bytes:
         return json.dumps(self._body(words, max_tokens, stream=stream)).encode()
+
+    def max_tokens_of(self, prompt: prompts.Prompt) -> int:
+        return prompt.max_tokens or self.settings.max_tokens
+
+    def payload(self, prompt: prompts.Prompt) -> bytes:
+        """The encoded body of a streamed request of `prompt` (a fresh nonce each call)."""
+        return json.dumps(self._body_of(prompt, self.max_tokens_of(prompt), stream=True)).encode()
 
     def _drop_refused(self, status: int | None, error: str | None, payload: bytes) -> bool:
         """Drop an optional field the server refused (once per run, said once); True to resend."""
@@ -175,8 +208,10 @@ class Runner:
     def _rel(self, t):
         return None if t is None else _round(t - self.t0)
 
-    def _record(self, outcome: StreamOutcome, *, phase: str, point: int | None, stream: int | None, index: int,
-                target: int | None, words: int, scheduled: float | None = None, offset: float | None = None) -> dict:
+    def _record(self, outcome: StreamOutcome, prompt: prompts.Prompt, *, phase: str, point: int | None,
+                stream: int | None, index: int, target: int | None, scheduled: float | None = None,
+                offset: float | None = None, repetition: int = 0) -> dict:
+        words, max_tokens = prompt.words, self.max_tokens_of(prompt)
         tokens, source = outcome.completion_tokens
         ok, error = outcome.ok, outcome.error
         burst, burst_chunks = outcome.burst, outcome.burst_chunks
@@ -187,14 +222,14 @@ class Runner:
         ttft = stats.time_to_first_token(outcome.t_send, outcome.t_first)
         e2e = stats.end_to_end(outcome.t_send, outcome.t_end, outcome.t_last) if ok else None
         prompt_tokens, prompt_source = outcome.usage_prompt_tokens, "usage"
-        if prompt_tokens is None:
+        if prompt_tokens is None and words is not None:
             prompt_tokens = self._sized_tokens.get(words)
             prompt_source = None if prompt_tokens is None else ("estimate" if self.sizing["estimated"] else "tokenizer")
-        return {
-            "phase": phase, "point": point, "stream": stream, "index": index,
+        record = {
+            "phase": phase, "point": point, "stream": stream, "index": index, "repetition": repetition,
             "prompt_tokens_target": target, "prompt_words": words,
             "prompt_tokens": prompt_tokens, "prompt_tokens_source": prompt_source,
-            "max_tokens": self.settings.max_tokens,
+            "max_tokens": max_tokens,
             "completion_tokens": tokens, "token_count_source": source, "content_chunks": outcome.content_chunks,
             "t_send": self._rel(outcome.t_send), "t_first": self._rel(outcome.t_first), "t_last": self._rel(outcome.t_last),
             "t_end": self._rel(outcome.t_end),
@@ -207,27 +242,32 @@ class Runner:
             "tpot_s": _round(stats.time_per_output_token(e2e, ttft, tokens)),
             "e2e_s": _round(e2e),
             "finish_reason": outcome.finish_reason,
-            "stopped_early": bool(outcome.ok and tokens is not None and tokens < self.settings.max_tokens
+            "stopped_early": bool(outcome.ok and tokens is not None and tokens < max_tokens
                                   and outcome.finish_reason != "length"),
             "done_marker": outcome.done_marker, "empty_text": outcome.empty_text,
             "burst": burst, "burst_chunks": burst_chunks,
             "buffered": burst, "token_reads": outcome.token_reads, "max_chunks_per_read": outcome.max_chunks_per_read,
             "ok": ok, "status": outcome.status, "error": self._redact(error),
             "length_rejected": outcome.length_rejected,
-            # Last: one gap per token chunk, the longest entry of a record.
-            "itl_s": [round(gap, 6) for gap in stats.inter_token_latencies(outcome.arrivals)] if ok else [],
         }
+        if prompt.line is not None:
+            record["dataset_line"] = prompt.line
+        # Last: one gap per token chunk, the longest entry of a record.
+        record["itl_s"] = [round(gap, 6) for gap in stats.inter_token_latencies(outcome.arrivals)] if ok else []
+        return record
 
-    async def _stream(self, client, words, payload: bytes | None = None, **where) -> dict:
+    async def send(self, client, prompt: prompts.Prompt, payload: bytes | None = None, **where) -> dict:
+        """Stream one request of `prompt` (payload: its body, already encoded) -> its record. An
+        optional field the server refuses is dropped and the request sent again."""
         for _ in range(len(OPTIONAL_FIELDS) + 1):
-            payload = payload or self._payload(words, self.settings.max_tokens, stream=True)
+            payload = payload or self.payload(prompt)
             outcome = await stream_request(client, self.url, payload, self.headers, chat=self.chat,
                                            timeout_s=self.settings.timeout_s, stall_timeout_s=self.settings.stall_timeout_s,
                                            clock=self.clock)
             if outcome.ok or not self._drop_refused(outcome.status, outcome.error, payload):
                 break
             payload = None
-        return self._record(outcome, words=words, **where)
+        return self._record(outcome, prompt, **where)
 
     async def _probe(self, client, words) -> ProbeOutcome:
         for _ in range(len(OPTIONAL_FIELDS) + 1):
@@ -258,7 +298,7 @@ class Runner:
             return self._remember(words, ProbeOutcome(prompt_tokens=tokens, error=self._redact(
                 None if error is None else f"{self.sizing['method']} {error}")))
         self._body(words, 1, stream=False)
-        tokens = max(1, round(self._last_text_chars / self.sizing["chars_per_token"]))
+        tokens = prompts.estimate_tokens(self._last_text_chars, self.sizing["chars_per_token"])
         return self._remember(words, ProbeOutcome(prompt_tokens=tokens))
 
     def _remember(self, words: int, probe: ProbeOutcome) -> ProbeOutcome:
@@ -357,22 +397,30 @@ class Runner:
             self.warnings.append(f"the {target}-token prompt could only be sized to {best[1]} tokens")
         return result
 
-    async def _measure(self, client, point: int, target: int, streams: int, words: int) -> list[dict]:
+    async def closed_loop(self, client, point: int, target: int | None, streams: int, source, *, repetition: int = 0,
+                          phase: str = "measure") -> list[dict]:
+        """`streams` streams started together, each sending source.take(stream, index) back to back
+        until it gives None -> the records, by stream and index."""
         records: list[dict] = []
         go = asyncio.Event()
 
         async def one_stream(stream: int):
+            prompt = source.take(stream, 0)
+            if prompt is None:
+                return
             # The first body is encoded before the start signal, so the streams leave together
             # even when encoding a long prompt takes milliseconds.
-            payload = self._payload(words, self.settings.max_tokens, stream=True)
+            payload = self.payload(prompt)
             await go.wait()
-            for index in range(self.settings.requests_per_stream):
-                record = await self._stream(client, words, payload, phase="measure", point=point, stream=stream,
-                                            index=index, target=target)
-                payload = None
+            index = 0
+            while prompt is not None:
+                record = await self.send(client, prompt, payload, phase=phase, point=point, stream=stream, index=index,
+                                         target=target, repetition=repetition)
                 records.append(record)
-                if record["length_rejected"]:
-                    return
+                if record["length_rejected"] and prompt.text is None:
+                    return  # the stream's further prompts are as long
+                index += 1
+                prompt, payload = source.take(stream, index), None
 
         tasks = [asyncio.create_task(one_stream(stream)) for stream in range(streams)]
         await asyncio.sleep(0)  # every stream is now waiting on `go`: they resume in the same loop turn
@@ -380,26 +428,28 @@ class Runner:
         await asyncio.gather(*tasks)
         return sorted(records, key=lambda r: (r["stream"], r["index"]))
 
-    async def _measure_rate(self, client, point: dict, target: int, words: int, spec: LoadSpec) -> list[dict]:
-        """An open loop: --num-requests requests, request i started as its own task at the
-        point's start + offset i of the schedule, whether or not the earlier ones have ended
-        (--max-concurrency: it then waits for a free slot, as `vllm bench serve` does, and its
-        t_send is when it got one). Sets the point's offered_rate, max_in_flight, send_lag_s."""
+    async def open_loop(self, client, point: dict, spec: LoadSpec, source, *, repetition: int = 0,
+                        phase: str = "measure") -> list[dict]:
+        """An open loop: --num-requests requests, request i (source.take(None, i)) started as its own
+        task at the point's start + offset i of the schedule, whether or not the earlier ones have
+        ended (--max-concurrency: it then waits for a free slot, as `vllm bench serve` does, and its
+        t_send is when it got one). Sets the point's offered_rate and max_in_flight (the most over
+        its repetitions)."""
         s = self.settings
         offsets = spec.offsets(s.num_requests)
         gate = asyncio.Semaphore(s.max_concurrency) if s.max_concurrency else None
         records: list[dict] = []
         in_flight = most = 0
 
-        async def one(index: int, payload: bytes, due: float):
+        async def one(index: int, prompt: prompts.Prompt, payload: bytes, due: float):
             nonlocal in_flight, most
             async with gate if gate is not None else contextlib.nullcontext():
                 in_flight += 1
                 most = max(most, in_flight)
                 try:
-                    records.append(await self._stream(client, words, payload, phase="measure", point=point["point"],
-                                                      stream=None, index=index, target=target, scheduled=due,
-                                                      offset=offsets[index]))
+                    records.append(await self.send(client, prompt, payload, phase=phase, point=point["point"], stream=None,
+                                                   index=index, target=point["prompt_tokens_target"], scheduled=due,
+                                                   offset=offsets[index], repetition=repetition))
                 finally:
                     in_flight -= 1
 
@@ -409,38 +459,53 @@ class Runner:
             for index, offset in enumerate(offsets):
                 # Encoded before its time comes (while the previous requests are on their way), so
                 # encoding a long prompt does not make it late; one at a time keeps the memory small.
-                payload = self._payload(words, s.max_tokens, stream=True)
+                prompt = source.take(None, index)
+                payload = self.payload(prompt)
                 due = start + offset
                 # Until the clock the records use says so: a timer may fire a little early.
                 while (wait := due - self.clock()) > 0:
                     await asyncio.sleep(wait)
-                group.create_task(one(index, payload, due))
+                group.create_task(one(index, prompt, payload, due))
         point["offered_rate"] = _round(offered_rate(spec, offsets))
-        point["max_in_flight"] = most
-        lags = [r["t_send"] - r["t_scheduled"] for r in records if r["t_send"] is not None and r["t_scheduled"] is not None]
-        point["send_lag_s"] = {"median": _round(stats.percentile(lags, 50)), "max": _round(max(lags, default=None))}
+        point["max_in_flight"] = max(point.get("max_in_flight") or 0, most)
         return sorted(records, key=lambda r: r["index"])
 
-    async def _run_point(self, client, point: dict, size: dict, spec: LoadSpec) -> list[dict]:
-        """Measure one point (updating its status, reason and summary) -> its request records."""
-        if size["status"] != "ok":
-            point.update(status=size["status"], reason=size["reason"])
-            return []
-        point["prompt_words"] = size["words"]
-        target = point["prompt_tokens_target"]
-        if spec.kind == "concurrency":
-            records = await self._measure(client, point["point"], target, point["streams"], size["words"])
-        else:
-            records = await self._measure_rate(client, point, target, size["words"], spec)
+    async def measure_load(self, client, point: dict, spec: LoadSpec, source, *, phase: str = "measure") -> list[dict]:
+        """The point's requests at its load, --repeat times in a row (each repetition's records
+        carry its number) -> all the records. A length the server refuses ends the repetitions of
+        sized prompts: every further one would be refused alike."""
+        records: list[dict] = []
+        for repetition in range(self.settings.repeat):
+            source.start()
+            if spec.kind == "concurrency":
+                batch = await self.closed_loop(client, point["point"], point["prompt_tokens_target"], spec.streams, source,
+                                               repetition=repetition, phase=phase)
+            else:
+                batch = await self.open_loop(client, point, spec, source, repetition=repetition, phase=phase)
+            records += batch
+            if source.stops_on_length and any(r["length_rejected"] for r in batch):
+                break
+        if spec.kind != "concurrency":
+            lags = [r["t_send"] - r["t_scheduled"] for r in records
+                    if r["t_send"] is not None and r["t_scheduled"] is not None]
+            point["send_lag_s"] = {"median": _round(stats.percentile(lags, 50)), "max": _round(max(lags, default=None))}
+        return records
+
+    def summarize(self, point: dict, records: list[dict]) -> None:
+        """Fill the point's summary (the repetitions pooled; `repeat` with each repetition's headline
+        figures and their intervals when --repeat is above 1), goodput, early stops and bursts, its
+        status when requests failed, and the warnings its requests call for."""
         point["summary"] = stats.summarize_point(records, point["streams"] or 0)
         if self.settings.slo:
             point["summary"]["goodput"] = goodput.goodput(records, self.settings.slo, point["summary"]["duration_s"])
+        if self.settings.repeat > 1:
+            point["repeat"] = repeat.summarize(records, point["streams"] or 0)
         point["early_stops"] = sum(1 for r in records if r["stopped_early"])
         point["burst_requests"] = point["buffered_requests"] = sum(1 for r in records if r["burst"])
         if point["burst_requests"]:
             most = max(r["burst_chunks"] for r in records)
             self.warnings.append(
-                f"point {point['point']} ({self._where(point)}): "
+                f"point {point['point']} ({self.where(point)}): "
                 f"{point['burst_requests']} of {len(records)} answers arrived in bursts, buffered on their way (up to "
                 f"{most} token chunks within {BURST_GAP_S * 1e6:.0f} us of each other, where the engine needs a decode "
                 "step for each): they are left out of the point's decode, TPOT and ITL figures, and their TTFT may be "
@@ -448,27 +513,47 @@ class Runner:
         late = (point.get("send_lag_s") or {}).get("max")
         if late is not None and late > LATE_SEND_WARN_S and not self.settings.max_concurrency:
             self.warnings.append(
-                f"point {point['point']} ({self._where(point)}): a request left {late:.3f} s after its scheduled time: "
+                f"point {point['point']} ({self.where(point)}): a request left {late:.3f} s after its scheduled time: "
                 "the client fell behind the schedule, so the load offered was lower than asked (a busy client machine, "
                 "or prompts too long to encode in time)")
+        if point["summary"]["failed_requests"]:
+            first = next(r for r in records if not r["ok"] and not r["length_rejected"])
+            point.update(status="failed", reason=f"{point['summary']['failed_requests']} of {len(records)} requests "
+                                                 f"failed; first: {first['error']}")
+
+    async def _run_point(self, client, point: dict, size: dict, spec: LoadSpec) -> list[dict]:
+        """Measure one point (updating its status, reason and summary) -> its request records."""
+        if size["status"] != "ok":
+            point.update(status=size["status"], reason=size["reason"])
+            return []
+        point["prompt_words"] = size["words"]
+        records = await self.measure_load(client, point, spec, FillerPrompts(size["words"], self.settings.requests_per_stream))
+        self.summarize(point, records)
         rejected = next((r for r in records if r["length_rejected"]), None)
         if rejected:
             point.update(status="skipped", reason=f"the server refused the length: {rejected['error']}")
             size.update(status="skipped", reason=point["reason"])  # the other loads of this length too
-        elif point["summary"]["failed_requests"]:
-            first = next(r for r in records if not r["ok"])
-            point.update(status="failed", reason=f"{point['summary']['failed_requests']} of {len(records)} requests "
-                                                 f"failed; first: {first['error']}")
         return records
 
     @staticmethod
-    def _where(point: dict) -> str:
-        """'prompt 2048 x 2 stream(s)' for a closed loop, 'prompt 2048 at poisson:rate=4,...' for a rate."""
+    def where(point: dict) -> str:
+        """'prompt 2048 x 2 stream(s)' for a closed loop, 'prompt 2048 at poisson:rate=4,...' for a
+        rate; 'dataset x 2 stream(s)' for a point of the dataset workload (no prompt target)."""
+        what = "dataset" if point["prompt_tokens_target"] is None else f"prompt {point['prompt_tokens_target']}"
         if point.get("streams") is not None:
-            return f"prompt {point['prompt_tokens_target']} x {point['streams']} stream(s)"
-        return f"prompt {point['prompt_tokens_target']} at {point.get('load')}"
+            return f"{what} x {point['streams']} stream(s)"
+        return f"{what} at {point.get('load')}"
 
-    def _new_point(self, number: int, target: int, spec: LoadSpec) -> dict:
+    def load_specs(self) -> list[LoadSpec]:
+        return load_specs(self.settings)
+
+    @property
+    def abandoned(self) -> str | None:
+        """Why every further measurement is failed unmeasured (the warm-up or the prompt fit
+        failed, or every request of a point did), else None."""
+        return self._abandon
+
+    def new_point(self, number: int, target: int | None, spec: LoadSpec) -> dict:
         """A point before it is measured. streams: the closed loop's stream count; None for a rate
         load, whose requests are not tied to streams (max_in_flight says how many overlapped)."""
         closed = spec.kind == "concurrency"
@@ -482,7 +567,7 @@ class Runner:
         -> its request records."""
         s = self.settings
         began = self.clock()
-        point = self._new_point(number, target, spec)
+        point = self.new_point(number, target, spec)
         point["started_s"] = self._rel(began)
         records: list[dict] = []
         if s.max_model_len and target + s.max_tokens > s.max_model_len:
@@ -491,7 +576,7 @@ class Runner:
         elif self._abandon:
             point.update(status="failed", reason=self._abandon)
         else:
-            size = await self._sized(client, target)
+            size = await self.sized(client, target)
             records = await self._run_point(client, point, size, spec)
             summary = point["summary"]
             if point["status"] == "failed" and summary and not summary["ok_requests"]:
@@ -504,7 +589,7 @@ class Runner:
         self._report_point(point)
         return records
 
-    async def _sized(self, client, target: int) -> dict:
+    async def sized(self, client, target: int) -> dict:
         if target not in self._sized_lengths:
             self.progress(f"sizing the {target}-token prompt")
             self._sized_lengths[target] = await self._size(client, self._fit_result, target)
@@ -512,7 +597,7 @@ class Runner:
         return self._sized_lengths[target]
 
     def _report_point(self, point: dict) -> None:
-        message = self._point_message(point)
+        message = self.point_message(point)
         self.progress(f"[{point['point']}/{len(self.plan)}] {message}")
         self._write_progress({"point": point["point"], "points": len(self.plan), "prompt_tokens": point["prompt_tokens_target"],
                               "streams": point["streams"], "load": point["load"],
@@ -536,7 +621,7 @@ class Runner:
         elif self._abandon:
             why_not = self._abandon
         else:
-            size = await self._sized(client, target)
+            size = await self.sized(client, target)
             if size["status"] != "ok":
                 why_not = size["reason"]
         if why_not:
@@ -566,7 +651,7 @@ class Runner:
         reached = {p["point"] for p in curve}
         for number, spec in numbered.values():
             if number not in reached:
-                point = self._new_point(number, target, spec)
+                point = self.new_point(number, target, spec)
                 point.update(status="skipped", reason=f"not measured: the capacity search {result.stop}")
                 self.points.append(point)
                 self._report_point(point)
@@ -634,7 +719,8 @@ class Runner:
             await self.resolve_model(client)
             for i in range(s.warmup):
                 self.progress(f"warm-up {i + 1}/{s.warmup}: {WARMUP_WORDS}-word prompt, {s.max_tokens} tokens")
-                record = await self._stream(client, WARMUP_WORDS, phase="warmup", point=None, stream=0, index=i, target=None)
+                record = await self.send(client, prompts.Prompt(words=WARMUP_WORDS), phase="warmup", point=None, stream=0,
+                                         index=i, target=None)
                 warmup.append(record)
                 self._warmup_chars.append((record, self._last_text_chars))
                 if not record["ok"]:
@@ -652,6 +738,7 @@ class Runner:
             else:
                 for number, (target, spec) in enumerate(plan, start=1):
                     await self._point(client, number, target, spec)
+            await workloads.measure_all(self, client, self.dataset)
         wall = self.clock() - self.t0
         cpu = time.process_time() - self._cpu0
 
@@ -668,14 +755,16 @@ class Runner:
         done = len(measured)
         for number, (target, spec) in enumerate(self.plan, start=1):
             if number not in measured:
-                point = self._new_point(number, target, spec)
+                point = self.new_point(number, target, spec)
                 point.update(status="failed", reason=f"not measured: the run was interrupted ({signal_name})")
                 self.points.append(point)
         self.points.sort(key=lambda p: p["point"])
         if self.capacity is not None and not self.capacity["stop"]:
             self.capacity.update(stop="interrupted", note=f"no capacity: the search was interrupted ({signal_name})")
-        self.errors.insert(0, f"interrupted by {signal_name} after {done} of {len(self.plan)} point(s): this is a partial "
-                              "report")
+        finished = ", ".join(self.workloads) or "none"
+        workload_note = f" (workloads finished: {finished})" if self._workloads_asked() else ""
+        self.errors.insert(0, f"interrupted by {signal_name} after {done} of {len(self.plan)} point(s){workload_note}: this "
+                              "is a partial report")
         wall = self.clock() - self.t0 if self.t0 else 0.0
         cpu = time.process_time() - self._cpu0 if self._cpu0 else 0.0
         doc = self.document(cpu, wall, {"tokens_per_s": None, "error": None, "skipped": "the run was interrupted"},
@@ -683,19 +772,26 @@ class Runner:
         doc["interrupted"] = signal_name
         return doc
 
+    def _workloads_asked(self) -> bool:
+        s = self.settings
+        return bool(self.dataset or s.prefix_sharing or s.depth_sweep)
+
     def document(self, cpu: float, wall: float, parse_capacity: dict, *, count_unmeasured: bool = True) -> dict:
         """The benchmark.json document; parse_capacity is the client self-test's result."""
         s = self.settings
         requests, points = self.requests, self.points
-        overhead = self._overhead(cpu, wall, self.warmup + requests, points, parse_capacity)
+        overhead = self._overhead(cpu, wall, self.warmup + requests + workloads.all_records(self.workloads), points,
+                                  parse_capacity)
         failed_requests = sum(1 for r in requests if not r["ok"] and not r["length_rejected"])
         if failed_requests:
             self.errors.append(f"{failed_requests} measured request(s) failed")
         unmeasured = [p for p in points if p["status"] == "failed" and not p["summary"]]
         if unmeasured and count_unmeasured:
             self.errors.append(f"{len(unmeasured)} point(s) could not be measured; first: {unmeasured[0]['reason']}")
-        if points and all(p["status"] == "skipped" for p in points):
+        if points and all(p["status"] == "skipped" for p in points) and not workloads.any_measured(self.workloads):
             self.errors.append("nothing was measured: every point was skipped")
+        if not points and self.workloads and not workloads.any_measured(self.workloads) and not self.errors:
+            self.errors.append("nothing was measured: no workload got an answer")
         self._note_stream_shapes()
         self.calibration.update({k: self.sizing[k] for k in ("method", "estimated", "chars_per_token",
                                                              "chars_per_token_source")})
@@ -717,6 +813,9 @@ class Runner:
             "reference": self.reference,
             "comparisons": reference_mod.compare(points, self.reference),
             "capacity": self.capacity,
+            "dataset": self.workloads.get("dataset"),
+            "prefix_sharing": self.workloads.get("prefix_sharing"),
+            "depth_sweep": self.workloads.get("depth_sweep"),
             "errors": self.errors,
             "warnings": self.warnings,
         }
@@ -739,8 +838,8 @@ class Runner:
                                  f"{self.settings.max_tokens}); each point's early_stops counts them")
 
     @staticmethod
-    def _point_message(point: dict) -> str:
-        where = Runner._where(point)
+    def point_message(point: dict) -> str:
+        where = Runner.where(point)
         if point["status"] == "skipped":
             return f"{where}: skipped ({point['reason']})"
         summary = point.get("summary")

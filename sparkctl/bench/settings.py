@@ -56,6 +56,18 @@ class Settings:
     # at a rate; None: no search.
     capacity_fraction: float | None = None
     capacity_margin: float = 0.1
+    # --repeat: each measurement point (and each workload's measurement) this many times in a
+    # row; above 1 the report gives each headline figure's mean and 95 % interval (repeat.py).
+    repeat: int = 1
+    # Workloads (workloads.py), each measured after the points and reported under its own key.
+    # dataset: the --dataset file (its conversations are read by cli.py, not kept here), sampled
+    # with dataset_seed; prefix_sharing: {"requests": N, "prefix_tokens": P}; depth_sweep: the
+    # context depths in tokens, ascending.
+    dataset: str | None = None
+    dataset_seed: int = 0
+    prefix_sharing: dict[str, int] | None = None
+    depth_sweep: list[int] = field(default_factory=list)
+    export_vllm: str | None = None  # --export-vllm: the file vLLM-named results are written to
 
     @property
     def api_base(self) -> str:

@@ -110,6 +110,25 @@ def _per_second(count: float, duration: float | None) -> float | None:
     return None if duration is None else count / duration
 
 
+def latency_samples(records: Iterable[dict]) -> dict[str, list[float]]:
+    """The values each latency figure of a point is taken over, in the summary's order: TTFT and
+    E2E of every successful request; decode, TPOT and ITL (every gap) of those that did not
+    arrive in bursts (their arrival times are the buffer's). None values are left out."""
+    ok = [r for r in records if r.get("ok")]
+    steady = [r for r in ok if not r.get("burst")]
+
+    def present(values):
+        return [v for v in values if v is not None]
+
+    return {
+        "ttft_s": present(r.get("ttft_s") for r in ok),
+        "decode_tok_s": present(r.get("decode_tok_s") for r in steady),
+        "tpot_s": present(r.get("tpot_s") for r in steady),
+        "itl_s": present(gap for r in steady for gap in r.get("itl_s") or ()),
+        "e2e_s": present(r.get("e2e_s") for r in ok),
+    }
+
+
 def summarize_point(records: list[dict], streams: int) -> dict:
     """The summary of one measurement point (one prompt length at one concurrency).
 
@@ -119,7 +138,6 @@ def summarize_point(records: list[dict], streams: int) -> dict:
     The throughputs are vLLM's: successful requests, their completion tokens, and their prompt
     plus completion tokens, each over the point's wall time (point_duration)."""
     ok = [r for r in records if r.get("ok")]
-    steady = [r for r in ok if not r.get("burst")]
     per_stream = []
     for stream in range(streams):
         mine = [r for r in ok if r.get("stream") == stream]
@@ -141,11 +159,7 @@ def summarize_point(records: list[dict], streams: int) -> dict:
         "early_stops": sum(1 for r in records if r.get("stopped_early")),
         "burst_requests": sum(1 for r in records if r.get("burst")),
         "prompt_tokens": distribution(r.get("prompt_tokens") for r in ok),
-        "ttft_s": distribution(r.get("ttft_s") for r in ok),
-        "decode_tok_s": distribution(r.get("decode_tok_s") for r in steady),
-        "tpot_s": distribution(r.get("tpot_s") for r in steady),
-        "itl_s": distribution(gap for r in steady for gap in r.get("itl_s") or ()),
-        "e2e_s": distribution(r.get("e2e_s") for r in ok),
+        **{metric: distribution(values) for metric, values in latency_samples(records).items()},
         "duration_s": duration,
         "request_throughput": _per_second(len(ok), duration),
         "output_throughput": _per_second(completion_tokens, duration),

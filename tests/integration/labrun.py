@@ -12,6 +12,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -287,6 +288,71 @@ def stream_arrivals(host: str, port: int, body: dict, key: str, timeout: float):
             arrivals.append(time.monotonic() - started)
     conn.close()
     return response, arrivals
+
+
+
+def served_standin_version(head: str = "spark1") -> str:
+    """What the running stand-in engine says it is (its /version on its own port, no key needed), from the head."""
+    code = ("import json, urllib.request\n"
+            "print(json.load(urllib.request.urlopen('http://127.0.0.1:8001/version', timeout=30))['version'])\n")
+    return node_exec(head, "python3", "-c", code).stdout.strip()
+
+
+def unit_started(node: str, unit: str) -> str:
+    """The unit's main process's start (systemd's monotonic timestamp): unchanged while nothing restarted it."""
+    return node_exec(node, "systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", unit).stdout.strip()
+
+
+class HealthWatch:
+    """/health through the API proxy, from the control node, every 0.25 s while a step runs: the
+    windows the API was down in (seconds each). Down is an answer other than 200 (the proxy's 502
+    while the engine restarts) or a refused or reset connection; a request that timed out on this
+    loaded machine says neither, and neither starts nor ends a window (counted in `slow`)."""
+
+    def __init__(self, head: str = "spark1", port: int = 8000):
+        self.host, self.port = management_address(head), port
+        self.samples: list[tuple[float, bool]] = []
+        self.slow = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self):
+        while not self._stop.is_set():
+            try:
+                ok = api_call(self.host, self.port, "GET", "/health", timeout=5)[0] == 200
+            except TimeoutError:
+                self.slow += 1
+                ok = None
+            except OSError:
+                ok = False
+            if ok is not None:
+                self.samples.append((time.monotonic(), ok))
+            self._stop.wait(0.25)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def down_windows(self) -> list[float]:
+        windows, start = [], None
+        for t, ok in self.samples:
+            if not ok and start is None:
+                start = t
+            elif ok and start is not None:
+                windows.append(t - start)
+                start = None
+        if start is not None:
+            windows.append(self.samples[-1][0] - start)
+        return windows
+
+    def summary(self) -> str:
+        """The windows as a report table cell ("never" when the API answered throughout)."""
+        return (", ".join(f"{w:.1f} s" for w in self.down_windows()) or "never") \
+            + (f" ({self.slow} probes timed out)" if self.slow else "")
 
 
 # -- modified inventories -------------------------------------------------------------------

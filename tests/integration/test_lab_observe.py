@@ -1,17 +1,24 @@
 """The observe stage on the lab (marker `observe`; the suite's `observe` stage, see
-docs/observability.md): site.yml with spark_observe=true converges and a re-run changes nothing;
-Prometheus lists every target up; node exporter answers only with the password and only the
-Prometheus host reaches it; the stand-in's vLLM-named metrics arrive through the API proxy; the
-engine-down, engine-unhealthy and Ray-node-lost alerts fire when the engine and the worker's Ray
-are stopped and resolve after one repairing run; the memory alert fires while a hog holds memory
-and resolves once it is gone; every query of the Grafana dashboard returns lab data; no daemon
-ever listened anywhere but on the address sparkctl gave it (their packages start them at install)."""
+docs/observability.md): site.yml with spark_observe=true converges, a re-run changes nothing and so
+does the stage's --check; Prometheus lists every target up, scraped over HTTPS; node exporter answers
+only with the password and only the Prometheus host reaches it; Prometheus and node exporter answer
+HTTPS only, with certificates of sparkctl's CA (read from the head), refusing plain HTTP and a client
+that does not trust that CA; the keys are their daemon's group's, the CA's root's; a run that finds
+the certificates near their end issues them anew without restarting the daemons, and the next run
+changes nothing; the stand-in's vLLM-named metrics arrive through the API proxy; the engine-down,
+engine-unhealthy and Ray-node-lost alerts fire when the engine and the worker's Ray are stopped and
+resolve after one repairing run; the memory alert fires while a hog holds memory and resolves once
+it is gone; every query of the Grafana dashboard returns lab data; no daemon ever listened anywhere
+but on the address sparkctl gave it (their packages start them at install), and each last started
+with TLS. Grafana is off in the lab (tests/unit/test_observe_grafana.py, test_observe_tls.py)."""
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -41,21 +48,49 @@ def dashboard_queries() -> dict[str, list[str]]:
     return {panel["title"]: [target["expr"] for target in panel["targets"]] for panel in board["panels"]}
 
 
+# sparkctl's CA (roles/observe, observe_tls_ca_cert): its certificate on every node, its key on the head.
+CA_CERT = "/etc/prometheus/tls/sparkctl-ca.crt"
+CA_KEY = "/etc/prometheus/tls/sparkctl-ca.key"
+NODE_EXPORTER_CERT = "/etc/prometheus/tls/node-exporter.crt"
+# A request from a node, with the node's own Python: the HTTP status, or the error's name.
+NODE_GET = """import ssl, sys, urllib.error, urllib.request
+context = ssl.create_default_context(cafile=sys.argv[2]) if len(sys.argv) > 2 else ssl.create_default_context()
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=5, context=context).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+except urllib.error.URLError as e:
+    print(type(e.reason).__name__)
+"""
+
+
 def _password() -> str:
     return node_exec(HEAD, "cat", "/etc/prometheus/sparkctl.password").stdout.strip()
 
 
-def _get(url: str, password: str | None, timeout: float = 10):
+@functools.cache
+def _trusting() -> ssl.SSLContext:
+    """A client context that trusts sparkctl's CA only (its certificate read from the head)."""
+    return ssl.create_default_context(cadata=node_exec(HEAD, "cat", CA_CERT).stdout)
+
+
+def _get(url: str, password: str | None, timeout: float = 10, context: ssl.SSLContext | None = None):
     request = urllib.request.Request(url)
     if password is not None:
         token = base64.b64encode(f"sparkctl:{password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    if context is None and url.startswith("https://"):
+        context = _trusting()
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
         return response.status, response.read().decode()
 
 
+def _node_get(node: str, url: str, ca: str | None = CA_CERT) -> str:
+    return node_exec(node, "python3", "-c", NODE_GET, url, *([ca] if ca else [])).stdout.strip()
+
+
 def query(expr: str) -> list[dict]:
-    url = f"http://{management_address(HEAD)}:9090/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    url = f"https://{management_address(HEAD)}:9090/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     status, body = _get(url, _password())
     assert status == 200, body
     return json.loads(body)["data"]["result"]
@@ -93,41 +128,118 @@ def test_site_with_the_stage_on_converges_and_a_rerun_changes_nothing(observed):
         dict.fromkeys(observed.recap, 0), observed.output[-6000:]
 
 
-def test_prometheus_lists_every_target_up(observed):
-    def targets():
-        _, body = _get(f"http://{management_address(HEAD)}:9090/api/v1/targets", _password())
-        active = json.loads(body)["data"]["activeTargets"]
-        return active if active and all(t["health"] == "up" for t in active) else None
+def test_the_stages_check_mode_on_the_converged_lab_changes_nothing(observed, run_site):
+    """--check reads the certificates like a run and finds nothing due: no key, request or signing step runs."""
+    checked = run_site("--check", "--tags", "observe", *OBSERVE)
+    assert checked.rc == 0, checked.output[-6000:]
+    assert {host: counters.get("changed") for host, counters in checked.recap.items()} == \
+        dict.fromkeys(checked.recap, 0), checked.output[-6000:]
 
-    active = wait_for("every target up", targets, seconds=60)
+
+def _every_target_up():
+    _, body = _get(f"https://{management_address(HEAD)}:9090/api/v1/targets", _password())
+    active = json.loads(body)["data"]["activeTargets"]
+    return active if active and all(t["health"] == "up" for t in active) else None
+
+
+def test_prometheus_lists_every_target_up(observed):
+    active = wait_for("every target up", _every_target_up, seconds=60)
     jobs = sorted((t["labels"]["job"], t["labels"].get("node", "")) for t in active)
     assert jobs == [("engine", HEAD), ("engine_health", HEAD), ("node", HEAD), ("node", WORKER), ("prometheus", ""),
                     ("ray", HEAD), ("ray", WORKER)], jobs
+    # Prometheus scrapes itself and the node exporters over HTTPS; the engine (the API proxy) and Ray stay HTTP.
+    schemes = {(t["labels"]["job"], t["scrapeUrl"].split(":", 1)[0]) for t in active}
+    assert schemes == {("engine", "http"), ("engine_health", "http"), ("node", "https"), ("prometheus", "https"),
+                       ("ray", "http")}, schemes
 
 
 def test_no_daemon_ever_listened_but_on_its_management_address(observed):
     """Debian's packages start node exporter and Prometheus as they install, on every address and
     without a password; the role holds them until their configuration is in place. Their journal
-    keeps every address they listened on since the install."""
+    keeps every address they listened on since the install, and whether each start served TLS: the
+    last one did (a daemon decides HTTP or HTTPS at its start)."""
     for node, units in ((HEAD, ("prometheus-node-exporter", "prometheus")), (WORKER, ("prometheus-node-exporter",))):
         for unit in units:
             log = node_exec(node, "journalctl", "--no-pager", "-o", "cat", "-u", f"{unit}.service").stdout
             listened = {line.split("address=")[1].split()[0] for line in log.splitlines() if "Listening on" in line and "address=" in line}
             assert listened and listened <= {f"{management_address(node)}:{9100 if 'node' in unit else 9090}"}, (node, unit, listened)
+            said = [line for line in log.splitlines() if "TLS is enabled." in line or "TLS is disabled." in line]
+            assert said and "TLS is enabled." in said[-1], (node, unit, said[-3:])
 
 
 def test_prometheus_and_node_exporter_ask_for_the_password_and_the_firewall_keeps_node_exporter_to_prometheus(observed):
     with pytest.raises(urllib.error.HTTPError) as refused:
-        _get(f"http://{management_address(HEAD)}:9090/api/v1/targets", None)
+        _get(f"https://{management_address(HEAD)}:9090/api/v1/targets", None)
     assert refused.value.code == 401
     # From the control node the worker's node exporter is dropped (only the Prometheus host may connect) ...
     with pytest.raises(OSError):
         socket.create_connection((management_address(WORKER), 9100), timeout=3).close()
     # ... and from the Prometheus host it wants the password.
-    code = ("import urllib.request, urllib.error, sys\n"
-            "try:\n    urllib.request.urlopen(sys.argv[1], timeout=5)\nexcept urllib.error.HTTPError as e:\n    print(e.code)\n")
-    said = node_exec(HEAD, "python3", "-c", code, f"http://{management_address(WORKER)}:9100/metrics").stdout.strip()
-    assert said == "401"
+    assert _node_get(HEAD, f"https://{management_address(WORKER)}:9100/metrics") == "401"
+
+
+def test_every_daemon_refuses_plain_http_and_a_client_that_does_not_trust_sparkctls_ca(observed):
+    """Go's HTTPS server answers a plain HTTP request with 400 ("Client sent an HTTP request to an HTTPS
+    server"), never with the page; a client with the system's trust store only fails the certificate's
+    verification. Prometheus from the control node, each node exporter from the Prometheus host (the
+    firewall). Grafana is off in the lab."""
+    prometheus = f"{management_address(HEAD)}:9090/api/v1/targets"
+    with pytest.raises(urllib.error.HTTPError) as plain:
+        _get(f"http://{prometheus}", _password())
+    assert plain.value.code == 400
+    with pytest.raises(urllib.error.URLError) as untrusted:
+        _get(f"https://{prometheus}", _password(), context=ssl.create_default_context())
+    assert isinstance(untrusted.value.reason, ssl.SSLCertVerificationError), untrusted.value
+    assert _node_get(HEAD, f"http://{prometheus}", ca=None) == "400"
+    assert _node_get(HEAD, f"https://{prometheus}", ca=None) == "SSLCertVerificationError"
+    for node in (HEAD, WORKER):
+        metrics = f"{management_address(node)}:9100/metrics"
+        assert _node_get(HEAD, f"http://{metrics}", ca=None) == "400", node
+        assert _node_get(HEAD, f"https://{metrics}", ca=None) == "SSLCertVerificationError", node
+        assert _node_get(HEAD, f"https://{metrics}") == "401", node
+
+
+def _stat(node: str, path: str) -> str:
+    return node_exec(node, "stat", "-c", "%U:%G %a", path).stdout.strip()
+
+
+def test_the_keys_are_their_daemons_and_the_cas_key_stays_on_the_prometheus_host(observed):
+    assert _stat(HEAD, CA_KEY) == "root:root 600"
+    assert node_exec(WORKER, "test", "-e", CA_KEY, check=False).returncode != 0
+    for node in (HEAD, WORKER):
+        assert _stat(node, "/etc/prometheus/tls/node-exporter.key") == "root:prometheus 640", node
+        assert _stat(node, NODE_EXPORTER_CERT) == "root:root 644", node
+        assert _stat(node, CA_CERT) == "root:root 644", node
+    assert _stat(HEAD, "/etc/prometheus/tls/prometheus.key") == "root:prometheus 640"
+    assert node_exec(WORKER, "cat", CA_CERT).stdout == node_exec(HEAD, "cat", CA_CERT).stdout
+
+
+def _started(node: str, unit: str) -> str:
+    return node_exec(node, "systemctl", "show", "--property=ExecMainStartTimestampMonotonic", unit).stdout.strip()
+
+
+def test_certificates_near_their_end_are_issued_anew_without_a_restart_and_the_next_run_changes_nothing(observed, run_site):
+    """A margin longer than a certificate's validity makes every daemon's certificate due (not the CA's,
+    valid for 3650 days): one run issues them anew, Prometheus keeps scraping every target up without a
+    daemon's restart (both read their certificate at every connection), and the next run finds nothing
+    due."""
+    before = {node: node_exec(node, "cat", NODE_EXPORTER_CERT).stdout for node in (HEAD, WORKER)}
+    ca = node_exec(HEAD, "cat", CA_CERT).stdout
+    starts = {(node, unit): _started(node, unit) for node, unit in
+              ((HEAD, "prometheus.service"), (HEAD, "prometheus-node-exporter.service"), (WORKER, "prometheus-node-exporter.service"))}
+    renewed = run_site("--tags", "observe", *OBSERVE, "-e", "observe_tls_renew_days=900")
+    assert renewed.rc == 0, renewed.output[-6000:]
+    for node in (HEAD, WORKER):
+        assert renewed.changed(node) > 0, renewed.output[-6000:]
+        assert node_exec(node, "cat", NODE_EXPORTER_CERT).stdout != before[node], node
+    assert node_exec(HEAD, "cat", CA_CERT).stdout == ca
+    assert {key: _started(*key) for key in starts} == starts
+    time.sleep(10)  # two scrape intervals (the lab's observe_scrape_interval: 5s) on the new certificates
+    wait_for("every target up on the new certificates", _every_target_up, seconds=60)
+    again = run_site("--tags", "observe", *OBSERVE)
+    assert again.rc == 0, again.output[-6000:]
+    assert {host: counters.get("changed") for host, counters in again.recap.items()} == \
+        dict.fromkeys(again.recap, 0), again.output[-6000:]
 
 
 def test_the_engines_vllm_metrics_arrive_through_the_api_proxy(observed):

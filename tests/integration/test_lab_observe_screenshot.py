@@ -5,8 +5,10 @@ tests/integration/test_lab_observe.py):
 
     SPARKLAB_INVENTORY=... pytest tests/integration/test_lab_observe_screenshot.py -m screenshot
 
-Prometheus asks for basic auth; Chromium gets the page through a loopback proxy in this test
-that adds the credentials, so the password is on no command line. The PNG goes to
+Prometheus asks for basic auth over HTTPS (a certificate of sparkctl's CA, roles/observe
+observe_tls); Chromium gets the page through a loopback proxy in this test that adds the
+credentials and checks Prometheus's certificate against the CA (its certificate read from the
+head), so neither the password nor a trust exception is on any command line. The PNG goes to
 $SPARKCTL_ARTIFACTS_DIR (default .lab/artifacts) and its path is printed."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import http.server
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import threading
 import time
@@ -32,9 +35,11 @@ pytestmark = [pytest.mark.screenshot]
 HEAD = "spark1"
 REPO = Path(__file__).resolve().parents[2]
 QUERIES = ("sum(rate(vllm:generation_tokens_total[1m]))", 'node_memory_MemAvailable_bytes{job="node"}')
+# sparkctl's CA's certificate, on every node (roles/observe, observe_tls_ca_cert).
+CA_CERT = "/etc/prometheus/tls/sparkctl-ca.crt"
 
 
-def _proxy(upstream: str, authorization: str) -> http.server.ThreadingHTTPServer:
+def _proxy(upstream: str, authorization: str, context: ssl.SSLContext) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
         def _forward(self):
             length = int(self.headers.get("Content-Length") or 0)
@@ -45,7 +50,7 @@ def _proxy(upstream: str, authorization: str) -> http.server.ThreadingHTTPServer
                     request.add_header(name, self.headers[name])
             request.add_header("Authorization", authorization)
             try:
-                with urllib.request.urlopen(request, timeout=30) as answer:
+                with urllib.request.urlopen(request, timeout=30, context=context) as answer:
                     status, headers, body = answer.status, answer.headers, answer.read()
             except urllib.error.HTTPError as error:
                 status, headers, body = error.code, error.headers, error.read()
@@ -86,7 +91,8 @@ def test_prometheus_graph_page_screenshot_shows_live_graphs(lab_up):
         pytest.skip("no chromium on the control node: apt-get install -y chromium")
     password = node_exec(HEAD, "cat", "/etc/prometheus/sparkctl.password").stdout.strip()
     token = "Basic " + base64.b64encode(f"sparkctl:{password}".encode()).decode()
-    server = _proxy(f"http://{management_address(HEAD)}:9090", token)
+    trusting = ssl.create_default_context(cadata=node_exec(HEAD, "cat", CA_CERT).stdout)
+    server = _proxy(f"https://{management_address(HEAD)}:9090", token, trusting)
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         # Live data to draw: both queries answer now.

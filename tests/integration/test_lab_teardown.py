@@ -11,8 +11,10 @@ its last stages). Destructive: it leaves the lab torn down, and with the hub sta
    node equal to its fresh snapshot but for node_snapshot.TEARDOWN_ALLOWED: the teardown role's
    molecule scenario (molecule/teardown), which the suite runs between 1 and 3.
 3. A first run that fails half-way (the hub stopped: provision done, the checkpoint stage refuses its
-   first download), then a teardown: the nodes equal their fresh snapshots again; a second teardown
-   changes nothing (marker `teardown_after`).
+   first download), then the user installs by hand a package of sparkctl's list that this run did not
+   install (iperf3, the fabric test's tool), then a teardown: it purges what the run installed, keeps
+   the user's package and names it; once the user's package is purged by hand, the nodes equal their
+   fresh snapshots again; a second teardown changes nothing (marker `teardown_after`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from labrun import LAB_INVENTORY, REPO, changed_tasks, lab, lab_plan
+from labrun import LAB_INVENTORY, REPO, changed_tasks, lab, lab_plan, node_exec
 
 sys.path.insert(0, str(REPO / "tests" / "lab"))
 import node_snapshot  # noqa: E402  (tests/lab/node_snapshot.py)
@@ -36,6 +38,15 @@ TIMINGS: dict[str, float] = {}
 
 
 ALLOWED = node_snapshot.TEARDOWN_ALLOWED
+# A package of roles/teardown's list (the fabric test's tool) that the half-way run does not install:
+# installed by hand on a worker after sparkctl's first run, it is the user's.
+USER_PACKAGE = "iperf3"
+APT = ("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-y", "-q")
+
+
+def _installed(node: str) -> set[str]:
+    out = node_exec(node, "dpkg-query", "-W", "-f", "${Package} ${db:Status-Abbrev}\n").stdout
+    return {line.split()[0] for line in out.splitlines() if len(line.split()) > 1 and line.split()[1].startswith("i")}
 
 
 def _fresh() -> dict:
@@ -87,8 +98,22 @@ def test_teardown_after_a_first_run_that_failed_half_way(run_site, fresh):
     assert "TASK [checkpoint" in failed.output and "TASK [engine_" not in failed.output
     assert node_snapshot.differences(fresh, _now(), ALLOWED) != []
 
+    # The user's own install, after sparkctl's first run: what it brought is theirs.
+    worker = lab_plan().nodes[-1].name
+    before = _installed(worker)
+    assert USER_PACKAGE not in before
+    node_exec(worker, *APT, "install", "--no-install-recommends", USER_PACKAGE)
+    users = sorted(_installed(worker) - before)
+    assert USER_PACKAGE in users
+
     run = _timed("teardown after the failed run", run_site, playbook=TEARDOWN)
     assert run.rc == 0, run.output[-4000:]
+    said = " ".join(run.output.split())
+    # (The callback prints the message as YAML, its apostrophe doubled inside single quotes.)
+    assert f"kept {USER_PACKAGE}: installed after sparkctl" in said and "first run, not by sparkctl" in said, \
+        run.output[-4000:]
+    assert set(users) <= _installed(worker), sorted(set(users) - _installed(worker))
+    node_exec(worker, *APT, "purge", *users)
     assert node_snapshot.differences(fresh, _now(), ALLOWED) == []
 
     again = _timed("teardown again", run_site, playbook=TEARDOWN)

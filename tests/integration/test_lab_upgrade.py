@@ -1,45 +1,37 @@
-"""Upgrading the runtime of a serving lab cluster, as a user bumps a pin or an image tag and
-re-runs, through `sparkctl` as a user types it.
+"""Upgrading the image runtime of a serving lab cluster, as a user bumps an image tag and re-runs,
+through `sparkctl` as a user types it.
 
-The venv runtime, one venv per runtime lock (the default): a pin bump (sparklab-engine 0.3.0 ->
-0.3.1, the stand-in's two wheels, through spark_profile_overrides so the lab profile stays as it
-is) is built by the runtime stage in a new venv beside the serving one while the engine keeps
-serving (the API, polled throughout, never down); the serve stage then restarts the engine and
-Ray from the new venv, the API down only for that restart (one window, its length in the report
-table); verify records it; `sparkctl rollback` serves the old venv again with nothing installed,
-and the new one stays (engine_venv_keep).
+The lab-image profile (copies of its context, on the lab's engine base: the stand-in engine and
+sparkctl's Ray in the image, `sparklab base-image --engine`): the served venv cluster switched to the
+image profile serves from containers on every node and is verified; a tag bump with a changed patch
+file is built by the runtime stage beside the old image on every node while the old one keeps
+serving (the API, polled throughout, never down), the serve stage restarts the containers from the
+new image (the API down once, that window's length in the report table), and `sparkctl rollback`
+serves the old image again with nothing built, pulled or shipped. (The venv runtime's pin bump,
+built beside, switched to and rolled back, is test_lab_rollback.py's record B.)
 
-The image runtime (the lab-image profile, copies of its context, on the lab's engine base: the
-stand-in engine and sparkctl's Ray in the image, `sparklab base-image --engine`): the served venv
-cluster switched to the image profile serves from containers on every node and is verified; a tag
-bump with a changed patch file is built by the runtime stage beside the old image on every node
-while the old one keeps serving, the serve stage restarts the containers from the new image, and
-`sparkctl rollback` serves the old image again with nothing built, pulled or shipped.
-
-Its own marker (`upgrade`): installs, builds and engine restarts that change the lab; each step's
-time goes in the session's report table. The history is the module's own directory
-($SPARKCTL_DEPLOYMENT_DIR), so the steps' records are the only ones."""
+Its own marker (`upgrade`): builds and engine restarts that change the lab; each step's time goes in
+the session's report table. The history is the module's own directory ($SPARKCTL_DEPLOYMENT_DIR), so
+the steps' records are the only ones."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
-from labrun import LAB_INVENTORY_DIR, REPO, VENV_ROOT, api_call, lab, management_address, node_exec, serving_venv, standin_version
+from labrun import LAB_INVENTORY_DIR, REPO, HealthWatch, lab, node_exec, served_standin_version, unit_started
 
 pytestmark = [pytest.mark.lab, pytest.mark.upgrade]
 
 HOSTS = ("spark1", "spark2")
-OLD, NEW = "0.3.0", "0.3.1"
+# The stand-in's release in the lab's engine base (the one the venv profile pins).
+OLD = "0.3.0"
 ENGINE_UNIT = "sparkctl-engine.service"
-RAY_UNITS = {"spark1": "sparkctl-ray-head.service", "spark2": "sparkctl-ray-worker.service"}
 IMAGE_CONTEXT = REPO / "tests" / "lab" / "profiles" / "contexts" / "lab-image"
 OLD_TAG, NEW_TAG = "sparklab/engine:local", "sparklab/engine:bumped"
 # The lab's base with the engine in it (tests/lab/sparklab.py, ENGINE_BASE_TAG).
@@ -51,32 +43,6 @@ RAY_CONTAINERS = {"spark1": "sparkctl-ray-head", "spark2": "sparkctl-ray-worker"
 RECOVERY = "Say why the cluster is being recovered"
 
 
-def _pin(version: str) -> str:
-    return json.dumps({"spark_profile_overrides": {"runtime": {"venv": {"packages": [f"sparklab-engine=={version}"]}}}})
-
-
-def served_version() -> str:
-    """What the running engine says it is (the stand-in's /version on its own port, no key needed), from the head."""
-    code = ("import json, urllib.request\n"
-            "print(json.load(urllib.request.urlopen('http://127.0.0.1:8001/version', timeout=30))['version'])\n")
-    return node_exec("spark1", "python3", "-c", code).stdout.strip()
-
-
-def started(host: str, unit: str) -> str:
-    return node_exec(host, "systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", unit).stdout.strip()
-
-
-def marks(host: str, venvs: list[str]) -> list[str]:
-    """Each venv's change marker's mtime (roles/engine_venv rewrites it whenever it changes the venv's contents)."""
-    return node_exec(host, "stat", "-c", "%Y", *[f"{v}/.sparkctl-changed" for v in venvs]).stdout.split()
-
-
-def lock_venvs(host: str) -> list[str]:
-    """The lab profile's per-lock venvs on host (roles/spark: <profile>-<12 hex digits>)."""
-    names = node_exec(host, "ls", VENV_ROOT).stdout.split()
-    return sorted(f"{VENV_ROOT}/{n}" for n in names if re.fullmatch(r"lab-standin-[0-9a-f]{12}", n))
-
-
 def node_records() -> list[dict]:
     return [json.loads(node_exec(host, "cat", "/etc/sparkctl/deployment.json").stdout) for host in HOSTS]
 
@@ -85,53 +51,6 @@ def served_id() -> str:
     ids = {record["deployment_id"] for record in node_records()}
     assert len(ids) == 1, ids
     return ids.pop()
-
-
-class HealthWatch:
-    """/health through the API proxy, from the control node, every 0.25 s while a step runs: the
-    windows the API was down in (seconds each). Down is an answer other than 200 (the proxy's 502
-    while the engine restarts) or a refused or reset connection; a request that timed out on this
-    loaded machine says neither, and neither starts nor ends a window (counted in `slow`)."""
-
-    def __init__(self):
-        self.samples: list[tuple[float, bool]] = []
-        self.slow = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self):
-        host = management_address("spark1")
-        while not self._stop.is_set():
-            try:
-                ok = api_call(host, 8000, "GET", "/health", timeout=5)[0] == 200
-            except TimeoutError:
-                self.slow += 1
-                ok = None
-            except OSError:
-                ok = False
-            if ok is not None:
-                self.samples.append((time.monotonic(), ok))
-            self._stop.wait(0.25)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def down_windows(self) -> list[float]:
-        windows, start = [], None
-        for t, ok in self.samples:
-            if not ok and start is None:
-                start = t
-            elif ok and start is not None:
-                windows.append(t - start)
-                start = None
-        if start is not None:
-            windows.append(self.samples[-1][0] - start)
-        return windows
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +69,7 @@ def sparkctl(report_dir, tmp_path_factory, result_table):
                                   env=env, capture_output=True, text=True, timeout=1800)
         down = watch.down_windows()
         table.append({"step": step, "rc": proc.returncode, "seconds": f"{time.monotonic() - t0:.0f}",
-                      "API down": (", ".join(f"{w:.1f} s" for w in down) or "never")
-                      + (f" ({watch.slow} probes timed out)" if watch.slow else "")})
+                      "API down": watch.summary()})
         output = proc.stdout + proc.stderr
         assert proc.returncode == rc, output[-6000:]
         return output, down
@@ -164,52 +82,6 @@ def start_record(site_converged, sparkctl):
     """The served lab-standin recorded in the module's history (record A); its id."""
     sparkctl("verify (records A)", "verify")
     return served_id()
-
-
-def test_a_pin_bump_is_built_beside_the_serving_venv_then_switched_to_and_rolled_back(start_record, sparkctl):
-    old = serving_venv("spark1")
-    assert re.fullmatch(rf"{VENV_ROOT}/lab-standin-[0-9a-f]{{12}}", old), old
-    assert served_version() == OLD
-    engine_before = started("spark1", ENGINE_UNIT)
-    ray_before = {host: started(host, RAY_UNITS[host]) for host in HOSTS}
-
-    # The runtime stage builds the new lock's venv beside the serving one; nothing serving moves.
-    # (Another test on this lab may have left a venv of its own: only the ones this step adds count.)
-    present = {host: lock_venvs(host) for host in HOSTS}
-    output, down = sparkctl(f"pin {NEW}: runtime (beside the serving venv)", "up", "--tags", "runtime", "-e", _pin(NEW))
-    assert down == [], down
-    built = {host: [v for v in lock_venvs(host) if v not in present[host]] for host in HOSTS}
-    assert built["spark1"] == built["spark2"] and len(built["spark1"]) == 1, built
-    new = built["spark1"][0]
-    for host in HOSTS:
-        assert standin_version(host, new) == NEW and standin_version(host, old) == OLD, host
-        assert serving_venv(host) == old, host
-    assert started("spark1", ENGINE_UNIT) == engine_before and served_version() == OLD
-
-    # The serve stage switches: the engine and Ray restart from the new venv, the API down once.
-    output, down = sparkctl(f"pin {NEW}: serve + verify (switch)", "up", "--tags", "serve,verify", "-e", _pin(NEW))
-    assert len(down) == 1, down
-    # Ray restarts from the new venv as planned: no wait for raylets the run itself stopped, no recovery.
-    assert RECOVERY not in output, output[-6000:]
-    assert served_version() == NEW
-    for host in HOSTS:
-        assert serving_venv(host) == new, host
-        assert started(host, RAY_UNITS[host]) != ray_before[host], host
-    upgraded = served_id()
-    assert upgraded != start_record
-
-    # Back to the old lock: nothing installed, the old venv serves, the new one stays for another switch.
-    before = {host: marks(host, [old, new]) for host in HOSTS}
-    output, down = sparkctl("rollback to A (the old venv)", "rollback")
-    assert RECOVERY not in output, output[-6000:]
-    assert {host: marks(host, [old, new]) for host in HOSTS} == before
-    assert len(down) == 1, down
-    assert served_version() == OLD and served_id() == start_record
-    for host in HOSTS:
-        assert serving_venv(host) == old, host
-        assert lock_venvs(host) == sorted([old, new]), host
-        served = json.loads(node_exec(host, "cat", "/var/lib/sparkctl/venvs-served.json").stdout)["served"]
-        assert served[:2] == [old, new], (host, served)
 
 
 @pytest.fixture(scope="module")
@@ -276,10 +148,10 @@ def test_an_image_tag_bump_is_built_beside_then_served_verified_and_rolled_back(
     assert running_images() == old_id
     # Each container was given the node's RDMA devices (the lab's stand-in nodes), as NCCL needs.
     assert all({"uverbs0", "rdma_cm"} <= set(seen) for seen in container_rdma_devices().values()), container_rdma_devices()
-    assert served_version() == OLD
+    assert served_standin_version() == OLD
     image_record = served_id()
     assert image_record != start_record
-    engine_before = started("spark1", ENGINE_UNIT)
+    engine_before = unit_started("spark1", ENGINE_UNIT)
 
     # The runtime stage builds the bumped image beside the old one on every node; nothing serving moves.
     output, down = sparkctl(f"image {NEW_TAG}, patch bumped: runtime (beside)", "up", "--tags", "runtime",
@@ -288,7 +160,7 @@ def test_an_image_tag_bump_is_built_beside_then_served_verified_and_rolled_back(
     new_id = {host: image_id(host, NEW_TAG) for host in HOSTS}
     assert all(new_id.values()) and len(set(new_id.values())) == 1 and new_id != old_id, new_id
     assert {host: image_id(host, OLD_TAG) for host in HOSTS} == old_id   # beside, not instead
-    assert running_images() == old_id and started("spark1", ENGINE_UNIT) == engine_before
+    assert running_images() == old_id and unit_started("spark1", ENGINE_UNIT) == engine_before
 
     # The serve stage switches: the containers restart from the new image, the API down once.
     output, down = sparkctl(f"image {NEW_TAG}: serve + verify (switch)", "up", "--tags", "serve,verify",

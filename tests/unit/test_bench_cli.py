@@ -15,6 +15,16 @@ REPO = Path(__file__).resolve().parents[2]
 BASE = ["run", "--url", "http://10.0.0.1:8000", "--model", "m"]
 
 
+def assert_refused_before_any_request(tmp_path, capsys, no_network, extra, flag, fix):
+    """`run` with extra flags exits 2, naming the flag and the fix, before any request and before writing its output."""
+    calls, transport = no_network
+    code = cli.main(BASE + ["--out", str(tmp_path / "out")] + extra, transport=transport)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"run: {flag}:" in err and fix in err, err
+    assert calls == [] and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("extra, flag, fix", [
     (["--url", "ftp://10.0.0.1"], "--url", "--url http://"),
     (["--url", "10.0.0.1:8000"], "--url", "--url http://"),

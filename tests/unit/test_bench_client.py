@@ -12,6 +12,7 @@ import pytest
 
 from sparkctl.bench import cli
 from sparkctl.bench.client import StreamOutcome, is_length_rejection, probe_prompt_tokens, stream_request
+from sparkctl.bench.prompts import Prompt
 from sparkctl.bench.runner import Runner
 from sparkctl.bench.settings import Settings
 
@@ -359,7 +360,7 @@ def test_a_paced_stream_is_measured_with_its_latencies(tmp_path, capsys):
 def recorded(outcome, strict=False):
     runner = Runner(Settings(url="http://bench.invalid:8000", model="m", max_tokens=5, strict=strict), None)
     runner.t0 = 10.0
-    return runner._record(outcome, phase="measure", point=1, stream=0, index=0, target=64, words=60)
+    return runner._record(outcome, Prompt(words=60), phase="measure", point=1, stream=0, index=0, target=64)
 
 
 def test_a_record_carries_e2e_tpot_and_itl():

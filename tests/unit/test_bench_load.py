@@ -23,7 +23,7 @@ import yaml
 from role_templating import evaluate
 
 from sparkctl.bench import arrivals, cli, plots
-from test_bench_cli import BASE
+from test_bench_cli import assert_refused_before_any_request
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "benchmark"
@@ -249,12 +249,7 @@ RATE = ["--load", "poisson:rate=4"]
     (["--slo", "ttft=2"], "--slo", "ttft=2s"),
 ])
 def test_usage_errors_of_the_load_flags_name_the_flag_and_the_fix(tmp_path, capsys, no_network, extra, flag, fix):
-    calls, transport = no_network
-    code = cli.main(BASE + ["--out", str(tmp_path / "out")] + extra, transport=transport)
-    err = capsys.readouterr().err
-    assert code == 2
-    assert f"run: {flag}:" in err and fix in err, err
-    assert calls == [] and not (tmp_path / "out").exists()
+    assert_refused_before_any_request(tmp_path, capsys, no_network, extra, flag, fix)
 
 
 def test_the_strict_help_speaks_of_bursts(capsys):

@@ -1,9 +1,12 @@
 """sparkctl.bench arithmetic on synthetic timings: percentiles, the decode formula, the
-aggregate definition, point summaries, prompt sizing and the reference comparison."""
+aggregate definition, point summaries, prompt sizing, the reference comparison, and --repeat's
+means and confidence intervals over repetitions."""
+
+import math
 
 import pytest
 
-from sparkctl.bench import client, prompts, reference, stats
+from sparkctl.bench import client, prompts, reference, repeat, stats
 
 
 def rec(stream, t_send, t_first, t_last, tokens, ok=True, index=0, prompt_tokens=2048, length_rejected=False):
@@ -324,3 +327,70 @@ def test_short_prompt_reference_compares_with_the_shortest_measured_length():
     by_streams = {r["streams"]: r for r in rows if r["metric"] == "throughput_tok_s"}
     assert by_streams[2]["measured"] == 100.0 and by_streams[4]["measured"] is None
     assert reference.compare(points, None) == []
+
+
+# ------------------------------------------------------------------------------ repetitions (--repeat)
+
+
+def test_a_repetition_interval_is_the_mean_and_its_student_t_half_width():
+    interval = repeat.interval([10.0, None, 12.0, 14.0])
+    # mean 12, s = 2, t(0.975, 2) = 4.303: half-width 4.303 * 2 / sqrt(3) = 4.968
+    assert interval["n"] == 3 and interval["mean"] == 12.0 and interval["values"] == [10.0, 12.0, 14.0]
+    assert interval["half_width"] == pytest.approx(4.968, abs=1e-3)
+    assert interval["low"] == pytest.approx(12 - 4.968, abs=1e-3) and interval["high"] == pytest.approx(16.968, abs=1e-3)
+    single = repeat.interval([5.0])
+    assert single["mean"] == 5.0 and single["half_width"] is None and single["low"] is None
+    assert repeat.interval([None]) == {"n": 0, "mean": None, "half_width": None, "low": None, "high": None, "values": []}
+
+
+# Two-sided 95 % critical values of Student's t from the printed tables, df = K - 1.
+@pytest.mark.parametrize("k, t", [(2, 12.706), (3, 4.303), (4, 3.182), (5, 2.776), (6, 2.571), (8, 2.365), (10, 2.262),
+                                  (21, 2.086), (31, 2.042)])
+def test_repetition_intervals_use_the_printed_t_for_k_minus_one_degrees_of_freedom(k, t):
+    # K - 1 zeros and one K: mean 1, sample variance K, so s / sqrt(K) = 1 and the half-width is t.
+    values = [0.0] * (k - 1) + [float(k)]
+    interval = repeat.interval(values)
+    assert interval["mean"] == pytest.approx(1.0) and interval["half_width"] == pytest.approx(t, rel=2e-4)
+
+
+def rep_record(repetition, t_send, ttft, e2e, itl, tokens=10):
+    return {"ok": True, "repetition": repetition, "stream": 0, "t_send": t_send, "t_first": t_send + ttft,
+            "t_last": t_send + e2e, "t_end": t_send + e2e, "ttft_s": ttft, "e2e_s": e2e, "itl_s": itl,
+            "tpot_s": (e2e - ttft) / (tokens - 1), "decode_tok_s": None, "completion_tokens": tokens, "prompt_tokens": 64}
+
+
+def test_the_repetitions_of_a_point_are_hand_computed():
+    # Repetition 0: TTFT 0.1 and 0.3 s (median 0.2), ITL gaps 0.01, 0.02, 0.03 (median 0.02), E2E
+    # 1.0 and 1.74 s so TPOT (0.9/9 = 0.1, 1.44/9 = 0.16) has median 0.13; 20 tokens over 0..1.74 s.
+    # Repetition 1: TTFT 0.4 and 0.4 s, gap 0.04, E2E 1.3 and 1.3 s (TPOT 0.1); 20 tokens over 10..11.3 s.
+    records = [rep_record(0, 0.0, 0.1, 1.0, [0.01, 0.02]), rep_record(0, 0.0, 0.3, 1.74, [0.03]),
+               rep_record(1, 10.0, 0.4, 1.3, [0.04]), rep_record(1, 10.0, 0.4, 1.3, [])]
+    result = repeat.summarize(records, streams=1)
+    assert result["k"] == 2 and result["level"] == 0.95
+    runs = result["runs"]
+    assert [run["repetition"] for run in runs] == [0, 1]
+    assert [run["ttft_median_s"] for run in runs] == pytest.approx([0.2, 0.4])
+    assert [run["tpot_median_s"] for run in runs] == pytest.approx([0.13, 0.1])
+    assert [run["itl_median_s"] for run in runs] == pytest.approx([0.02, 0.04])
+    assert [run["output_throughput"] for run in runs] == pytest.approx([20 / 1.74, 20 / 1.3])
+    # Two values a and b: mean (a + b) / 2, s = |a - b| / sqrt(2), half-width t(0.975, 1) * |a - b| / 2.
+    figures = result["figures"]
+    assert figures["ttft_median_s"]["mean"] == pytest.approx(0.3)
+    assert figures["ttft_median_s"]["half_width"] == pytest.approx(12.706 * 0.1, rel=1e-4)
+    assert figures["output_throughput"]["mean"] == pytest.approx((20 / 1.74 + 20 / 1.3) / 2)
+    assert figures["output_throughput"]["half_width"] == pytest.approx(12.706 * abs(20 / 1.74 - 20 / 1.3) / 2, rel=1e-4)
+    assert set(figures) == {"ttft_median_s", "tpot_median_s", "itl_median_s", "output_throughput"}
+
+
+def test_headline_figures_and_grouping_by_repetition():
+    summary = {"ttft_s": {"median": 0.5}, "tpot_s": {"median": None}, "itl_s": {}, "output_throughput": 42.0}
+    assert repeat.headline_figures(summary) == {"ttft_median_s": 0.5, "tpot_median_s": None, "itl_median_s": None,
+                                                "output_throughput": 42.0}
+    groups = repeat.by_repetition([{"repetition": 1, "i": 0}, {"i": 1}, {"repetition": 1, "i": 2}])
+    assert list(groups) == [0, 1] and [r["i"] for r in groups[1]] == [0, 2]
+    assert math.isclose(repeat.interval([1.0, 3.0])["mean"], 2.0)
+
+
+def test_the_token_estimate_is_four_characters_a_token():
+    assert prompts.estimate_tokens(40) == 10 and prompts.estimate_tokens(9) == 2 and prompts.estimate_tokens(0) == 1
+    assert prompts.estimate_tokens(30, chars_per_token=3.0) == 10

@@ -127,16 +127,14 @@ def test_each_inventory_has_its_own_history(project_dir, capsys, tmp_path_factor
     assert own(project_dir) != history.inventory_history(project_dir / ".sparkctl" / "deployments", other)
 
 
-def test_the_wrapper_and_the_playbooks_name_an_inventorys_history_alike(tmp_path):
-    from ansible_collections.sparkctl.spark.plugins.filter.deployment import deployment_inventory_key
-
+def test_an_inventory_directory_its_hosts_file_and_a_link_to_it_name_one_history(tmp_path):
+    """-i takes the inventory directory or its hosts file, through a link or not: one history,
+    named by the collection's key (module_utils/deployment.py, inventory_key)."""
     inventory = tmp_path / "inventories" / "mine"
     inventory.mkdir(parents=True)
     (inventory / "hosts.yml").write_text("---\n")
     link = tmp_path / "link"
     link.symlink_to(inventory)
-    # Ansible's inventory_dir is the directory holding the hosts file, as given (a link stays a link).
-    for given in (inventory, inventory / "hosts.yml", link, link / "hosts.yml"):
-        assert history.inventory_key(given) == deployment_inventory_key(str(inventory)) \
-            == deployment_inventory_key(str(link))
-    assert history.inventory_key(inventory).startswith("mine-")
+    names = {history.inventory_history(tmp_path, given).name
+             for given in (inventory, inventory / "hosts.yml", link, link / "hosts.yml")}
+    assert len(names) == 1 and names.pop().startswith("mine-")

@@ -179,6 +179,11 @@ def test_link_overlapping_management_network_is_refused():
     assert any("overlaps 'spark_management_network' 192.168.0.0/16" in p for p in problems)
 
 
+@pytest.mark.parametrize("network", ["fd00::/64", "10.0.0.0/255.255.255.0", "10.0.0.5"])
+def test_a_management_network_apart_from_the_cable_passes_whatever_its_form(network):
+    assert inventory_problems(*_cluster_with(spark_management_network=network)) == []
+
+
 def test_management_address_inside_link_subnet_is_refused():
     groups, hostvars = _cluster()
     hostvars["spark2"]["ansible_host"] = "192.168.100.50"
@@ -194,6 +199,9 @@ def test_management_address_inside_link_subnet_is_refused():
         ("192.168.100.300/24", "not a valid IPv4"),
         ("fd00::1/64", "must be IPv4"),
         ("192.168.100.10/32", "/30 or shorter"),
+        # What every reader of the plan refuses (module_utils/link_address) is refused here, before any host.
+        ("192.168.100.10/24 ", "not a valid IPv4"),
+        ("192.168.100.10/ 24", "not a valid IPv4"),
     ],
 )
 def test_bad_address_forms(address, reason):

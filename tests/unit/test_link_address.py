@@ -14,7 +14,8 @@ from ansible_collections.sparkctl.spark.plugins.filter.link_ping import link_pin
 from ansible_collections.sparkctl.spark.plugins.filter.profile import profile_cluster
 from ansible_collections.sparkctl.spark.plugins.filter.ray_cluster import ray_cluster_expected
 from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import (
-    bare_address, fabric_peers, link_addresses, peer_addresses, peer_targets, primary_address)
+    bare_address, fabric_peers, link_addresses, link_interface, link_subnet, peer_addresses, peer_targets,
+    primary_address)
 from ansible_collections.sparkctl.spark.plugins.module_utils.sysfs_net import split_address
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -39,6 +40,20 @@ def test_bare_address_drops_the_prefix(given, bare):
 def test_bare_address_refuses_what_is_not_an_address(given):
     with pytest.raises(ValueError, match="is not an address"):
         bare_address(given)
+
+
+@pytest.mark.parametrize("given, subnet", [("192.168.100.10/24", "192.168.100.0/24"), ("10.9.8.6/30", "10.9.8.4/30"),
+                                           ("192.168.100.10/255.255.255.0", "192.168.100.0/24")])
+def test_a_cable_halfs_subnet_is_its_planned_prefix(given, subnet):
+    assert link_subnet(given) == subnet
+    assert str(link_interface(given).network) == subnet and str(link_interface(given).ip) == bare_address(given)
+
+
+@pytest.mark.parametrize("given, match", [("192.168.100.10", "has no prefix length"), (None, "has no prefix length"),
+                                          ("x/24", "is not an address"), ("192.168.100.10/ 24", "is not an address")])
+def test_a_subnet_is_never_guessed(given, match):
+    with pytest.raises(ValueError, match=match):
+        link_subnet(given)
 
 
 def test_link_addresses_and_the_primary_one():

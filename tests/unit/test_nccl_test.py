@@ -73,9 +73,26 @@ def test_problems_name_the_half_the_mtu_and_the_fix():
 
 
 def test_direct_cable_with_three_nodes_is_a_problem():
-    nodes = [{"host": f"n{i}", "address": f"192.168.100.{10 + i}", "links": [], "env": {"NCCL_SOCKET_IFNAME": "x"}}
+    nodes = [{"host": f"n{i}", "address": f"192.168.100.{10 + i}/24", "links": [], "env": {"NCCL_SOCKET_IFNAME": "x"}}
              for i in range(3)]
     assert "set spark_fabric: switch" in nccl_test.render(nodes, fabric="direct")["problems"][0]
+
+
+def test_open_mpi_takes_the_first_halfs_own_subnet_and_no_guessed_one():
+    """The subnet is the plan's (spark_link's prefix, link_address.link_subnet): a /30 stays a
+    /30; an address without its prefix is refused rather than given a /24."""
+    nodes = [{"host": f"n{i}", "address": f"10.9.8.{5 + i}/30", "links": [], "env": {"NCCL_SOCKET_IFNAME": "x"}}
+             for i in range(2)]
+    argv = nccl_test.render(nodes)["argv"]
+    assert argv[argv.index("btl_tcp_if_include") + 1] == argv[argv.index("oob_tcp_if_include") + 1] == "10.9.8.4/30"
+    assert "10.9.8.5:1,10.9.8.6:1" in argv
+    nodes[0]["address"] = "10.9.8.5"
+    with pytest.raises(ValueError, match="'10.9.8.5' has no prefix length"):
+        nccl_test.render(nodes)
+    hostvars = {"spark1": _host(0, (3, 3)), "spark2": _host(1, (3, 3))}
+    hostvars["spark1"]["spark_link"][0]["address"] = "192.168.100.10"
+    with pytest.raises(AnsibleFilterError, match="fabric_test_nccl_plan: '192.168.100.10' has no prefix length"):
+        fabric_test_nccl_plan(hostvars, ["spark1", "spark2"], "direct", "/x", "/etc/sparkctl/fabric.env")
 
 
 def test_a_node_without_its_fabric_environment_is_refused():

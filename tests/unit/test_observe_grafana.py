@@ -66,10 +66,14 @@ def _task(module, **match):
 def _render(name, **values):
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["to_json"] = json.dumps
+    env.filters["bool"] = bool
     base = {key: value for key, value in DEFAULTS.items() if "{{" not in str(value)}
     base.update(ansible_managed="Managed by sparkctl", observe_prometheus_listen_address="10.0.0.5",
                 observe_prometheus_port=9090, observe_grafana_listen_address="10.0.0.5", observe_grafana_port=3000,
-                observe_grafana_admin_user="sparkctl")
+                observe_grafana_admin_user="sparkctl",
+                # Grafana's key and certificate (roles/observe/vars; tests/unit/test_observe_tls.py checks TLS).
+                observe_grafana_tls_key=DEFAULTS["observe_grafana_tls_dir"] + "/grafana.key",
+                observe_grafana_tls_cert=DEFAULTS["observe_grafana_tls_dir"] + "/grafana.crt")
     base.update(values)
     return env.from_string((ROLE / "templates" / name).read_text(encoding="utf-8")).render(**base)
 
@@ -90,7 +94,8 @@ def test_the_data_source_is_sparkctls_prometheus_with_its_own_user_and_password_
     text = _render("grafana-datasource.yml.j2", observe_grafana_datasource_user="grafana")
     source = yaml.safe_load(text)["datasources"][0]
     assert source["uid"] == DEFAULTS["observe_grafana_datasource_uid"] == observe_dashboard.DATASOURCE.uid
-    assert source["type"] == "prometheus" and source["url"] == "http://10.0.0.5:9090"
+    # HTTPS by default (observe_tls); tests/unit/test_observe_tls.py checks the CA it trusts.
+    assert source["type"] == "prometheus" and source["url"] == "https://10.0.0.5:9090"
     assert source["basicAuth"] is True and source["basicAuthUser"] == "grafana"
     password = source["secureJsonData"]["basicAuthPassword"]
     assert password == "$__file{%s}" % DEFAULTS["observe_grafana_datasource_password_file"]

@@ -71,7 +71,7 @@ def test_the_deployment_history_sits_where_the_playbooks_and_the_wrapper_both_lo
     extra = {"SPARKCTL_DEPLOYMENT_DIR": deployments} if deployments else {}
     inventory = tmp_path / "inventories" / "here"
     rendered = _playbook_report_dir(tmp_path, report, "spark_deployment_dir", extra)
-    own = history.inventory_key(inventory)
+    own = history.inventory_history(Path(), inventory).name
     assert rendered == str(tmp_path / expected / own)
     monkeypatch.chdir(tmp_path)
     for name, value in (("SPARKCTL_REPORT_DIR", report), ("SPARKCTL_DEPLOYMENT_DIR", deployments)):

@@ -40,10 +40,49 @@ def test_dependencies_are_the_automatically_installed_packages_absent_before():
     assert not td.purge_is_contained(["nginx", "mytool"], {"nginx", "libnginx-mod"})
 
 
+def test_only_the_packages_the_record_says_sparkctl_installed_are_purged():
+    assert td.split_by_record(["nginx", "iperf3"], ["nginx", "earlyoom"]) == (["nginx"], ["iperf3"])
+    # An older record (no list): today's rule, all of them.
+    assert td.split_by_record(["nginx", "iperf3"], None) == (["nginx", "iperf3"], [])
+    assert td.recorded_installs({"packages": []}) is None
+    assert td.recorded_installs({"packages": [], td.INSTALLED_KEY: []}) == []
+
+
+def test_what_came_with_the_purged_packages_is_what_they_reach_and_nothing_that_stays_needs():
+    out = ("nginx\tii \t\tlibc6 (>= 2.34), nginx-common (= 1.24), libshared | libalt\thttpd-extras\thttpd\n"
+           "nginx-common\tii \t\tlsb-base\t\t\n"
+           "httpd-extras\tii \t\t\t\t\n"
+           "lsb-base\tii \t\t\t\t\n"
+           "libshared:arm64\tii \t\t\t\t\n"
+           "iperf3\tii \t\tlibiperf0, libshared\tlibsctp1\t\n"
+           "libiperf0\tii \t\t\t\t\n"
+           "libsctp1\tii \t\t\t\t\n"
+           "webtool\tii \t\thttpd\t\t\n"
+           "libc6\tii \t\t\t\t\n"
+           "gone\trc \t\tlibc6\t\t\n")
+    relations, provides = td.package_relations(out)
+    assert "gone" not in relations and provides == {"httpd": {"nginx"}}
+    assert relations["nginx"]["hard"] == [["libc6"], ["nginx-common"], ["libshared", "libalt"]]
+    candidates = {"nginx-common", "lsb-base", "httpd-extras", "libshared", "libiperf0", "libsctp1"}
+    baseline = ["libc6", "webtool"]
+    # nginx reaches nginx-common (and through it lsb-base) and its recommendation; libshared is iperf3's too
+    # (installed by hand since): it stays, as do iperf3's own dependency and recommendation.
+    assert td.dependencies_of(["nginx"], relations, provides, candidates, baseline) == ["httpd-extras", "lsb-base", "nginx-common"]
+    # A package of the baseline that recommends one of them did without it then; one it depends on stays.
+    relations["webtool"]["soft"] = [["httpd-extras"]]
+    assert "httpd-extras" in td.dependencies_of(["nginx"], relations, provides, candidates, baseline)
+    relations["webtool"]["hard"] = [["lsb-base"]]
+    assert td.dependencies_of(["nginx"], relations, provides, candidates, baseline) == ["httpd-extras", "nginx-common"]
+    # With iperf3 purged too, what it reached goes with it.
+    assert td.dependencies_of(["nginx", "iperf3"], relations, provides, candidates, baseline) == [
+        "httpd-extras", "libiperf0", "libsctp1", "libshared", "nginx-common"]
+
+
 def test_a_package_installed_by_hand_since_keeps_what_it_depends_on(tmp_path, node, capsys):
     run_module(node_baseline.main, _args(tmp_path, backup_dir=str(tmp_path / "b")), capsys)
     node.packages |= {"nginx", "libnginx-mod", "nginx-addon"}
     node.auto = {"libnginx-mod"}
+    run_module(node_baseline.main, _args(tmp_path, backup_dir=str(tmp_path / "b"), installed_packages=["nginx"]), capsys)
     # nginx-addon, installed by hand since, depends on nginx, which depends on libnginx-mod.
     node.rdepends = {"nginx": ["nginx-addon"], "libnginx-mod": ["nginx", "nginx-addon"]}
     rc, result = run_module(node_teardown.main, _args(tmp_path, packages=["nginx"]), capsys)
@@ -92,18 +131,48 @@ def test_link_restore_removes_only_the_inventory_address_it_added_and_puts_the_m
 
 
 class FakeNode:
-    """dpkg, ip, apt and the commands the modules run, as a node in a dict; the file tree is real (tmp_path)."""
+    """dpkg, ip, apt and the commands the modules run, as a node in a dict; the file tree is real (tmp_path).
+    depends/recommends/provides: package -> its Depends, Recommends, Provides (dpkg's field entries);
+    rdepends: package -> what else `apt-get -s purge` of it removes, besides the packages whose Depends
+    it breaks."""
 
     def __init__(self):
         self.packages = {"bash"}
         self.auto = set()
+        self.depends, self.recommends, self.provides = {}, {}, {}
         self.rdepends = {}
         self.links = {"eth1": {"mtu": 1500, "addresses": []}}
         self.commands = []
 
+    def install(self, *names, depends=(), auto=()):
+        """apt-get install names (manual), their dependencies automatic, as a role or a user does."""
+        self.packages |= set(names) | set(depends) | set(auto)
+        self.auto |= set(depends) | set(auto)
+        for name in names:
+            self.depends.setdefault(name, []).extend(depends)
+
+    def _broken_by(self, removed):
+        """What apt removes with removed: every installed package with a Depends left without an installed alternative."""
+        removed = set(removed)
+        while True:
+            more = set()
+            for package in self.packages - removed:
+                for entry in self.depends.get(package, []):
+                    alternatives = {name.strip() for name in entry.split("|")}
+                    providers = {p for p in self.packages if alternatives & set(self.provides.get(p, []))}
+                    met = (alternatives & self.packages) | providers
+                    if met and met <= removed:
+                        more.add(package)
+            if not more - removed:
+                return removed
+            removed |= more
+
     def run_command(self, module, argv, **_kwargs):
         argv = [str(a) for a in argv]
         name = os.path.basename(argv[0])
+        if name == "dpkg-query" and "${Depends}" in argv[-1]:
+            return 0, "".join(f"{p}\tii \t\t{', '.join(self.depends.get(p, []))}\t{', '.join(self.recommends.get(p, []))}"
+                              f"\t{', '.join(self.provides.get(p, []))}\n" for p in sorted(self.packages)), ""
         if name == "dpkg-query":
             return 0, "".join(f"{p}\tii \n" for p in sorted(self.packages)), ""
         if argv[:3] == ["ip", "-j", "addr"]:
@@ -115,7 +184,8 @@ class FakeNode:
         if argv[:2] == ["apt-mark", "showauto"]:
             return 0, "".join(f"{p}\n" for p in sorted(self.auto)), ""
         if argv[:3] == ["apt-get", "-s", "purge"]:
-            return 0, "".join(f"Purg {p} [1]\n" for p in argv[3:] + self.rdepends.get(argv[3], [])), ""
+            removed = self._broken_by(set(argv[3:]).union(*(self.rdepends.get(p, []) for p in argv[3:])))
+            return 0, "".join(f"Purg {p} [1]\n" for p in argv[3:] + sorted(removed - set(argv[3:]))), ""
         self.commands.append(argv)
         if argv[:2] == ["apt-get", "purge"]:
             self.packages -= set(argv[4:])
@@ -172,8 +242,11 @@ def test_record_then_teardown_gives_the_node_back(tmp_path, node, capsys, monkey
     (home_ssh / "authorized_keys").write_text("ssh-ed25519 AAAA me@laptop\nssh-ed25519 BBBB sparkctl-mesh@spark1\n")
     (tmp_path / "etc/netplan").mkdir()
     (tmp_path / "etc/netplan/40-cx7.yaml").write_text("network: {}\n")
-    node.packages |= {"nftables", "earlyoom", "libearly"}
-    node.auto = {"libearly"}
+    node.install("nftables")
+    node.install("earlyoom", depends=["libearly"])
+    # Each role's install is noted right after it (roles/teardown, tasks/installed.yml).
+    rc, result = run_module(node_baseline.main, dict(record, installed_packages=["nftables", "earlyoom"]), capsys)
+    assert rc == 0 and result["changed"] and result["baseline"]["installed_by_sparkctl"] == ["earlyoom", "nftables"]
     node.links["eth1"] = {"mtu": 9000, "addresses": ["192.168.100.10/24"]}
     strip = [{"path": str(home_ssh / "authorized_keys"), "markers": ["sparkctl-mesh@"]}]
     teardown = _args(tmp_path, keep=[str(checkpoint)], strip=strip, packages=["nftables", "earlyoom", "bash"],
@@ -181,6 +254,7 @@ def test_record_then_teardown_gives_the_node_back(tmp_path, node, capsys, monkey
 
     rc, result = run_module(node_teardown.main, teardown, capsys)
     assert rc == 0 and result["changed"] and "purge nftables earlyoom" in result["actions"]
+    assert "purge libearly (installed with sparkctl's packages)" in result["actions"] and result["kept_packages"] == []
     assert f"remove {owned}" in result["actions"] and result["diff"]["before"]
     assert (owned / "fabric.env").exists() and node.commands == []  # check mode changed nothing
 
@@ -266,6 +340,123 @@ def test_a_path_that_existed_before_sparkctl_is_never_removed(tmp_path, node, ca
     assert rc == 0 and mine.exists() and all(str(mine) not in a for a in result["actions"])
 
 
+def _warnings(monkeypatch):
+    """Where a warning goes depends on what else the test run imported (ansible's is_controller): kept here."""
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning, **kwargs: warnings.append(warning))
+    return warnings
+
+
+def _purges(node):
+    return [argv[4:] for argv in node.commands if argv[:2] == ["apt-get", "purge"]]
+
+
+def test_a_package_sparkctl_installed_is_purged_and_the_same_installed_by_hand_since_is_kept(tmp_path, node, capsys):
+    record = _args(tmp_path, backup_dir=str(tmp_path / "b"))
+    run_module(node_baseline.main, record, capsys)
+    # The fabric test installs iperf3 on one node (roles/teardown's tasks/installed.yml notes it)...
+    node.install("iperf3", depends=["libiperf0"])
+    rc, result = run_module(node_baseline.main, dict(record, installed_packages=["iperf3"]), capsys)
+    assert rc == 0 and result["changed"]
+    teardown = _args(tmp_path, packages=["nginx", "iperf3"], remove_record=False)
+    rc, result = run_module(node_teardown.main, teardown, capsys)
+    assert rc == 0 and result["kept_packages"] == [] and "iperf3" not in node.packages, result
+    assert "libiperf0" not in node.packages and _purges(node) == [["iperf3"], ["libiperf0"]]
+
+    # ...while on another the user installs it by hand after sparkctl's first run: it stays, with what it needs.
+    other = tmp_path / "other"
+    node.commands.clear()
+    run_module(node_baseline.main, _args(other, backup_dir=str(other / "b")), capsys)
+    node.install("iperf3", depends=["libiperf0"])
+    check = _args(other, packages=["nginx", "iperf3"], remove_record=False, _ansible_check_mode=True)
+    rc, result = run_module(node_teardown.main, check, capsys)
+    assert rc == 0 and result["kept_packages"] == ["iperf3"] and not result["changed"], result
+    rc, result = run_module(node_teardown.main, dict(check, _ansible_check_mode=False), capsys)
+    assert rc == 0 and result["kept_packages"] == ["iperf3"] and not result["changed"], result
+    assert {"iperf3", "libiperf0"} <= node.packages and _purges(node) == []
+
+
+def test_what_a_package_installed_by_hand_since_needs_stays_when_sparkctl_purges_its_own(tmp_path, node, capsys, monkeypatch):
+    warnings = _warnings(monkeypatch)
+    record = _args(tmp_path, backup_dir=str(tmp_path / "b"))
+    run_module(node_baseline.main, record, capsys)
+    node.install("nginx", depends=["libnginx", "libshared"])
+    run_module(node_baseline.main, dict(record, installed_packages=["nginx"]), capsys)
+    # Installed by hand since: a tool sparkctl does not name, one it does (iperf3), each with its dependencies.
+    node.install("mytool", depends=["libmytool", "libshared"])
+    node.install("iperf3", depends=["libiperf0"])
+    rc, result = run_module(node_teardown.main, _args(tmp_path, packages=["nginx", "iperf3"], remove_record=False), capsys)
+    assert rc == 0 and result["kept_packages"] == ["iperf3"], result
+    assert _purges(node) == [["nginx"], ["libnginx"]], node.commands
+    assert {"mytool", "libmytool", "libshared", "iperf3", "libiperf0"} <= node.packages and not warnings
+
+
+def test_the_purge_guard_keeps_a_dependency_someone_elses_package_needs_that_dpkg_did_not_show(tmp_path, node, capsys, monkeypatch):
+    # Should the relations miss a need (libnginx is mytool's too, through something dpkg-query's fields do not
+    # show), apt's simulation of the purge names mytool: nothing of that purge goes (purge_is_contained).
+    warnings = _warnings(monkeypatch)
+    record = _args(tmp_path, backup_dir=str(tmp_path / "b"))
+    run_module(node_baseline.main, record, capsys)
+    node.install("nginx", depends=["libnginx"])
+    run_module(node_baseline.main, dict(record, installed_packages=["nginx"]), capsys)
+    node.install("mytool")
+    node.rdepends = {"libnginx": ["mytool"]}
+    rc, result = run_module(node_teardown.main, _args(tmp_path, packages=["nginx"], remove_record=False), capsys)
+    assert rc == 0 and _purges(node) == [["nginx"]] and {"libnginx", "mytool"} <= node.packages, node.commands
+    assert any(w.startswith("not purging libnginx: mytool") for w in warnings), warnings
+
+
+def test_an_older_record_without_the_list_purges_as_before_and_says_so(tmp_path, node, capsys, monkeypatch):
+    warnings = _warnings(monkeypatch)
+    record = _args(tmp_path, backup_dir=str(tmp_path / "b"))
+    run_module(node_baseline.main, record, capsys)
+    path = tmp_path / "var/lib/sparkctl/baseline.json"
+    older = json.loads(path.read_text())
+    del older["installed_by_sparkctl"]
+    path.write_text(json.dumps(older))
+    node.install("nginx", depends=["libnginx"])
+    # This sparkctl's install does not begin a list in an older record: it would read as complete.
+    rc, result = run_module(node_baseline.main, dict(record, installed_packages=["nginx"]), capsys)
+    assert (rc, result["changed"]) == (0, False) and "installed_by_sparkctl" not in json.loads(path.read_text())
+    node.install("iperf3", depends=["libiperf0"])  # by hand
+    rc, result = run_module(node_teardown.main, _args(tmp_path, packages=["nginx", "iperf3"], remove_record=False), capsys)
+    assert rc == 0 and result["kept_packages"] == [] and _purges(node) == [["nginx", "iperf3"], ["libiperf0", "libnginx"]]
+    warning, = [w for w in warnings if "older sparkctl" in w]
+    assert "nginx, iperf3" in warning and '"installed_by_sparkctl": [...]' in warning and "--check" in warning
+
+
+def test_the_record_notes_each_package_sparkctl_installs_once(tmp_path, node, capsys):
+    record = _args(tmp_path, backup_dir=str(tmp_path / "b"))
+    path = tmp_path / "var/lib/sparkctl/baseline.json"
+    rc, result = run_module(node_baseline.main, record, capsys)
+    assert rc == 0 and result["baseline"]["installed_by_sparkctl"] == []
+    node.install("nftables")
+    rc, result = run_module(node_baseline.main, dict(record, installed_packages=["nftables"]), capsys)
+    assert rc == 0 and result["changed"] and result["added"]["installed_by_sparkctl"] == ["nftables"]
+    assert json.loads(path.read_text())["installed_by_sparkctl"] == ["nftables"]
+    assert json.loads(path.read_text())["packages"] == ["bash"]  # the record of the node before sparkctl stays
+    rc, result = run_module(node_baseline.main, dict(record, installed_packages=["nftables"]), capsys)
+    assert (rc, result["changed"]) == (0, False)
+    # --check reports the name it would add and writes nothing.
+    before = path.read_text()
+    rc, result = run_module(node_baseline.main, dict(record, installed_packages=["nftables", "earlyoom"],
+                                                     _ansible_check_mode=True), capsys)
+    assert rc == 0 and result["changed"] and result["added"]["installed_by_sparkctl"] == ["earlyoom"]
+    assert path.read_text() == before
+    rc, result = run_module(node_baseline.main, dict(record, installed_packages=["earlyoom", "nftables"]), capsys)
+    assert result["changed"] and json.loads(path.read_text())["installed_by_sparkctl"] == ["earlyoom", "nftables"]
+
+
+def test_a_first_record_written_right_after_an_install_notes_the_packages_as_absent_before(tmp_path, node, capsys):
+    # A step that installs where no stage recorded the node first (the verify stage's fabric test).
+    node.install("iperf3", depends=["libiperf0"])
+    rc, result = run_module(node_baseline.main, _args(tmp_path, backup_dir=str(tmp_path / "b"), installed_packages=["iperf3"]), capsys)
+    assert rc == 0 and result["recorded"]
+    assert result["baseline"]["installed_by_sparkctl"] == ["iperf3"] and "iperf3" not in result["baseline"]["packages"]
+    rc, result = run_module(node_teardown.main, _args(tmp_path, packages=["iperf3"], remove_record=False), capsys)
+    assert rc == 0 and "iperf3" not in node.packages and result["kept_packages"] == []
+
+
 # --- roles/teardown names what the roles create ----------------------------------------------
 
 
@@ -329,6 +520,44 @@ def test_teardown_lists_follow_the_roles():
     marker = _yaml("ssh_mesh/vars/main.yml")["ssh_mesh_client_marker"]
     assert marker == "# {mark} " + strip["config"]["block_marker"]
     assert set(names["teardown_group_members"]) == {_yaml("engine_image/defaults/main.yml")["engine_image_docker_group"]}
+
+
+def _task_lists(tasks):
+    """Each list of tasks in a task file: the file's, and each block's, rescue's and always'."""
+    yield tasks
+    for task in tasks:
+        for key in ("block", "rescue", "always"):
+            if isinstance(task, dict) and task.get(key):
+                yield from _task_lists(task[key])
+
+
+def test_every_apt_install_is_noted_in_the_record_right_after_it():
+    """The teardown purges only packages the record lists as sparkctl's: every apt task of a role is followed
+    by roles/teardown's tasks/installed.yml, run only when that task changed the node, outside --check."""
+    found = set()
+    for path in sorted(ROLES.glob("*/tasks/*.yml")):
+        role = path.parts[-3]
+        for tasks in _task_lists(yaml.safe_load(path.read_text(encoding="utf-8")) or []):
+            for index, task in enumerate(tasks):
+                if "ansible.builtin.apt" not in task:
+                    continue
+                found.add(role)
+                where = f"{path.relative_to(REPO)}: {task['name']}"
+                after = tasks[index + 1] if index + 1 < len(tasks) else {}
+                include = after.get("ansible.builtin.include_role") or {}
+                assert include.get("name") == "teardown" and include.get("tasks_from") == "installed", where
+                assert include.get("apply") == {"tags": ["always"]}, where
+                assert task.get("register"), where
+                when = after.get("when")
+                assert when == [f"{task['register']} is changed", "not ansible_check_mode"], (where, when)
+                assert "teardown_installed" in after.get("vars", {}), where
+    assert found >= {"firewall", "oom_guard", "api_proxy", "engine_venv", "engine_image", "fabric_test", "checkpoint", "linger",
+                     "observe"}
+    installed = yaml.safe_load((ROLES / "teardown/tasks/installed.yml").read_text(encoding="utf-8"))
+    learn = yaml.safe_load((ROLES / "teardown/tasks/learn.yml").read_text(encoding="utf-8"))
+    options, learned = installed[0]["sparkctl.spark.node_baseline"], learn[0]["sparkctl.spark.node_baseline"]
+    assert options.pop("installed_packages") == "{{ teardown_installed }}"
+    assert set(options) == set(learned), "installed.yml passes node_baseline the options learn.yml does"
 
 
 def test_every_stage_that_changes_a_node_records_it_first():
@@ -422,3 +651,14 @@ def test_a_recorded_file_an_administrator_linked_is_read_through_its_link_and_le
     rc, result = run_module(node_teardown.main, _args(tmp_path, remove_record=False), capsys)
     assert rc == 0 and not result["changed"], result
     assert os.path.islink(etc / "linked.conf") and (etc / "real.conf").read_text() == "keep me\n"
+
+
+def test_the_packages_an_apt_install_set_up_are_read_from_its_output():
+    output = ["Reading package lists...", "Setting up runc (1.1.5+ds1-1) ...", "Setting up containerd (1.6.20~ds1-1+b1) ...",
+              "Setting up docker.io (20.10.24+dfsg1-1+b3) ...", "Setting up python3-requests:all (2.28.1+dfsg-1) ...",
+              "Processing triggers for man-db (2.11.2-2) ..."]
+    assert td.packages_set_up(output, ["python3-requests", "docker.io", "docker.io", "containerd-only"]) == \
+        ["python3-requests", "docker.io"]
+    # A package already there is not set up again: an install that set up nothing of the list put none of it on.
+    assert td.packages_set_up(["docker.io is already the newest version (20.10.24+dfsg1-1+b3)."], ["docker.io"]) == []
+    assert td.packages_set_up([], ["docker.io"]) == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import engine_image
+from ansible_collections.sparkctl.spark.plugins.module_utils import engine_image, teardown
 
 DOCUMENTATION = r"""
 name: image_context
@@ -19,7 +19,8 @@ description:
     directory's own location are not part of it, so the same context hashes the same on the control node and on a node.
   - The result labels the built image (C(org.sparkctl.context-hash)); a re-run rebuilds only when the label differs.
   - Like C(profile_load), it reads the control node's filesystem (the profile and its context live there).
-  - Companion filters in this file, documented in RETURN, are C(image_context_stale) and C(docker_daemon_json).
+  - Companion filters in this file, documented in RETURN, are C(image_context_stale), C(docker_daemon_json) and
+    C(apt_set_up).
 options:
   _input:
     description: The context directory on the control node.
@@ -59,6 +60,8 @@ _value:
       C(nvidia_runtime_path), C(set_default_runtime), C(settings)) returns the text dockerd should read, keys sorted,
       keys sparkctl does not manage kept. The NVIDIA runtime is registered as C(nvidia-ctk runtime configure
       --runtime=docker) does; C(settings) replace top-level keys, C(null) removes one.
+    - C(apt_set_up) (input the output lines of an C(ansible.builtin.apt) install, argument the packages it was asked
+      for) returns those that install set up (C(Setting up NAME ...)) in the order asked, which is what it put on the node.
   type: raw
 """
 
@@ -83,10 +86,15 @@ def docker_daemon_json(current_text="", nvidia_runtime_path="", set_default_runt
     return engine_image.daemon_json_text(config)
 
 
+def apt_set_up(apt_output_lines, candidates):
+    return teardown.packages_set_up(apt_output_lines, candidates)
+
+
 class FilterModule:
     def filters(self):
         return {
             "image_context": image_context,
             "image_context_stale": image_context_stale,
             "docker_daemon_json": docker_daemon_json,
+            "apt_set_up": apt_set_up,
         }

@@ -5,6 +5,7 @@ inventory is refused before any host is contacted."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import posixpath
 import re
@@ -25,7 +26,8 @@ version_added: 0.1.0
 description:
   - Checks the groups C(spark_head) and C(spark_workers) and each cluster host's C(spark_link) plan
     without contacting any host, and returns one message per problem, each naming the variable and the fix.
-  - Link addresses are parsed with netaddr.
+  - Link addresses are parsed as every other plugin parses them (Python's ipaddress, the collection's link_address
+    module_utils).
   - C(spark_fabric) says how the cable halves are joined, the same on every host - C(direct) (one cable, exactly two
     nodes) or C(switch) (every node's halves on shared subnets through a switch, any number of nodes). For both, each
     link address is unique, every node has an address in every half's subnet, and the halves' subnets are distinct.
@@ -71,13 +73,6 @@ _value:
   type: list
   elements: str
 """
-
-try:
-    import netaddr
-
-    HAS_NETADDR = True
-except ImportError:  # pragma: no cover - reported as a problem instead
-    HAS_NETADDR = False
 
 HEAD_GROUP = "spark_head"
 WORKER_GROUP = "spark_workers"
@@ -126,24 +121,31 @@ def _group_problems(head, workers, groups):
 
 
 def _parse_address(text):
-    """Return (IPNetwork, error) for a 'a.b.c.d/nn' link address."""
+    """Return (the address with its subnet, an ipaddress interface; error) for a 'a.b.c.d/nn' link
+    address, parsed by the collection's one reader of cable addresses (link_address.link_interface)."""
     if not isinstance(text, str) or "/" not in text:
         return None, "must be an IPv4 address with its prefix length, e.g. 192.168.100.10/24"
     try:
-        net = netaddr.IPNetwork(text)
-    except (netaddr.AddrFormatError, ValueError, TypeError):
+        net = link_address.link_interface(text)
+    except ValueError:
         return None, "is not a valid IPv4 address with prefix length"
     if net.version != 4:
         return None, "must be IPv4 (the RoCE v2 GID the engines use is IPv4-mapped)"
-    if net.prefixlen > 30:
+    if net.network.prefixlen > 30:
         return None, "needs a prefix of /30 or shorter so the peer fits in the same subnet"
-    if net.ip in (net.network, net.broadcast):
-        return None, f"is the network or broadcast address of {net.cidr}; use a host address"
+    if net.ip in (net.network.network_address, net.network.broadcast_address):
+        return None, f"is the network or broadcast address of {net.network}; use a host address"
     return net, None
 
 
+def _overlap(one, other):
+    """Whether two networks share an address (CIDR blocks do when one holds the other); networks of
+    two IP versions never do."""
+    return one.version == other.version and (one.subnet_of(other) or other.subnet_of(one))
+
+
 def _link_problems(hostname, vars_, interface_re):
-    """Problems with one host's spark_link list; returns (problems, [IPNetwork or None per half])."""
+    """Problems with one host's spark_link list; returns (problems, [interface or None per half])."""
     problems = []
     link = vars_.get("spark_link")
     if link is None:
@@ -411,8 +413,6 @@ def _known_bad_problems(cluster, hostvars):
 
 def inventory_problems(groups, hostvars):
     """Return a list of human-readable problems; empty when the inventory is sound."""
-    if not HAS_NETADDR:
-        return ["The Python library 'netaddr' is missing on the control node: install it (pip install netaddr)."]
     head, workers = _cluster_hosts(groups)
     problems = _group_problems(head, workers, groups)
     cluster = head + [w for w in workers if w not in head]
@@ -456,8 +456,8 @@ def inventory_problems(groups, hostvars):
     mgmt_net = None
     if mgmt:
         try:
-            mgmt_net = netaddr.IPNetwork(str(mgmt))
-        except (netaddr.AddrFormatError, ValueError):
+            mgmt_net = ipaddress.ip_interface(str(mgmt))
+        except ValueError:
             problems.append(f"'spark_management_network' {mgmt!r} is not a valid network, e.g. 10.0.0.0/24.")
 
     per_host_nets = {}
@@ -487,15 +487,15 @@ def inventory_problems(groups, hostvars):
             net = nets[half] if half < len(nets) else None
             if net is None:
                 continue
-            subnets.setdefault(str(net.cidr), []).append(host)
-            addr = str(net.ip)
+            subnets.setdefault(str(net.network), []).append(host)
+            addr = link_address.bare_address(net)
             if addr in owner_of:
                 problems.append(
                     f"{host}: spark_link[{half}].address {addr} is already used by {owner_of[addr]}: every link address must be unique."
                 )
             else:
                 owner_of[addr] = f"{host} spark_link[{half}]"
-            if mgmt_net is not None and (net.cidr in mgmt_net or mgmt_net in net.cidr):
+            if mgmt_net is not None and _overlap(net.network, mgmt_net.network):
                 problems.append(
                     f"{host}: spark_link[{half}].address {net} overlaps 'spark_management_network' {mgmt_net}: "
                     "the cable needs its own subnet, e.g. 192.168.100.0/24."
@@ -503,12 +503,12 @@ def inventory_problems(groups, hostvars):
             mgmt_ip = hostvars[host].get("ansible_host")
             if mgmt_ip:
                 try:
-                    if netaddr.IPAddress(str(mgmt_ip)) in net.cidr:
+                    if ipaddress.ip_address(str(mgmt_ip)) in net.network:
                         problems.append(
-                            f"{host}: 'ansible_host' {mgmt_ip} lies inside the link subnet {net.cidr} of spark_link[{half}]: "
+                            f"{host}: 'ansible_host' {mgmt_ip} lies inside the link subnet {net.network} of spark_link[{half}]: "
                             "manage the node over another network so the cable stays private."
                         )
-                except (netaddr.AddrFormatError, ValueError):
+                except ValueError:
                     pass  # a DNS name: nothing to compare without resolving it
         if len(subnets) > 1:
             detail = "; ".join(f"{cidr}: {', '.join(hosts)}" for cidr, hosts in sorted(subnets.items()))
@@ -520,11 +520,11 @@ def inventory_problems(groups, hostvars):
         for host in cluster:
             nets = per_host_nets.get(host) or []
             if half < len(nets) and nets[half] is not None:
-                all_subnets.setdefault(half, nets[half].cidr)
+                all_subnets.setdefault(half, nets[half].network)
     seen = {}
     for half, cidr in all_subnets.items():
         for other_half, other in seen.items():
-            if cidr in other or other in cidr:
+            if _overlap(cidr, other):
                 problems.append(
                     f"spark_link[{half}] subnet {cidr} overlaps spark_link[{other_half}] subnet {other}:"
                     " give each cable half its own subnet."

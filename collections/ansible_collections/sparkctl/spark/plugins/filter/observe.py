@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
+import ipaddress
 import secrets
 import string
 
@@ -106,6 +108,15 @@ _value:
     - "C(observe_status_queries): a list of C(name) and C(query): C(tokens_per_second), C(running), C(waiting),
       C(kv_cache) (the engine's), C(alerts) (sparkctl's firing alerts)."
     - "C(observe_status_lines): two lines, the live numbers and the firing alerts."
+    - "C(observe_tls_sans) (input the TLS servers of a host, by daemon: C(key), C(cert), C(group), C(names)): the same
+      with C(sans), each name once as C(IP:address) when it is an IPv4 or IPv6 address, else C(DNS:name)."
+    - "C(observe_tls_paths) (input those servers): the owner, group and mode each key (0640 root and the daemon's
+      group) and certificate (0644 root) must have, as C(path), C(owner), C(group), C(mode) items."
+    - "C(observe_tls_due) (input those servers; arguments the node read's C(texts) and C(drifted), the CA's subject key
+      identifier as C(x509_certificate_info) gives it, the renewal margin in days, whether the CA was made or renewed
+      in this run): the daemons whose certificate a run issues: its key or certificate missing or not as owned, the
+      certificate unreadable, for other names, not signed by the CA's key, or ending within the margin; all of them when
+      the CA is new."
   type: raw
 """
 
@@ -268,8 +279,73 @@ def observe_status_lines(results):
     return [line, said]
 
 
+def _san(name):
+    try:
+        return "IP:" + str(ipaddress.ip_address(name))
+    except ValueError:
+        return "DNS:" + name
+
+
+def observe_tls_sans(servers):
+    out = {}
+    for daemon, server in (servers or {}).items():
+        names = list(dict.fromkeys(str(name) for name in server.get("names", []) if str(name)))
+        out[daemon] = dict(server, sans=[_san(name) for name in names])
+    return out
+
+
+def observe_tls_paths(servers):
+    paths = []
+    for server in (servers or {}).values():
+        paths.append({"path": server["key"], "owner": "root", "group": server["group"], "mode": "0640"})
+        paths.append({"path": server["cert"], "owner": "root", "group": "root", "mode": "0644"})
+    return paths
+
+
+def _certificate(text):
+    """The PEM certificate's (subject alternative names as IP:/DNS: strings, authority key identifier as
+    colon-separated hex, end of validity in UTC), or None when the text holds no readable certificate."""
+    if "BEGIN CERTIFICATE" not in (text or ""):
+        return None
+    from cryptography import x509  # ansible-core's own dependency, on every control node
+
+    try:
+        cert = x509.load_pem_x509_certificate(text.encode())
+    except ValueError:
+        return None
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = ["IP:" + str(v) for v in san.get_values_for_type(x509.IPAddress)] \
+            + ["DNS:" + v for v in san.get_values_for_type(x509.DNSName)]
+    except x509.ExtensionNotFound:
+        names = []
+    try:
+        aki = cert.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value.key_identifier or b""
+    except x509.ExtensionNotFound:
+        aki = b""
+    return names, ":".join(f"{byte:02x}" for byte in aki), cert.not_valid_after_utc
+
+
+def observe_tls_due(servers, texts, drifted, ca_ski, renew_days, ca_changed=False, now=None):
+    contents = {item.get("path"): item.get("content") or "" for item in texts or []}
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    margin = datetime.timedelta(days=int(renew_days))
+    due = []
+    for daemon, server in (servers or {}).items():
+        read = _certificate(contents.get(server["cert"], ""))
+        if ca_changed or server["key"] in drifted or server["cert"] in drifted or read is None:
+            due.append(daemon)
+            continue
+        names, aki, not_after = read
+        if sorted(names) != sorted(server["sans"]) or aki.lower() != (ca_ski or "").lower() or not_after - now < margin:
+            due.append(daemon)
+    return due
+
+
 class FilterModule:
     def filters(self):
         return {"observe_web_hash": observe_web_hash, "observe_web_configs": observe_web_configs,
                 "observe_secrets": observe_secrets, "observe_status_lines": observe_status_lines,
-                "observe_status_queries": observe_status_queries, "observe_engine_metrics": observe_engine_metrics}
+                "observe_status_queries": observe_status_queries, "observe_engine_metrics": observe_engine_metrics,
+                "observe_tls_sans": observe_tls_sans, "observe_tls_paths": observe_tls_paths,
+                "observe_tls_due": observe_tls_due}

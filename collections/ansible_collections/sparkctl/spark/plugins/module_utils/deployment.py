@@ -279,7 +279,8 @@ REPRODUCE_VARS = ("spark_model_profile", "spark_profile_overrides", "spark_profi
 def inventory_key(inventory_dir):
     """The name of an inventory's own history directory: the inventory directory's name and the
     first 8 hex digits of the sha256 of its real path, so two clusters run from one checkout
-    never share a history (sparkctl/history.py computes the same from -i)."""
+    never share a history. The one owner of the name: the deployment_inventory_key filter
+    (spark_deployment_dir) and the wrapper (sparkctl/history.py, from -i) call this."""
     path = os.path.realpath(str(inventory_dir or "."))
     return "%s-%s" % (os.path.basename(path) or "inventory", hashlib.sha256(path.encode("utf-8")).hexdigest()[:8])
 

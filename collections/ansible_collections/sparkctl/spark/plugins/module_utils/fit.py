@@ -24,6 +24,10 @@ import re
 import struct
 
 GIB = 1024**3
+# The OOM guard's line, what a node must keep available beyond the engine: the default of the
+# estimate here and of `sparkctl fit` (which imports it). The roles' own is
+# spark_oom_guard_min_available_bytes (roles/spark/defaults/main.yml), which they pass in.
+GUARD_BYTES = 8 * GIB
 # Bytes per element of each safetensors dtype. Sub-byte types are fractional: the header's
 # data_offsets are preferred anyway (exact, whatever the packing).
 DTYPE_BYTES = {
@@ -294,7 +298,7 @@ def linear_state_per_sequence(config, tensor_parallel=1):
 # --- the estimate ------------------------------------------------------------------------
 
 def estimate(*, kv, weights_bytes, kv_pool_bytes, overhead_bytes=0, node_available_bytes=110 * GIB,
-             guard_bytes=8 * GIB, context=None, max_num_seqs=1, state_per_sequence=0):
+             guard_bytes=GUARD_BYTES, context=None, max_num_seqs=1, state_per_sequence=0):
     """The numbers and the verdict. kv: kv_per_token()'s result (None when no config was read).
     node_available_bytes: what a node has for the engine (measured MemAvailable, or the
     profile's node budget). Refusals: weights + KV pool + overhead leave less than the guard
@@ -568,7 +572,7 @@ def profile_inputs(profile):
 
 
 def profile_estimate(profile, config=None, tensors=None, *, context=None, node_available_bytes=None,
-                     guard_bytes=8 * GIB):
+                     guard_bytes=GUARD_BYTES):
     """The estimate for a profile. tensors: the checkpoint's headers (None falls back to the
     profile's checkpoint.size_bytes split over the tensor-parallel ranks, and says so);
     config: config.json (None leaves the KV figures out, and says so). node_available_bytes:

@@ -6,9 +6,10 @@
 
 The link_ips filter (behind spark_link_ips in roles/spark/defaults/main.yml) and every
 plugin that needs a node's cable address (the profile's renderer, the fabric environment,
-the ping plan, the Ray cluster's expected nodes, the RoCE GID resolution) call these, so
-they all read the same string. It lives in module_utils because modules import only from
-there; filters and plugin_utils import it too.
+the ping plan, the Ray cluster's expected nodes, the RoCE GID resolution, the NCCL test's
+subnet, the inventory's checks) call these, so they all read the same string, parsed with
+Python's ipaddress. It lives in module_utils because modules import only from there;
+filters and plugin_utils import it too.
 """
 
 from __future__ import annotations
@@ -16,16 +17,42 @@ from __future__ import annotations
 import ipaddress
 
 
-def bare_address(address):
-    """'192.168.100.10/24' or '192.168.100.10' -> '192.168.100.10'.
+def link_interface(address):
+    """'192.168.100.10/24' -> IPv4Interface('192.168.100.10/24'): the address (.ip, what
+    bare_address gives) with its subnet (.network), read as written (the inventory's form);
+    '192.168.100.10' -> the address alone (/32).
 
     Raises ValueError naming the value when it is not an address.
     """
-    text = str(address if address is not None else "").strip()
     try:
-        return str(ipaddress.ip_interface(text).ip)
+        return ipaddress.ip_interface(str(address if address is not None else ""))
     except ValueError:
         raise ValueError("%r is not an address" % (address,)) from None
+
+
+def bare_address(address):
+    """'192.168.100.10/24' or '192.168.100.10' -> '192.168.100.10' (surrounding whitespace, as a
+    command's output has it, ignored).
+
+    Raises ValueError naming the value when it is not an address.
+    """
+    try:
+        return str(link_interface(str(address if address is not None else "").strip()).ip)
+    except ValueError:
+        raise ValueError("%r is not an address" % (address,)) from None
+
+
+def link_subnet(address):
+    """'192.168.100.10/24' -> '192.168.100.0/24': the subnet of a cable half, from its planned
+    address. The prefix length is part of the plan (spark_link): an address without one is
+    refused, never given a guessed subnet.
+
+    Raises ValueError naming the value otherwise.
+    """
+    if "/" not in str(address if address is not None else ""):
+        raise ValueError("%r has no prefix length: a cable address names its subnet, e.g. 192.168.100.10/24"
+                         % (address,))
+    return str(link_interface(address).network)
 
 
 def link_addresses(link):

@@ -11,11 +11,10 @@ is verified on hardware only (the lab has neither)."""
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import shlex
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import bare_address, link_subnet
 
 # The fabric environment's names NCCL and Open MPI read (roles/fabric_env renders them all
 # into /etc/sparkctl/fabric.env; the engines' own variables are not the test's business).
@@ -67,7 +66,7 @@ def render(nodes, *, fabric="direct", binary="/opt/nccl-tests/build/all_gather_p
     """The test's plan: the head's mpirun argv, and per node the variables its rank takes from its
     own rendered fabric environment (env_path, which each rank sources: nothing is written).
 
-    nodes: [{host, address (the node's first cable half, with or without prefix), links: [{interface,
+    nodes: [{host, address (the node's first cable half with its prefix, as spark_link has it), links: [{interface,
     mtu}], env (the node's fabric environment)}], the head first. One rank per node (`-H addr:1`);
     Open MPI's own TCP traffic is pinned to the first half's subnet (a CIDR, so nodes whose
     netdevs are named differently agree); each rank sources its own node's fabric.env, so a GID index
@@ -77,12 +76,12 @@ def render(nodes, *, fabric="direct", binary="/opt/nccl-tests/build/all_gather_p
     if not nodes:
         raise ValueError("nccl_test: no node to test")
     first = nodes[0]
-    subnet = ipaddress.ip_interface(first["address"] if "/" in first["address"] else first["address"] + "/24").network
-    hosts = ",".join(f"{_bare(n['address'])}:1" for n in nodes)
+    subnet = link_subnet(first["address"])
+    hosts = ",".join(f"{bare_address(n['address'])}:1" for n in nodes)
     test = [binary, "-b", str(min_bytes), "-e", str(max_bytes), "-f", "2", "-g", "1", "-n", str(int(iters)),
             "-w", str(int(warmup)), "-c", "1"]
     argv = [mpirun, "-np", str(len(nodes)), "-H", hosts,
-            "--mca", "btl_tcp_if_include", str(subnet), "--mca", "oob_tcp_if_include", str(subnet),
+            "--mca", "btl_tcp_if_include", subnet, "--mca", "oob_tcp_if_include", subnet,
             "--bind-to", "none",
             "/bin/sh", "-c", f"set -a && . {shlex.quote(env_path)} && exec {shlex.join(test)}"]
     files = {n["host"]: env_file_text(nccl_env(n["env"])) for n in nodes}
@@ -93,10 +92,6 @@ def render(nodes, *, fabric="direct", binary="/opt/nccl-tests/build/all_gather_p
     lines += [f"problem: {p}" for p in found]
     return {"argv": argv, "command": shlex.join(argv), "env_path": env_path, "env_files": files,
             "problems": found, "lines": lines, "ranks": len(nodes), "fabric": fabric}
-
-
-def _bare(address):
-    return bare_address(address)
 
 
 def parse_all_gather(stdout):

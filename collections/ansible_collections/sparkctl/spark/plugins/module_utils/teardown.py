@@ -11,6 +11,11 @@ create existed, a copy of each file sparkctl may replace or edit, the cable inte
 MTU and addresses, whether the service user lingered, and whether the accounts sparkctl may
 create existed (and a group named like each). A teardown removes only what
 the baseline says was not there, and puts back what it says was.
+
+The packages sparkctl installs are added to it when it installs them (INSTALLED_KEY, from
+roles/teardown's tasks/installed.yml, right after each role's apt install): the teardown purges
+only those, so a package someone installed after sparkctl's first run stays. A record without
+that key (an older sparkctl's) cannot tell them apart.
 """
 
 from __future__ import annotations
@@ -18,8 +23,15 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import re
 
 BASELINE_VERSION = 1
+# The record's list of the packages sparkctl installed (node_baseline's installed_packages); a first
+# record always has it, a record without it is an older sparkctl's.
+INSTALLED_KEY = "installed_by_sparkctl"
+# What dpkg-query -W prints per package for package_relations: its status and the fields that make
+# apt install another package with it.
+DPKG_RELATIONS_FORMAT = "${Package}\\t${db:Status-Abbrev}\\t${Pre-Depends}\\t${Depends}\\t${Recommends}\\t${Provides}\\n"
 
 
 def installed_packages(dpkg_output):
@@ -31,6 +43,16 @@ def installed_packages(dpkg_output):
         if name and len(status) >= 2 and status[1] not in "nc":
             names.add(name.split(":")[0])
     return names
+
+
+_SET_UP = re.compile(r"^Setting up ([^\s:]+)[:\s]")
+
+
+def packages_set_up(apt_output_lines, candidates):
+    """The candidates dpkg set up in one apt-get transaction ('Setting up NAME[:ARCH] (VERSION) ...'
+    lines of its output), in the candidates' order: what that install put on the node."""
+    set_up = {match.group(1) for match in (_SET_UP.match(line) for line in apt_output_lines or []) if match}
+    return [name for name in dict.fromkeys(candidates or []) if name in set_up]
 
 
 def simulated_purges(simulation_output):
@@ -56,6 +78,101 @@ def dependencies_to_purge(installed_now, auto_marked, baseline_packages):
     package of the node recommends, though the node did without it before sparkctl."""
     before = set(baseline_packages)
     return sorted(name for name in installed_now if name in auto_marked and name not in before)
+
+
+def recorded_installs(baseline):
+    """The packages the record says sparkctl installed (INSTALLED_KEY), or None for a record
+    without the list (an older sparkctl's: which packages it installed is not known)."""
+    names = baseline.get(INSTALLED_KEY)
+    return list(names) if isinstance(names, list) else None
+
+
+def split_by_record(candidates, recorded):
+    """(purge, kept) of candidates (packages_to_purge's): with recorded (the packages the record
+    says sparkctl installed), those it lists are purged and the others kept (someone installed them
+    after sparkctl's first run); without it (None, an older record) all are purged."""
+    if recorded is None:
+        return list(candidates), []
+    listed = set(recorded)
+    return [name for name in candidates if name in listed], [name for name in candidates if name not in listed]
+
+
+def _relation_groups(field):
+    """A Depends-like field as its groups of alternatives, bare names: 'a (>= 1) | b:any, c' ->
+    [['a', 'b'], ['c']]."""
+    groups = []
+    for group in field.split(","):
+        names = []
+        for alternative in group.split("|"):
+            name = alternative.strip().split(" ")[0].split("(")[0].split(":")[0]
+            if name:
+                names.append(name)
+        if names:
+            groups.append(names)
+    return groups
+
+
+def package_relations(dpkg_output):
+    """What `dpkg-query -W -f DPKG_RELATIONS_FORMAT` says of the installed packages: ({name: {'hard':
+    [alternatives, ...] (Pre-Depends, Depends), 'soft': [...] (Recommends)}}, {virtual name: {the
+    installed packages that provide it}}). Packages not installed (status n or c) are left out."""
+    relations, provides = {}, {}
+    for line in dpkg_output.splitlines():
+        fields = line.split("\t")
+        name, status = fields[0].split(":")[0], fields[1] if len(fields) > 1 else ""
+        if not name or len(status) < 2 or status[1] in "nc":
+            continue
+        fields += [""] * (6 - len(fields))
+        entry = relations.setdefault(name, {"hard": [], "soft": []})
+        entry["hard"] += _relation_groups(fields[2]) + _relation_groups(fields[3])
+        entry["soft"] += _relation_groups(fields[4])
+        for group in _relation_groups(fields[5]):
+            for virtual in group:
+                provides.setdefault(virtual, set()).add(name)
+    return relations, provides
+
+
+def dependencies_of(roots, relations, provides, candidates, baseline_packages):
+    """The packages that came with roots (the packages a teardown purges), to purge after them: those
+    of candidates (dependencies_to_purge's: installed automatically, absent at the baseline) that
+    roots reach through Pre-Depends, Depends and Recommends (alternatives and virtual packages
+    resolved to what is installed), across candidates only. Left out, with what they need in turn:
+    each that a package staying on the node still needs, through Pre-Depends or Depends, or through
+    Recommends too when that package was absent at the baseline (someone installed it since: what
+    came with it stays). Sorted."""
+    installed, roots, candidates = set(relations), set(roots), set(candidates)
+    before = set(baseline_packages)
+
+    def resolve(group):
+        found = set()
+        for name in group:
+            if name in installed:
+                found.add(name)
+            found |= provides.get(name, set()) & installed
+        return found
+
+    reach, todo = set(), [name for name in roots if name in relations]
+    while todo:
+        entry = relations[todo.pop()]
+        for group in entry["hard"] + entry["soft"]:
+            for name in resolve(group):
+                if name in candidates and name not in roots and name not in reach:
+                    reach.add(name)
+                    todo.append(name)
+    going = roots | reach
+    changed = True
+    while changed:
+        changed = False
+        for name in sorted(installed - going):
+            entry = relations[name]
+            for group in entry["hard"] + ([] if name in before else entry["soft"]):
+                members = resolve(group)
+                needed = members & reach if members and members <= going else set()
+                if needed:
+                    reach -= needed
+                    going -= needed
+                    changed = True
+    return sorted(reach)
 
 
 def purge_is_contained(would_remove, allowed):

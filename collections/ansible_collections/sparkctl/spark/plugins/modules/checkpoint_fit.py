@@ -159,7 +159,7 @@ def main():
             repo_id=dict(type="str"),
             revision=dict(type="str", default="main"),
             path=dict(type="path"),
-            guard_bytes=dict(type="int", default=8589934592),
+            guard_bytes=dict(type="int", default=fit.GUARD_BYTES),
             available_bytes=dict(type="int", default=0),
             context=dict(type="int", default=0),
             timeout=dict(type="int", default=30),

@@ -26,6 +26,12 @@ description:
   - Likewise an account of O(users) an existing record does not know (one written by a sparkctl that did not create
     accounts) is added with its existence now, so a later stage that creates it (provision) finds it noted as absent;
     an account the record knows keeps its first answer.
+  - The packages a step of the run has just installed (O(installed_packages)) are added to the record's list of the
+    packages sparkctl installed (C(installed_by_sparkctl)), which a first record always has (empty when nothing was
+    installed yet); M(sparkctl.spark.node_teardown) purges only packages it lists, so one someone installs after
+    sparkctl's first run stays. The module reports a change only when a name is new to the list. A record without the
+    list (one an older sparkctl wrote, whose installs are not known) does not get one. A first record written by this
+    call notes O(installed_packages) as absent before sparkctl.
   - In check mode it reports the record it would write, and writes nothing.
 author:
   - sparkctl developers (!UNKNOWN)
@@ -91,6 +97,13 @@ options:
     type: list
     elements: str
     default: []
+  installed_packages:
+    description:
+      - Packages a step of this run has just installed (those of its list it found missing), added to the record's
+        list of the packages sparkctl installed (C(installed_by_sparkctl)); names already there are not added again.
+    type: list
+    elements: str
+    default: []
 seealso:
   - module: sparkctl.spark.node_teardown
 """
@@ -116,6 +129,11 @@ EXAMPLES = r"""
   sparkctl.spark.node_baseline:
     users: [sparkctl]
   become: true
+
+- name: Right after installing earlyoom, note that sparkctl installed it
+  sparkctl.spark.node_baseline:
+    installed_packages: [earlyoom]
+  become: true
 """
 
 RETURN = r"""
@@ -134,9 +152,11 @@ baseline:
     groups: {docker: null}
     users: {sparkctl: false}
     user_groups: {sparkctl: false}
+    installed_by_sparkctl: [earlyoom]
 added:
   description:
-    - What an existing record learned (or would, in check mode) of O(paths) and O(users), each with its existence now.
+    - What an existing record learned (or would, in check mode) of O(paths) and O(users), each with its existence now,
+      and the names of O(installed_packages) new to its list of the packages sparkctl installed.
   type: dict
   returned: when an existing record learned something
   sample:
@@ -144,6 +164,7 @@ added:
     parents: {}
     users: {sparkctl: false}
     user_groups: {sparkctl: false}
+    installed_by_sparkctl: []
 recorded:
   description: Whether this run wrote the record (or would, in check mode).
   type: bool
@@ -158,6 +179,7 @@ from ansible.module_utils.common.text.converters import to_bytes
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
     BASELINE_VERSION,
+    INSTALLED_KEY,
     account,
     backup_path,
     group_members,
@@ -205,6 +227,16 @@ def added_users(baseline, users):
             "user_groups": dict((name, group_members(name) is not None) for name in new)}
 
 
+def added_installs(baseline, names):
+    """The names a record already written does not list yet as installed by sparkctl, in the order given. A record
+    without the list (an older sparkctl's) gets none: which packages that sparkctl installed is not known, so a list
+    begun now would read as complete and the teardown would keep them."""
+    known = baseline.get(INSTALLED_KEY)
+    if not isinstance(known, list):
+        return []
+    return [name for name in dict.fromkeys(names) if name not in known]
+
+
 def added_paths(baseline, paths, exists):
     """What a record already written lacks of paths: {'paths': {path: exists now}, 'parents':
     {parent: exists now}} for the paths it does not know and their parents it knows in neither list."""
@@ -228,6 +260,7 @@ def main():
             linger_users=dict(type="list", elements="str", default=[]),
             groups=dict(type="list", elements="str", default=[]),
             users=dict(type="list", elements="str", default=[]),
+            installed_packages=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -241,10 +274,13 @@ def main():
                              "restore it from a backup, or remove it only on a node sparkctl never changed." % (p["path"], exc))
         added = added_paths(baseline, p["paths"], os.path.lexists)
         added.update(added_users(baseline, p["users"]))
+        added[INSTALLED_KEY] = added_installs(baseline, p["installed_packages"])
         if not any(added.values()):
             module.exit_json(changed=False, recorded=False, baseline=baseline)
         for key, learned in added.items():
-            if learned:
+            if learned and key == INSTALLED_KEY:
+                baseline[key] = sorted(set(baseline[key]) | set(learned))
+            elif learned:
                 baseline.setdefault(key, {}).update(learned)
         if not module.check_mode:
             try:
@@ -287,9 +323,12 @@ def main():
                            "mode": "%04o" % mode, "uid": owner[0], "gid": owner[1]}
         else:
             files[path] = {"existed": os.path.lexists(path), "backup": None}
+    installs = list(dict.fromkeys(p["installed_packages"]))
     baseline = {
         "version": BASELINE_VERSION,
-        "packages": sorted(installed_packages(out)),
+        # What this call is told a step just installed was not there before it.
+        "packages": sorted(installed_packages(out) - set(installs)),
+        INSTALLED_KEY: sorted(installs),
         "paths": recorded_paths,
         "parents": parent_paths,
         "files": files,

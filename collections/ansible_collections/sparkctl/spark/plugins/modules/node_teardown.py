@@ -37,9 +37,17 @@ description:
     puts back the MTU and the IPv6 address generation mode it had (then cycles the link once so its link-local
     address comes back). The management interface is never in O(link_addresses).
   - Turns lingering off for each of O(linger_users) that did not linger then.
-  - Purges each of O(packages) that was absent then and is installed now, then every package apt marked as
-    installed automatically that was absent then (what came with them), each purge only when apt's simulation of it
-    removes nothing else.
+  - Purges each of O(packages) that was absent then, is installed now and that the record lists as installed by
+    sparkctl (C(installed_by_sparkctl), which M(sparkctl.spark.node_baseline)'s
+    O(sparkctl.spark.node_baseline#module:installed_packages) fills when a role installs it); one it does not list
+    was installed by someone after sparkctl's first run, and is kept and named in RV(kept_packages). A record without
+    that list (one an older sparkctl wrote) cannot tell them apart, so each that was absent then is purged, with a warning
+    saying how to keep one.
+  - Then what came with them; the packages apt marked as installed automatically that were absent then and that the
+    purged ones reach through Pre-Depends, Depends and Recommends, except what a package staying on the node still
+    needs (Pre-Depends, Depends, and Recommends too of one installed since the record), so a dependency of a package
+    someone installed since stays. Each purge only when apt's simulation of it removes nothing but those packages;
+    otherwise nothing of it is purged, with a warning.
   - Then removes each account of O(users) the record says did not exist and that exists now, as C(userdel --remove)
     does; an account the record says existed, or does not know, is never removed. Its processes must be gone first
     (the units were stopped, lingering turned off above); any left are ended with C(loginctl terminate-user), and
@@ -143,7 +151,9 @@ options:
     type: dict
     default: {}
   packages:
-    description: The packages sparkctl's roles install; only those absent in the record are purged.
+    description:
+      - The packages sparkctl's roles install; only those absent in the record, installed now and (when the record
+        has the list) listed by it as installed by sparkctl are purged.
     type: list
     elements: str
     default: []
@@ -187,6 +197,14 @@ kept:
   type: list
   elements: str
   returned: always
+kept_packages:
+  description:
+    - Packages of O(packages) absent at the record and installed now that stay, because the record does not list them
+      as installed by sparkctl (someone installed them after sparkctl's first run).
+  type: list
+  elements: str
+  returned: always
+  sample: [iperf3]
 recorded:
   description: Whether the node had a record.
   type: bool
@@ -212,20 +230,26 @@ from ansible_collections.sparkctl.spark.plugins.module_utils.served_record impor
 from ansible_collections.sparkctl.spark.plugins.module_utils import safe_walk
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
+    DPKG_RELATIONS_FORMAT,
     HOME_ROOTS,
+    INSTALLED_KEY,
     account,
+    dependencies_of,
     dependencies_to_purge,
     group_members,
     home_refusal,
     installed_packages,
     link_restore,
+    package_relations,
     packages_to_purge,
     parents_to_remove,
     paths_to_remove,
     private_group,
     purge_is_contained,
     read_addr_gen_mode,
+    recorded_installs,
     simulated_purges,
+    split_by_record,
     strip_text,
     user_pids,
     usergroups_enabled,
@@ -521,24 +545,38 @@ class Teardown:
                                   "again." % (name, " ".join(map(str, pids)), TERMINATE_WAIT, " ".join(map(str, pids))),
                                   actions=self.actions, pids=pids)
 
-    def packages(self, requested, baseline_packages):
+    def packages(self, requested, baseline_packages, recorded, record_path):
+        """Purge the packages of requested that were absent at the baseline, are installed now and, when the
+        record lists what sparkctl installed (recorded; None for an older record), that it lists; then what
+        came with them. Returns the packages kept because sparkctl did not install them."""
         installed = self._installed()
-        purge = packages_to_purge(requested, baseline_packages, installed)
-        if not purge and not (installed - set(baseline_packages)):
-            return
-        auto = self._auto_marked()
-        # What a purge may take: sparkctl's packages and what apt installed automatically since the
-        # record; a package installed by hand since (someone else's) is never taken along.
-        allowed = set(purge) | set(dependencies_to_purge(installed, auto, baseline_packages))
-        if purge:
-            self._purge(purge, allowed, "purge %s" % " ".join(purge))
-        if self.check:
-            if purge:
-                self.actions.append("purge the packages apt installed with them that were absent before sparkctl")
-            return
-        deps = dependencies_to_purge(self._installed(), self._auto_marked(), baseline_packages)
+        purge, kept = split_by_record(packages_to_purge(requested, baseline_packages, installed), recorded)
+        if not purge:
+            return kept
+        if recorded is None:
+            self.module.warn(older_record_warning(record_path, purge))
+        # What came with them: what apt installed automatically since the record that they reach, except what
+        # a package that stays still needs (a dependency of a package someone installed since is theirs).
+        candidates = set(dependencies_to_purge(installed, self._auto_marked(), baseline_packages)) - set(purge)
+        relations, provides = self._relations()
+        deps = dependencies_of(purge, relations, provides, candidates, baseline_packages)
+        # What a purge may take: sparkctl's packages and what came with them; any other package (someone
+        # else's, or one the node had) it would take along keeps them all.
+        allowed = set(purge) | set(deps)
+        if not self._purge(purge, allowed, "purge %s" % " ".join(purge)) or not deps:
+            return kept
+        if not self.check:
+            installed = self._installed()
+            deps = [name for name in deps if name in installed]
         if deps:
-            self._purge(deps, allowed | set(deps), "purge %s (installed with sparkctl's packages)" % " ".join(deps))
+            self._purge(deps, allowed, "purge %s (installed with sparkctl's packages)" % " ".join(deps))
+        return kept
+
+    def _relations(self):
+        rc, out, err = self.module.run_command(["dpkg-query", "-W", "-f", DPKG_RELATIONS_FORMAT])
+        if rc != 0:
+            self.module.fail_json(msg="dpkg-query failed: %s" % err.strip(), actions=self.actions)
+        return package_relations(out)
 
     def _auto_marked(self):
         rc, out, err = self.module.run_command(["apt-mark", "showauto"])
@@ -553,6 +591,7 @@ class Teardown:
         return installed_packages(out)
 
     def _purge(self, names, allowed, description):
+        """Purge names when apt's simulation of it removes nothing but allowed; returns whether it did (would)."""
         rc, out, err = self.module.run_command(["apt-get", "-s", "purge"] + names, environ_update=APT_ENV)
         if rc != 0:
             self.module.fail_json(msg="apt-get -s purge %s failed: %s" % (" ".join(names), err.strip()), actions=self.actions)
@@ -561,8 +600,9 @@ class Teardown:
             others = sorted(set(would) - set(allowed))
             self.module.warn("not purging %s: %s, which the node had before sparkctl or got since, would go with them"
                              % (" ".join(names), " ".join(others)))
-            return
+            return False
         self.act(description, ["apt-get", "purge", "-y", "-q"] + names)
+        return True
 
 
 def rewrite(path, content, mode, owner):
@@ -582,6 +622,16 @@ def remove_empty_dir(path):
         os.rmdir(name, dir_fd=parent)
     finally:
         os.close(parent)
+
+
+def older_record_warning(path, names):
+    """What a teardown says when the record (an older sparkctl's) does not say which packages sparkctl installed
+    and names (the packages of the list absent before sparkctl's first run) are purged all the same."""
+    return ("%s was written by an older sparkctl, which did not note the packages it installed (no %s): %s, absent before "
+            "sparkctl's first run, %s purged even if you installed it yourself since. To keep one, add to the record, "
+            "before the teardown, \"%s\": [...] naming only the packages sparkctl installed (those left out are kept and "
+            "named); `sparkctl teardown --check` lists what would go. A node first recorded by this sparkctl needs nothing "
+            "of the sort." % (path, INSTALLED_KEY, ", ".join(names), "is" if len(names) == 1 else "are", INSTALLED_KEY))
 
 
 def diff(module, actions):
@@ -625,7 +675,7 @@ def main():
     t.docker_images(p["docker_image_label"])
     t.nft_tables(p["nft_tables"])
     if not os.path.exists(p["path"]):
-        module.exit_json(changed=bool(t.actions), actions=t.actions, kept=[], recorded=False, removed_users=[],
+        module.exit_json(changed=bool(t.actions), actions=t.actions, kept=[], kept_packages=[], recorded=False, removed_users=[],
                          **diff(module, t.actions))
     try:
         with open(p["path"]) as handle:
@@ -658,8 +708,9 @@ def main():
     t.links(baseline.get("links", {}), p["link_addresses"])
     t.linger(baseline.get("linger", {}), p["linger_users"])
     baseline_packages = baseline.get("packages")
+    kept_packages = []
     if isinstance(baseline_packages, list):
-        t.packages(p["packages"], baseline_packages)
+        kept_packages = t.packages(p["packages"], baseline_packages, recorded_installs(baseline), p["path"])
     else:
         # Without what the node had before, every package apt marked automatic would read as installed since.
         module.warn("%s lists no packages the node had before sparkctl: no package is purged; purge sparkctl's "
@@ -673,8 +724,8 @@ def main():
         for path in outermost or [p["path"]]:
             if os.path.lexists(path):
                 t.act("remove %s (the baseline record)" % path, fn=lambda q=path: remove_path(q))
-    module.exit_json(changed=bool(t.actions), actions=t.actions, kept=kept, recorded=True, removed_users=removed_users,
-                     **diff(module, t.actions))
+    module.exit_json(changed=bool(t.actions), actions=t.actions, kept=kept, kept_packages=kept_packages, recorded=True,
+                     removed_users=removed_users, **diff(module, t.actions))
 
 
 if __name__ == "__main__":
