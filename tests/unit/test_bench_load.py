@@ -95,13 +95,11 @@ def test_a_constant_rate_point_sends_each_request_at_its_offset_and_never_before
     start = records[0]["t_scheduled"]
     for record in records:
         assert record["t_scheduled"] - start == pytest.approx(record["offset_s"], abs=2e-6)
-        lag = record["t_send"] - record["t_scheduled"]
-        assert 0 <= lag < SEND_TOLERANCE_S, (record["index"], lag)
-    # The server saw them one after the other over the schedule's quarter of a second (the sends
-    # are held back by the client, not by the server).
+        # Never before its time; how late at most is a measured time (the timing test below).
+        assert record["t_send"] >= record["t_scheduled"], record["index"]
+    # The server saw them one after the other (the sends are held back by the client, not by the server).
     assert len(server.arrivals) == 6 and server.arrivals == sorted(server.arrivals)
-    assert server.arrivals[-1] - server.arrivals[0] > 0.25 - SEND_TOLERANCE_S
-    assert point["send_lag_s"]["max"] < SEND_TOLERANCE_S and point["max_in_flight"] >= 1
+    assert point["send_lag_s"]["max"] >= 0 and point["max_in_flight"] >= 1
     summary = point["summary"]
     assert summary["requests"] == summary["ok_requests"] == 6 and summary["per_stream"] == []
     # Reported as a rate point: its own table and the latency-throughput plot, not the closed-loop ones.
@@ -114,6 +112,19 @@ def test_a_constant_rate_point_sends_each_request_at_its_offset_and_never_before
     assert "[1/1] prompt 64 at constant:rate=20: TTFT" in progress
 
 
+@pytest.mark.timing
+def test_a_rate_point_sends_each_request_within_50_ms_of_its_time(tmp_path, capsys):
+    """How late the client sends: a measured time, so a timing test (the suite runs them alone, first)."""
+    server = ScriptedServer()
+    code, doc, _, _ = run(tmp_path, server, "--load", "constant:rate=20", "--num-requests", "6")
+    assert code == 0, capsys.readouterr().err
+    lags = [r["t_send"] - r["t_scheduled"] for r in doc["requests"] if r["point"] == 1]
+    assert all(0 <= lag < SEND_TOLERANCE_S for lag in lags), lags
+    # Over the schedule's quarter of a second.
+    assert server.arrivals[-1] - server.arrivals[0] > 0.25 - SEND_TOLERANCE_S
+    assert doc["points"][0]["send_lag_s"]["max"] < SEND_TOLERANCE_S
+
+
 def test_a_seeded_poisson_point_sends_the_same_schedule_twice(tmp_path, capsys):
     offsets = []
     for run_number, seed in enumerate((3, 3, 4)):
@@ -123,7 +134,7 @@ def test_a_seeded_poisson_point_sends_the_same_schedule_twice(tmp_path, capsys):
         assert doc["points"][0]["load"] == f"poisson:rate=50,burstiness=1,seed={seed}"
         offsets.append([r["offset_s"] for r in doc["requests"]])
         for record in doc["requests"]:
-            assert 0 <= record["t_send"] - record["t_scheduled"] < SEND_TOLERANCE_S
+            assert record["t_send"] >= record["t_scheduled"]
     assert offsets[0] == offsets[1] == pytest.approx(arrivals.poisson(50, 8, 1.0, seed=3), abs=1e-6)
     assert offsets[2] != offsets[0]
 
@@ -334,7 +345,7 @@ def test_a_ramp_point_rises_to_its_end_rate(tmp_path, capsys):
     assert point["load"] == "ramp:start=20,end=80,shape=linear,seed=0"
     assert [r["offset_s"] for r in doc["requests"]] == pytest.approx(offsets, abs=1e-6)
     assert point["offered_rate"] == pytest.approx(4 / offsets[-1], abs=1e-5)
-    assert all(0 <= r["t_send"] - r["t_scheduled"] < SEND_TOLERANCE_S for r in doc["requests"])
+    assert all(r["t_send"] >= r["t_scheduled"] for r in doc["requests"])
 
 
 def test_an_infinite_burstiness_is_written_as_text_in_the_json(tmp_path, capsys):
