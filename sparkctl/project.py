@@ -93,16 +93,25 @@ def state_dir(root: Path) -> Path:
     return root if is_checkout(root) else Path.cwd()
 
 
+def _report_dirs():
+    """The collection's rule for the report and history directories (plugin_utils/report_dirs.py,
+    which the spark role's spark_report_dir and spark_deployment_dir follow too). The caller made
+    the collection importable (collection_importable)."""
+    from ansible_collections.sparkctl.spark.plugins.plugin_utils import report_dirs
+
+    return report_dirs
+
+
 def report_dir(root: Path) -> Path:
-    """Matches spark_report_dir in roles/spark: SPARKCTL_REPORT_DIR (a relative one from the
-    current directory, as the playbooks take it) or <project>/.sparkctl/reports. Absolute, so
-    the playbooks, which run elsewhere, write where the wrapper reads."""
-    override = os.environ.get("SPARKCTL_REPORT_DIR")
-    return Path(override).absolute() if override else state_dir(root) / ".sparkctl" / "reports"
+    """Where the playbooks write their reports (spark_report_dir), by the collection's rule for
+    the project's state directory: $SPARKCTL_REPORT_DIR, a relative one from the current
+    directory, else <state directory>/.sparkctl/reports. Absolute, so the playbooks, which run
+    elsewhere and are given it (sparkctl/runner.py), write where the wrapper reads."""
+    return Path(_report_dirs().report_dir(str(state_dir(root)), os.getcwd(), os.environ))
 
 
 def deployment_dir(root: Path) -> Path:
-    """Matches spark_deployment_dir in roles/spark: SPARKCTL_DEPLOYMENT_DIR (a relative one from
-    the current directory) or the report directory's parent's deployments/."""
-    override = os.environ.get("SPARKCTL_DEPLOYMENT_DIR")
-    return Path(override).absolute() if override else report_dir(root).parent / "deployments"
+    """The base of the deployment history (spark_deployment_dir without its inventory's directory),
+    by the collection's rule: $SPARKCTL_DEPLOYMENT_DIR, a relative one from the current directory,
+    else the deployments/ beside the report directory the playbooks are given (report_dir)."""
+    return Path(_report_dirs().deployment_base(str(report_dir(root)), os.getcwd(), os.environ))

@@ -27,6 +27,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SPARKLAB = REPO / "tests" / "lab" / "sparklab"
 
+# A file the node's administrator puts in a directory sparkctl created (Docker's, which sparkctl installs
+# for the image runtime), before the teardown: tests/integration/test_lab_teardown.py.
+KEPT_USER_FILE = "/etc/docker/certs.d/registry.lab:5000/ca.crt"
+
 # What may differ between a fresh node and the same node after converge, tests and `sparkctl
 # teardown`, each with why it is not sparkctl's to take off (fnmatch patterns on "section key").
 TEARDOWN_ALLOWED = {
@@ -51,6 +55,9 @@ TEARDOWN_ALLOWED = {
     # there sparkctl never installs or purges it.
     "links docker0": "Docker's bridge, left in the kernel after docker.io is purged",
     "nft_tables table ip filter": "the iptables table Docker fills, left in the kernel after docker.io is purged",
+    # The administrator's file and the directories holding it: the teardown keeps what it did not put there.
+    **{"files " + path: "the node administrator's own file, which the teardown keeps"
+       for path in ("/etc/docker", "/etc/docker/certs.d", "/etc/docker/certs.d/registry.lab:5000", KEPT_USER_FILE)},
 }
 
 # The probe runs in the node's own python3 (the lab image has it; a snapshot must not install anything).

@@ -41,6 +41,8 @@ from ansible_collections.sparkctl.spark.plugins.plugin_utils import api_proxy as
 from ansible_collections.sparkctl.spark.plugins.module_utils import engine_probe as ep
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as P
 from golden_files import assert_golden_tree
+from test_profile import FIXES, SHIPPED
+from test_profile import cluster as profile_cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from labrun import api_call, stream_arrivals  # noqa: E402  (tests/integration: what the lab's proxy test asks with too)
@@ -53,17 +55,9 @@ GOLDEN = Path(__file__).parent / "golden" / "api_proxy"
 # are all Bearer-token characters; '.' and '+' are special in a regular expression.
 KEY = "sk-proxy.sentinel+4f1d/9a7c~0b2e_c3d5=="
 MODEL = "lab-standin"
-CASES = {
-    "solar-open2-nvfp4-vllm-venv": {},
-    "solar-open2-nvfp4-vllm-venv-256k": {},
-    "solar-open2-nvfp4-ngc-ep": {},
-    "qwen38-flash-next-nvfp4-sglang": {},
-    # Solar-Open-100B (BF16) as shipped is refused by the memory budget; render its FP8 fix (as test_profile does).
-    "solar-open-100b-vllm-fork": {"checkpoint": {"repo_id": "mike-ravkine/Solar-Open-100B-FP8-Dynamic",
-                                                 "size_bytes": 103000000000, "precision": "fp8",
-                                                 "dir_name": "solar-open-100b-fp8", "shards": None}},
-    "lab-standin": {},
-}
+# Every shipped profile, a fixed one with its fix (as test_profile renders them), and the lab's stand-in:
+# the overrides each renders with.
+CASES = {name: FIXES.get(name, {}) for name in SHIPPED + ["lab-standin"]}
 # The location auth_request asks for the key check (the golden configurations show it).
 KEY_CHECK_LOCATION = "sparkctl-api-key-check"
 ROUTES = ["/v1/models", "/v1/completions", "/v1/chat/completions", "/version", "/ping", "/metrics", "/tokenize",
@@ -88,6 +82,10 @@ def test_rendering_matches_golden(case):
     assert_golden_tree(GOLDEN / case, files)
 
 
+def test_the_golden_files_are_of_the_rendered_profiles_only():
+    assert sorted(path.name for path in GOLDEN.iterdir()) == sorted(CASES)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_proxy_and_engine_ports_agree_with_the_engines_argv(case):
     profile = load(case, CASES[case])
@@ -97,11 +95,8 @@ def test_proxy_and_engine_ports_agree_with_the_engines_argv(case):
     assert upstream == {"bind": "127.0.0.1", "port": profile["api"]["port"] + 1}
     assert f"listen {public['bind']}:{public['port']};" in out["config"]
     assert f"server 127.0.0.1:{upstream['port']};" in out["config"]
-    # The engine's unit listens exactly where the proxy sends requests.
-    cluster = {"head": {"name": "spark1", "link_ip": "192.168.100.10"}, "workers": [{"name": "spark2", "link_ip": "192.168.100.11"}],
-               "service_user": "spark", "checkpoint_dir": "/srv/m", "venv_path": "/opt/v", "image": "img:1",
-               "api_key_file": "/etc/sparkctl/api-key.env"}
-    rendered = P.render(profile, cluster)
+    # The engine's unit listens exactly where the proxy sends requests (on as many nodes as the profile serves on).
+    rendered = P.render(profile, profile_cluster(profile))
     assert rendered["api"]["engine"] == upstream and rendered["api"]["proxy"] is True
     api_unit = "sparkctl-sglang-router.service" if profile["engine"]["kind"] == "sglang" else "sparkctl-engine.service"
     assert f"--host 127.0.0.1 --port {upstream['port']}" in rendered["units"]["spark1"][api_unit]

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from sparkctl.bench import cli
-from sparkctl.bench.client import StreamOutcome, is_length_rejection, probe_prompt_tokens, stream_request
+from sparkctl.bench.client import BURST_MIN_CHUNKS, StreamOutcome, is_length_rejection, probe_prompt_tokens, stream_request
 from sparkctl.bench.prompts import Prompt
 from sparkctl.bench.runner import Runner
 from sparkctl.bench.settings import Settings
@@ -322,7 +322,8 @@ def test_a_burst_is_marked_and_left_out_of_decode_tpot_and_itl(tmp_path, capsys)
                                   "--max-tokens", "64")
     assert code == 0 and doc["ok"]
     for record in doc["requests"]:
-        assert record["burst"] and record["buffered"] and record["burst_chunks"] >= 32
+        # Far more chunks in one group than the rule needs, however the machine's load split the reads.
+        assert record["burst"] and record["buffered"] and record["burst_chunks"] >= 4 * BURST_MIN_CHUNKS
         assert len(record["itl_s"]) == 63 and record["decode_tok_s"] > 1000  # the buffer's rate, kept for the record
     point = doc["points"][0]
     assert point["burst_requests"] == point["buffered_requests"] == point["summary"]["burst_requests"] == 2

@@ -105,7 +105,7 @@ def test_a_skipped_or_failed_access_check_names_no_commit():
 def test_with_the_hub_out_of_reach_the_kept_manifest_stands_and_a_branch_is_named():
     standing = checkpoint_manifest_standing(KEPT, SOURCE, {"status": "warn", "commit": None}, "the hub answered 503")
     assert standing["current"] is True
-    # The transfer's own offline note, word for word (module_utils/checkpoint_sync.py offline_notes).
+    # The transfer's own offline note, word for word (module_utils/checkpoint_hub.py offline_notes).
     assert standing["notes"] == [
         f"the hub is out of reach (the hub answered 503): org/model@main is checked against the commit {COMMIT} of the "
         "earlier run; the branch or tag 'main' may have moved on the hub since (pin a commit in "

@@ -1,6 +1,6 @@
 """The workers' checkpoint rsync daemon, from the checkpoint role's own template: a real
 `rsync --daemon` on 127.0.0.1 refuses a client's deleting and in-place options, while every
-command the head's mirror (checkpoint_sync.Rsync) really runs still goes through."""
+command the head's mirror (checkpoint_rsync.Rsync) really runs still goes through."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from ports import free_port, wait_listening
-from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint_sync
+from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint_rsync
 from role_templating import evaluate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def test_the_heads_own_mirror_commands_go_through(tmp_path, daemon):
     (head / "sub" / "b.json").write_text("{}")
     (served / "stale.safetensors").write_bytes(b"an earlier manifest's file")
     (served / "notes.txt").write_text("not the checkpoint's, kept")
-    rsync = checkpoint_sync.Rsync(password=SECRET)
+    rsync = checkpoint_rsync.Rsync(password=SECRET)
 
     assert rsync.copy_file(str(head), "a.safetensors", target) == ["a.safetensors"]
     assert rsync.copy_file(str(head), "sub/b.json", target, ("--ignore-times",)) == ["b.json"]

@@ -18,7 +18,17 @@ from pathlib import Path
 import module_runner
 import pytest
 from ports import free_port, wait_listening
-from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint, checkpoint_sync
+from ansible_collections.sparkctl.spark.plugins.module_utils import (
+    checkpoint,
+    checkpoint_errors,
+    checkpoint_hub,
+    checkpoint_lock,
+    checkpoint_manifest,
+    checkpoint_rsync,
+    checkpoint_stamp,
+    checkpoint_sync,
+    checkpoint_tree,
+)
 from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_sync as checkpoint_sync_module
 
 from hubstub import HubStub  # tests/lab/hub, on sys.path through conftest.py
@@ -156,7 +166,7 @@ def test_clean_run_then_converged_rerun(hub, ckpt, tmp_path):
     manifest = json.loads((head / ".sparkctl-manifest.json").read_text())
     assert (manifest["repo_id"], manifest["revision"], manifest["commit"]) == (REPO_ID, "main", hub.commit)
     assert manifest["total_bytes"] == first["bytes"]
-    normalized = checkpoint.normalize_manifest(manifest)
+    normalized = checkpoint_manifest.normalize_manifest(manifest)
     report = checkpoint.verify_checkpoint(str(head), manifest=normalized, write_stamp=False)
     assert report["ok"] and report["rehashed"] == [], report
     for name in ("w1", "w2"):
@@ -369,7 +379,7 @@ def test_path_source(ckpt, tmp_path, capsys, monkeypatch):
     rc, out = run_module(in_place, capsys)
     assert rc == 0 and json.loads(out)["changed"] is False
     manifest = json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text())
-    assert manifest["files"] == checkpoint_sync.path_manifest(str(ckpt))[0]["files"]
+    assert manifest["files"] == checkpoint_manifest.path_manifest(str(ckpt))[0]["files"]
 
 
 def test_path_source_in_place_trusts_the_tree_it_was_hashed_from(ckpt, tmp_path, monkeypatch):
@@ -377,7 +387,7 @@ def test_path_source_in_place_trusts_the_tree_it_was_hashed_from(ckpt, tmp_path,
     no file is hashed a second time, and the stamp takes the source stamp's entries."""
     head = tmp_path / "head"
     shutil.copytree(ckpt, head)
-    (head / checkpoint.STAMP_NAME).unlink(missing_ok=True)
+    (head / checkpoint_stamp.STAMP_NAME).unlink(missing_ok=True)
 
     def no_second_hash(self, rel):
         raise AssertionError("hashed again: %s" % rel)
@@ -387,7 +397,7 @@ def test_path_source_in_place_trusts_the_tree_it_was_hashed_from(ckpt, tmp_path,
 
     assert result["failures"] == [] and result["downloaded"] == []
     manifest = json.loads((head / ".sparkctl-manifest.json").read_text())["files"]
-    stamp = json.loads((head / checkpoint.STAMP_NAME).read_text())["files"]
+    stamp = json.loads((head / checkpoint_stamp.STAMP_NAME).read_text())["files"]
     assert sorted(stamp) == sorted(manifest)
     assert all(stamp[rel]["sha256"] == manifest[rel]["sha256"] for rel in manifest)
 
@@ -475,21 +485,21 @@ def test_daemon_wrong_secret_fails_naming_the_worker_and_hides_the_secret(hub, c
 
 def test_daemon_target_needs_a_secret_and_one_transport(tmp_path):
     daemon = {"name": "w1", "target": "rsync://u@127.0.0.1:1/checkpoint/"}
-    with pytest.raises(checkpoint_sync.SyncError, match="no rsync_password"):
+    with pytest.raises(checkpoint_errors.SyncError, match="no rsync_password"):
         checkpoint_sync.CheckpointSync({"type": "path", "path": str(tmp_path)}, str(tmp_path / "d"), workers=[daemon])
     mixed = dict(daemon, alternate_targets=["u@127.0.0.1:/x/"])
-    with pytest.raises(checkpoint_sync.SyncError, match="mixes rsync:// and ssh"):
+    with pytest.raises(checkpoint_errors.SyncError, match="mixes rsync:// and ssh"):
         checkpoint_sync.CheckpointSync({"type": "path", "path": str(tmp_path)}, str(tmp_path / "d"), workers=[mixed], rsync_password="x")
 
 
 def test_password_file_must_be_private_and_non_empty(tmp_path):
-    assert checkpoint_sync.read_password_file(str(_password_file(tmp_path))) == DAEMON_SECRET
-    with pytest.raises(checkpoint_sync.SyncError, match="must be 0600"):
-        checkpoint_sync.read_password_file(str(_password_file(tmp_path, mode=0o644)))
-    with pytest.raises(checkpoint_sync.SyncError, match="is empty"):
-        checkpoint_sync.read_password_file(str(_password_file(tmp_path, secret="")))
-    with pytest.raises(checkpoint_sync.SyncError, match="cannot read"):
-        checkpoint_sync.read_password_file(str(tmp_path / "absent"))
+    assert checkpoint_rsync.read_password_file(str(_password_file(tmp_path))) == DAEMON_SECRET
+    with pytest.raises(checkpoint_errors.SyncError, match="must be 0600"):
+        checkpoint_rsync.read_password_file(str(_password_file(tmp_path, mode=0o644)))
+    with pytest.raises(checkpoint_errors.SyncError, match="is empty"):
+        checkpoint_rsync.read_password_file(str(_password_file(tmp_path, secret="")))
+    with pytest.raises(checkpoint_errors.SyncError, match="cannot read"):
+        checkpoint_rsync.read_password_file(str(tmp_path / "absent"))
 
 
 def test_module_reads_the_daemon_secret_from_its_file(hub, ckpt, tmp_path, daemons, capsys):
@@ -526,7 +536,7 @@ def test_manifest_only_for_a_path_source_does_not_hash(ckpt, tmp_path, monkeypat
     def no_hashing(*args, **kwargs):
         raise AssertionError("manifest_only must not hash the source")
 
-    monkeypatch.setattr(checkpoint_sync, "sha256_file", no_hashing)
+    monkeypatch.setattr(checkpoint_manifest, "sha256_file", no_hashing)
     source = {"type": "path", "path": str(ckpt)}
     result = checkpoint_sync.CheckpointSync(source, str(tmp_path / "dest"), manifest_only=True).run()
 
@@ -587,7 +597,7 @@ def test_an_unreachable_hub_cannot_replace_a_file_the_head_lost(hub, ckpt, tmp_p
 
 
 def test_an_unreachable_hub_without_an_earlier_manifest_says_the_first_download_needs_it(hub, tmp_path):
-    with pytest.raises(checkpoint_sync.SyncError) as refused:
+    with pytest.raises(checkpoint_errors.SyncError) as refused:
         make_sync(tmp_path, hub, source=_offline_source(hub), hub_unreachable=OFFLINE).run()
     message = str(refused.value)
     assert OFFLINE in message and "holds no manifest of an earlier run" in message
@@ -601,7 +611,7 @@ def test_an_unreachable_hub_refuses_the_manifest_of_another_checkpoint(hub, ckpt
     manifest_file = tmp_path / "head" / ".sparkctl-manifest.json"
     manifest_file.write_text(json.dumps(dict(json.loads(manifest_file.read_text()), **kept)))
 
-    with pytest.raises(checkpoint_sync.SyncError) as refused:
+    with pytest.raises(checkpoint_errors.SyncError) as refused:
         make_sync(tmp_path, hub, source=_offline_source(hub), hub_unreachable=OFFLINE).run()
     assert f"not {REPO_ID}@main: the new checkpoint needs the hub" in str(refused.value)
 
@@ -611,7 +621,7 @@ def test_an_unreachable_hub_and_a_broken_manifest_fail_naming_the_file(hub, ckpt
     manifest_file = tmp_path / "head" / ".sparkctl-manifest.json"
     manifest_file.write_text("{not json")
 
-    with pytest.raises(checkpoint_sync.SyncError) as refused:
+    with pytest.raises(checkpoint_errors.SyncError) as refused:
         make_sync(tmp_path, hub, source=_offline_source(hub), hub_unreachable=OFFLINE).run()
     assert f"the earlier run's manifest {manifest_file} cannot be used" in str(refused.value)
 
@@ -679,7 +689,7 @@ def test_files_sparkctl_does_not_own_are_left_in_place_and_reported(hub, ckpt, t
         assert path.read_bytes() == data, path
     assert not (tmp_path / "w1" / "only-on-the-head.bin").exists(), "the head's other files are not mirrored"
     # The workers' copies verify, their other files reported as extra, never as broken checkpoint files.
-    normalized = checkpoint.normalize_manifest(json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text()))
+    normalized = checkpoint_manifest.normalize_manifest(json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text()))
     report = checkpoint.verify_checkpoint(str(tmp_path / "w1"), manifest=normalized, write_stamp=False)
     assert report["ok"], report["summary"]
     assert sorted(p["file"] for p in report["problems"]) == sorted(FOREIGN) and {p["kind"] for p in report["problems"]} == {"extra"}
@@ -725,7 +735,7 @@ def _hold_lock(dest: Path, seconds: float):
     import subprocess
 
     dest.mkdir(parents=True, exist_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(dest / checkpoint_sync.LOCK_NAME), str(seconds)],
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(dest / checkpoint_lock.LOCK_NAME), str(seconds)],
                               stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     return holder
@@ -734,13 +744,13 @@ def _hold_lock(dest: Path, seconds: float):
 def test_a_second_transfer_fails_naming_the_holders_pid(hub, ckpt, tmp_path):
     holder = _hold_lock(tmp_path / "head", 60)
     try:
-        with pytest.raises(checkpoint_sync.SyncError) as refused:
+        with pytest.raises(checkpoint_errors.SyncError) as refused:
             make_sync(tmp_path, hub, lock_timeout=1).run()
     finally:
         holder.kill()
         holder.wait()
     message = str(refused.value)
-    assert f"PID {holder.pid}" in message and str(tmp_path / "head" / checkpoint_sync.LOCK_NAME) in message
+    assert f"PID {holder.pid}" in message and str(tmp_path / "head" / checkpoint_lock.LOCK_NAME) in message
     assert content_gets(hub) == 0 and not (tmp_path / "w1").exists(), "nothing was transferred"
 
 
@@ -780,7 +790,7 @@ def test_leftovers_of_a_killed_transfer_are_removed_at_start(hub, ckpt, tmp_path
 def test_git_stored_files_keep_their_blob_sha1_and_a_flipped_byte_is_found(hub, ckpt, tmp_path):
     make_sync(tmp_path, hub).run()
     manifest = json.loads((tmp_path / "head" / ".sparkctl-manifest.json").read_text())
-    normalized = checkpoint.normalize_manifest(manifest)
+    normalized = checkpoint_manifest.normalize_manifest(manifest)
     assert normalized["config.json"]["sha256"] is None
     assert normalized["config.json"]["git_blob_sha1"] == manifest["files"]["config.json"]["git_blob_sha1"]
     config = tmp_path / "w1" / "config.json"
@@ -867,9 +877,9 @@ def test_the_files_a_transfer_takes_are_huggingface_hubs_allow_patterns_less_the
 
     names = ["config.json", "model-00001-of-00002.safetensors", "sub/a.bin", "sub/deeper/b.bin", "README.md",
              ".sparkctl-manifest.json", ".cache/huggingface/x.lock", "Tokenizer.JSON"]
-    ignored = checkpoint_sync.compile_ignore(checkpoint_sync.DEFAULT_IGNORE)
+    ignored = checkpoint_tree.compile_ignore(checkpoint_tree.DEFAULT_IGNORE)
     expected = [name for name in filter_repo_objects(names, allow_patterns=patterns or None) if not ignored(name)]
-    assert checkpoint_sync.select_repo_files(names, patterns) == expected
+    assert checkpoint_hub.select_repo_files(names, patterns) == expected
 
 
 # --- relay: a worker holding a verified file feeds the next -----------------------------------
@@ -954,13 +964,13 @@ def test_relay_never_sends_on_a_copy_that_differs_from_the_manifest(hub, ckpt, t
 
 def test_relay_needs_every_workers_source_and_the_daemon_secret(tmp_path):
     no_source = [{"name": "w1", "target": "/x/"}, {"name": "w2", "target": "/y/"}]
-    with pytest.raises(checkpoint_sync.SyncError, match="relay_source"):
+    with pytest.raises(checkpoint_errors.SyncError, match="relay_source"):
         checkpoint_sync.CheckpointSync({"type": "path", "path": "/x"}, str(tmp_path), workers=no_source, relay=True)
     daemons = [{"name": n, "target": f"rsync://u@10.0.0.{i}:8730/checkpoint/", "relay_source": f"s@10.0.0.{i}:/x/"}
                for i, n in enumerate(("w1", "w2"))]
-    with pytest.raises(checkpoint_sync.SyncError, match="relay_password_file"):
+    with pytest.raises(checkpoint_errors.SyncError, match="relay_password_file"):
         checkpoint_sync.CheckpointSync({"type": "path", "path": "/x"}, str(tmp_path), workers=daemons, relay=True, rsync_password="p")
     bad = [dict(w, relay_source="no-path") for w in daemons]
-    with pytest.raises(checkpoint_sync.SyncError, match="not \\[user@\\]host"):
+    with pytest.raises(checkpoint_errors.SyncError, match="not \\[user@\\]host"):
         checkpoint_sync.CheckpointSync({"type": "path", "path": "/x"}, str(tmp_path), workers=bad, relay=True,
                                        rsync_password="p", relay_password_file="/p")

@@ -16,7 +16,14 @@ import struct
 import module_runner
 import pytest
 from ansible.module_utils import basic
-from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint
+from ansible_collections.sparkctl.spark.plugins.module_utils import (
+    checkpoint,
+    checkpoint_errors,
+    checkpoint_manifest,
+    checkpoint_safetensors,
+    checkpoint_stamp,
+    checkpoint_tree,
+)
 from ansible_collections.sparkctl.spark.plugins.modules import checkpoint_verify
 
 INDEX = "model.safetensors.index.json"
@@ -91,7 +98,7 @@ def ckpt(tmp_path):
 
 def verify(root, manifest=None, **kwargs):
     kwargs.setdefault("racy_window_ns", 0)
-    normalized = checkpoint.normalize_manifest(manifest) if manifest is not None else None
+    normalized = checkpoint_manifest.normalize_manifest(manifest) if manifest is not None else None
     return checkpoint.verify_checkpoint(str(root), manifest=normalized, **kwargs)
 
 
@@ -129,7 +136,8 @@ def test_clean_checkpoint_passes_and_writes_a_stamp(ckpt):
     assert result["stamp_written"] is True
     stamp = json.loads((root / STAMP).read_text())
     assert stamp["version"] == 1
-    assert stamp["manifest_digest"] == result["manifest_digest"] == checkpoint.manifest_digest(checkpoint.normalize_manifest(manifest))
+    digest = checkpoint_manifest.manifest_digest(checkpoint_manifest.normalize_manifest(manifest))
+    assert stamp["manifest_digest"] == result["manifest_digest"] == digest
     assert sorted(stamp["files"]) == sorted(manifest)
     first = stamp["files"][SHARDS[0]]
     assert first["sha256"] == manifest[SHARDS[0]]["sha256"]
@@ -236,19 +244,19 @@ def test_file_changed_moments_before_hashing_is_not_stamped(ckpt):
     ],
 )
 def test_racy_window(ctime_ns, started_ns, racy):
-    assert checkpoint.is_racy(ctime_ns, started_ns) is racy
+    assert checkpoint_stamp.is_racy(ctime_ns, started_ns) is racy
 
 
 def test_file_changing_while_hashed_is_reported_incomplete(ckpt, monkeypatch):
     root, manifest = ckpt
-    real_sha256_file = checkpoint.sha256_file
+    real_sha256_file = checkpoint_stamp.sha256_file
 
-    def writer_still_busy(path, chunk_bytes=checkpoint.HASH_CHUNK_BYTES):
+    def writer_still_busy(path, chunk_bytes=checkpoint_stamp.HASH_CHUNK_BYTES):
         if path.endswith(SHARDS[0]):
             os.utime(path, ns=(0, os.stat(path).st_mtime_ns + 1))
         return real_sha256_file(path, chunk_bytes)
 
-    monkeypatch.setattr(checkpoint, "sha256_file", writer_still_busy)
+    monkeypatch.setattr(checkpoint_stamp, "sha256_file", writer_still_busy)
 
     result = verify(root, manifest)
 
@@ -444,7 +452,7 @@ def test_sha256_file_streams_in_chunks(tmp_path):
     data = os.urandom(3 * 1024 + 17)
     path.write_bytes(data)
 
-    hexdigest, info = checkpoint.sha256_file(str(path), chunk_bytes=1024)
+    hexdigest, info = checkpoint_stamp.sha256_file(str(path), chunk_bytes=1024)
 
     assert hexdigest == hashlib.sha256(data).hexdigest()
     assert info.size == len(data)
@@ -455,7 +463,7 @@ def test_sha256_file_refuses_a_symlink(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "real")
 
     with pytest.raises(OSError):
-        checkpoint.sha256_file(str(tmp_path / "link"))
+        checkpoint_stamp.sha256_file(str(tmp_path / "link"))
 
 
 # --- leftovers, symlinks, extra files -----------------------------------------------------------
@@ -712,7 +720,7 @@ def test_custom_ignore_drops_paths_from_tree_and_manifest(ckpt):
     ],
 )
 def test_ignore_patterns(patterns, rel, expected):
-    assert checkpoint.compile_ignore(patterns)(rel) is expected
+    assert checkpoint_tree.compile_ignore(patterns)(rel) is expected
 
 
 # --- the index ----------------------------------------------------------------------------------
@@ -768,7 +776,7 @@ def test_manifest_may_list_a_safetensors_file_the_index_does_not(ckpt):
 def test_index_shards_are_deduplicated():
     index = {"weight_map": {"a": "s1.safetensors", "b": "s1.safetensors", "c": "./s2.safetensors"}}
 
-    assert checkpoint.index_shards(json.dumps(index).encode()) == ["s1.safetensors", "s2.safetensors"]
+    assert checkpoint_safetensors.index_shards(json.dumps(index).encode()) == ["s1.safetensors", "s2.safetensors"]
 
 
 @pytest.mark.parametrize(
@@ -827,7 +835,7 @@ def test_missing_directory_lists_every_manifest_file(ckpt, tmp_path):
 def test_path_that_is_a_file_is_an_error(tmp_path):
     (tmp_path / "file").write_bytes(b"")
 
-    with pytest.raises(checkpoint.CheckpointError, match="is not a directory"):
+    with pytest.raises(checkpoint_errors.CheckpointError, match="is not a directory"):
         verify(tmp_path / "file")
 
 
@@ -842,14 +850,14 @@ def good_header():
 
 
 def header_problem(header, data_len=28):
-    return checkpoint.safetensors_header_problem(json.dumps(header).encode(), data_len)
+    return checkpoint_safetensors.safetensors_header_problem(json.dumps(header).encode(), data_len)
 
 
 def test_written_files_parse(tmp_path):
     path = tmp_path / "x.safetensors"
     path.write_bytes(safetensors_bytes(dict(shard_tensors(1), extra=("I64", [3, 0]), packed=("F4", [4, 6]))))
 
-    assert checkpoint.safetensors_file_problem(str(path), path.stat().st_size) is None
+    assert checkpoint_safetensors.safetensors_file_problem(str(path), path.stat().st_size) is None
 
 
 @pytest.mark.parametrize(
@@ -885,7 +893,7 @@ def test_header_extras_that_are_fine():
     header = dict(good_header(), __metadata__={"format": "pt"}, empty={"dtype": "BF16", "shape": [0, 5], "data_offsets": [28, 28]})
 
     assert header_problem(header) is None
-    assert checkpoint.safetensors_header_problem(b"{}      ", 0) is None
+    assert checkpoint_safetensors.safetensors_header_problem(b"{}      ", 0) is None
 
 
 @pytest.mark.parametrize(
@@ -898,7 +906,7 @@ def test_header_extras_that_are_fine():
     ],
 )
 def test_header_text_defects(header_bytes, detail):
-    assert detail in checkpoint.safetensors_header_problem(header_bytes, 1)
+    assert detail in checkpoint_safetensors.safetensors_header_problem(header_bytes, 1)
 
 
 @pytest.mark.parametrize(
@@ -914,7 +922,7 @@ def test_file_level_header_defects(tmp_path, content, detail):
     path = tmp_path / "x.safetensors"
     path.write_bytes(content)
 
-    assert detail in checkpoint.safetensors_file_problem(str(path), len(content))
+    assert detail in checkpoint_safetensors.safetensors_file_problem(str(path), len(content))
 
 
 def test_header_with_offsets_out_of_range_in_the_tree(ckpt):
@@ -935,7 +943,7 @@ def test_header_with_offsets_out_of_range_in_the_tree(ckpt):
 
 def test_manifest_normalization():
     digest = "AB" * 32
-    manifest = checkpoint.normalize_manifest(
+    manifest = checkpoint_manifest.normalize_manifest(
         {"files": {"./a.safetensors": {"size": "12", "sha256": "sha256:" + digest, "mtime_ns": 5}, "b/c.json": {"size": 0}}, "version": 1}
     )
 
@@ -943,15 +951,15 @@ def test_manifest_normalization():
 
 
 def test_a_file_named_files_is_not_taken_for_a_wrapper():
-    assert checkpoint.normalize_manifest({"files": {"size": 3, "sha256": None}}) == {"files": {"size": 3, "sha256": None}}
+    assert checkpoint_manifest.normalize_manifest({"files": {"size": 3, "sha256": None}}) == {"files": {"size": 3, "sha256": None}}
 
 
 def test_manifest_digest_ignores_key_order():
     first = {"a": {"size": 1, "sha256": None}, "b": {"size": 2, "sha256": None}}
     second = {"b": {"size": 2, "sha256": None}, "a": {"size": 1, "sha256": None}}
 
-    assert checkpoint.manifest_digest(first) == checkpoint.manifest_digest(second)
-    assert checkpoint.manifest_digest(None) is None
+    assert checkpoint_manifest.manifest_digest(first) == checkpoint_manifest.manifest_digest(second)
+    assert checkpoint_manifest.manifest_digest(None) is None
 
 
 @pytest.mark.parametrize(
@@ -970,8 +978,8 @@ def test_manifest_digest_ignores_key_order():
     ],
 )
 def test_bad_manifests_are_refused(raw, message):
-    with pytest.raises(checkpoint.CheckpointError, match=message):
-        checkpoint.normalize_manifest(raw)
+    with pytest.raises(checkpoint_errors.CheckpointError, match=message):
+        checkpoint_manifest.normalize_manifest(raw)
 
 
 def test_problem_lines_and_summary():
@@ -993,7 +1001,7 @@ def run_module(args, capsys):
 @pytest.fixture
 def no_racy_window(monkeypatch):
     """Files in these tests are written moments before they are hashed."""
-    monkeypatch.setattr(checkpoint, "RACY_WINDOW_NS", 0)
+    monkeypatch.setattr(checkpoint_stamp, "RACY_WINDOW_NS", 0)
 
 
 def test_module_first_run_writes_the_stamp_second_run_changes_nothing(ckpt, capsys, no_racy_window):

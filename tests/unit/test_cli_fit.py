@@ -6,7 +6,7 @@ import json
 import pytest
 from make_checkpoint import make_checkpoint
 from sparkctl import cli
-from test_profile import REPO, SHIPPED
+from test_profile import REPO, SHIPPED, load
 
 LAB_PROFILES = str(REPO / "tests" / "lab" / "profiles")
 
@@ -21,10 +21,12 @@ def lab_ckpt(tmp_path_factory):
 def test_every_shipped_profile_gets_a_table_offline(capsys):
     rc = cli.main(["fit", "--offline"])
     out = capsys.readouterr().out
-    # The four-Spark profiles: two pipeline stages of TP2 (vLLM), TP4 ranks (SGLang).
-    four = {"solar-open-100b-bf16-vllm-fork-4x": "TP 2, PP 2", "qwen38-flash-next-nvfp4-sglang-4x": "TP 4"}
+    # Each table is titled with the profile's parallelism, a pipeline's stages only when it has more than one
+    # (the four-Spark profiles: two stages of TP2 for vLLM, TP4 ranks for SGLang).
     for name in SHIPPED:
-        assert f"{name}: {four.get(name, 'TP 2')}" in out
+        topology = load(name, paths=())["topology"]
+        stages = topology.get("pipeline_parallel") or 1
+        assert f"{name}: TP {topology['tensor_parallel']}" + (f", PP {stages}" if stages > 1 else "") in out
     # The BF16 Solar-Open-100B profile is refused as shipped (profiles/README.md): exit 1.
     assert rc == 1 and "profile solar-open-100b-vllm-fork does not fit" in " ".join(out.split())
     assert "not read (--offline)" in out

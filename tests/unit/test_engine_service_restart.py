@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import collection_templating
 import yaml
 from role_templating import evaluate
 
@@ -20,7 +21,8 @@ def _restart(head=None, worker=None, check_mode=False):
     variables = {"hostvars": hostvars, "ansible_play_hosts": ["spark1", "spark2"], "spark_cluster": CLUSTER,
                  "ansible_check_mode": check_mode}
     variables.update({name: VARS[name] for name in ("engine_service_restart", "engine_service_ray_restarted_engine")})
-    return str(evaluate("{{ engine_service_restart }}", variables)).strip() == "True"
+    # The decision calls the collection's filter (sparkctl.spark.engine_restart_due).
+    return str(collection_templating.evaluate("{{ engine_service_restart }}", variables)).strip() == "True"
 
 
 def test_nothing_happened_nothing_restarts():

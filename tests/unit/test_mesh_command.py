@@ -3,7 +3,7 @@ worker: it runs the head's command (SSH_ORIGINAL_COMMAND) only in the shapes the
 (`true`, `docker load`, rsync's server side receiving into a --root directory, the checkpoint
 relay) and refuses everything else. Its judging is tested as functions (the file loaded by path),
 as a process with recording stand-ins for docker and rsync on PATH, and behind the real rsync
-client: the head's own Rsync (module_utils/checkpoint_sync.py) and the JIT cache mirror push
+client: the head's own Rsync (module_utils/checkpoint_rsync.py) and the JIT cache mirror push
 through a stand-in for ssh that runs the program as sshd would, so the allow-list is proven
 against what rsync really sends, not against a guess of it."""
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import script_module
-from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint_sync, jit_cache, mesh_command
+from ansible_collections.sparkctl.spark.plugins.module_utils import checkpoint_rsync, jit_cache, mesh_command
 from ansible_collections.sparkctl.spark.plugins.modules import jit_cache_mirror
 
 SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "ssh_mesh" / "files" / "sparkctl-mesh-command"
@@ -146,13 +146,13 @@ def root(tmp_path):
 
 def test_the_program_and_the_controller_agree():
     assert program.MESH_COMMAND_PATH == mesh_command.MESH_COMMAND_PATH == "/usr/local/libexec/sparkctl-mesh-command"
-    assert program.RELAY_HASH_MISMATCH == checkpoint_sync.RELAY_HASH_MISMATCH == 86
+    assert program.RELAY_HASH_MISMATCH == checkpoint_rsync.RELAY_HASH_MISMATCH == 86
     assert SCRIPT.read_text().startswith("#!/usr/bin/python3\n")
     assert os.access(SCRIPT, os.X_OK)
 
 
 def test_the_relay_command_line_is_one_the_program_accepts(root):
-    options = list(checkpoint_sync.RSYNC_BASE) + ["--mkpath", "--ignore-times", "-e", "ssh -o BatchMode=yes -o ConnectTimeout=10"]
+    options = list(checkpoint_rsync.RSYNC_BASE) + ["--mkpath", "--ignore-times", "-e", "ssh -o BatchMode=yes -o ConnectTimeout=10"]
     line = mesh_command.relay_command(SHA_A, f"{root}/m/x y.bin", "spark@192.168.100.12:/srv/m/", options)
     assert shlex.split(line)[:2] == [mesh_command.MESH_COMMAND_PATH, "relay"]
     verdict = program.judge(line, [str(root)])
@@ -307,12 +307,12 @@ def test_process_relay_sends_only_a_copy_that_matches(fakes, root):
     options = ["-a", "--mkpath", "--contimeout=20", "--password-file=/etc/sparkctl/checkpoint-rsyncd.password"]
 
     wrong = run_program(fakes, [root], mesh_command.relay_command("0" * 64, f"{root}/m/f.bin", target, options))
-    assert wrong.returncode == checkpoint_sync.RELAY_HASH_MISMATCH
+    assert wrong.returncode == checkpoint_rsync.RELAY_HASH_MISMATCH
     assert wrong.stderr == f"{root}/m/f.bin: the copy differs from the manifest's sha256\n"
     assert recorded(fakes, "rsync") is None, "nothing is sent"
 
     missing = run_program(fakes, [root], mesh_command.relay_command(good, f"{root}/m/gone.bin", target, options))
-    assert missing.returncode == checkpoint_sync.RELAY_HASH_MISMATCH and f"{root}/m/gone.bin" in missing.stderr
+    assert missing.returncode == checkpoint_rsync.RELAY_HASH_MISMATCH and f"{root}/m/gone.bin" in missing.stderr
     assert recorded(fakes, "rsync") is None
 
     outside = run_program(fakes, [root], mesh_command.relay_command(good, "/etc/passwd", target, options))
@@ -375,7 +375,7 @@ def test_real_rsync_copy_file_and_tree_pass_the_allow_list(tmp_path, forced_ssh)
     (head / "sub").mkdir(parents=True)
     (head / "config.json").write_text("{}")
     (head / "sub" / "model.bin").write_bytes(os.urandom(300000))
-    rsync = checkpoint_sync.Rsync(rsh=str(forced_ssh))
+    rsync = checkpoint_rsync.Rsync(rsh=str(forced_ssh))
     worker = tmp_path / "root" / "models" / "x"
     target = f"fake:{worker}/"
 
@@ -404,9 +404,9 @@ def test_real_rsync_into_a_directory_outside_the_roots_fails_and_writes_nothing(
     head = tmp_path / "head"
     head.mkdir()
     (head / "authorized_keys").write_text("ssh-ed25519 AAAA attacker")
-    rsync = checkpoint_sync.Rsync(rsh=str(forced_ssh))
+    rsync = checkpoint_rsync.Rsync(rsh=str(forced_ssh))
     for target in (f"fake:{tmp_path / 'home'}/.ssh/", f"fake:{tmp_path / 'root'}/../home/.ssh/"):
-        with pytest.raises(checkpoint_sync.RsyncFailure, match="refused"):
+        with pytest.raises(checkpoint_rsync.RsyncFailure, match="refused"):
             rsync.copy_file(str(head), "authorized_keys", target)
     assert not (tmp_path / "home").exists()
     argv = ["rsync", "-a", "--delete", "-e", str(forced_ssh), f"{head}/", f"fake:{tmp_path / 'root'}/m/"]
@@ -441,7 +441,7 @@ def test_real_relay_sends_a_matching_copy_and_refuses_a_differing_one(tmp_path, 
     (feeder / "sub").mkdir(parents=True)
     data = os.urandom(200000)
     (feeder / "sub" / "shard.bin").write_bytes(data)
-    rsync = checkpoint_sync.Rsync(rsh=str(forced_ssh))
+    rsync = checkpoint_rsync.Rsync(rsh=str(forced_ssh))
     target = f"{tmp_path / 'root' / 'w2'}/"
 
     copied = rsync.relay_file(f"fake:{feeder}/", "sub/shard.bin", hashlib.sha256(data).hexdigest(), target, ("--ignore-times",))
@@ -451,13 +451,13 @@ def test_real_relay_sends_a_matching_copy_and_refuses_a_differing_one(tmp_path, 
     assert shlex.split(command)[:3] == [mesh_command.MESH_COMMAND_PATH, "relay", hashlib.sha256(data).hexdigest()]
 
     (tmp_path / "root" / "w2" / "sub" / "shard.bin").unlink()
-    with pytest.raises(checkpoint_sync.RsyncFailure) as failure:
+    with pytest.raises(checkpoint_rsync.RsyncFailure) as failure:
         rsync.relay_file(f"fake:{feeder}/", "sub/shard.bin", "0" * 64, target)
-    assert failure.value.returncode == checkpoint_sync.RELAY_HASH_MISMATCH
+    assert failure.value.returncode == checkpoint_rsync.RELAY_HASH_MISMATCH
     assert "differs from the manifest's sha256" in str(failure.value) and str(feeder / "sub" / "shard.bin") in str(failure.value)
     assert not (tmp_path / "root" / "w2" / "sub" / "shard.bin").exists()
 
     # A relay to a directory outside the roots (the feeding worker's own home) is refused.
-    with pytest.raises(checkpoint_sync.RsyncFailure, match="outside"):
+    with pytest.raises(checkpoint_rsync.RsyncFailure, match="outside"):
         rsync.relay_file(f"fake:{feeder}/", "sub/shard.bin", hashlib.sha256(data).hexdigest(), f"{tmp_path / 'home'}/.ssh/")
     assert not (tmp_path / "home").exists()

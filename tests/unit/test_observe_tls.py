@@ -44,10 +44,9 @@ import pytest
 import yaml
 from alert_rules import PROMTOOL, PROMTOOL_MISSING
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.sparkctl.spark.plugins.filter import observe as observe_filters
 from ansible_collections.sparkctl.spark.plugins.module_utils.node_state import assess
 from ports import free_port, wait_listening
-from role_templating import evaluate
+from collection_templating import evaluate
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "observe"
@@ -346,26 +345,9 @@ def _values(host: str, root: Path | None = None, **extra) -> dict:
 
 
 def _template(data, variables):
-    """data with its templates rendered by Ansible (the role's vars and defaults trusted as templates)."""
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar, trust_as_template
-
-    def trusted(value):
-        if isinstance(value, str):
-            return trust_as_template(value)
-        if isinstance(value, dict):
-            return {key: trusted(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [trusted(item) for item in value]
-        return value
-
-    names = {key: trust_as_template(value) if isinstance(value, str) else value for key, value in variables.items()}
-    templar = Templar(loader=DataLoader(), variables=names)
-    # The role's own filters (plugins/filter/observe.py), without the plugin loader: initialising it here
-    # would leak into the other unit tests of this process (tests/unit/test_plugin_preload.py).
-    for name, function in observe_filters.FilterModule().filters().items():
-        templar.environment.filters[f"sparkctl.spark.{name}"] = function
-    return json.loads(json.dumps(templar.template(trusted(data))))
+    """data with its templates rendered by Ansible, the role's vars and defaults trusted as templates and the
+    collection's filters loaded, as a run has them (tests/unit/collection_templating.py)."""
+    return evaluate("{{ rendered_data }}", {**variables, "rendered_data": data})
 
 
 def _module(name: str, args: dict) -> dict:

@@ -14,13 +14,29 @@ twice and held equal by a test. This searches the Python sources for a second co
   freshly parsed interface outside the owner.
 
 Strings in docstrings, messages and EXAMPLES are not code and are not searched: only assignments,
-imports, function definitions, numbers and string constants that stand alone."""
+imports, function definitions, numbers and string constants that stand alone.
+
+Two values the playbooks read have an owner too, searched for in the YAML and the Jinja templates
+(.j2) of roles/, playbooks/, site.yml and the collection's plugins/, and in the Python sources above
+(head_copies, gcs_port_copies):
+
+- the head's name (owner: roles/spark/defaults/main.yml, spark_cluster.head.name, pinned by
+  roles/spark/tasks/validate.yml), as the head group's first member picked again in any spelling
+  (groups['spark_head'][0], groups.spark_head[0], groups['spark_head'] | first, ...) in a YAML
+  string, a template or a Python string constant other than a docstring (EXAMPLES included: a user
+  copies them);
+- Ray's GCS port (owner: plugin_utils/profile_schema.py, TOPOLOGY_PORTS, the profile's
+  topology.ray_port, read as spark_topology_ports.ray_port), as the literal 6379 in a YAML value,
+  a template or Python code. Comments, argument_specs descriptions and DOCUMENTATION, EXAMPLES and
+  RETURN text may show it as an example value, and are not searched."""
 
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = Path("collections") / "ansible_collections" / "sparkctl" / "spark" / "plugins"
@@ -42,6 +58,27 @@ PREFIX_LITERAL = re.compile(r"^/\d{1,3}$")
 KEY_DIGEST = re.compile(r"\.hexdigest\(\)\[:8\]")
 # What parses an address with its prefix: a .ip taken off one of these is a bare address.
 PARSERS = {"ip_interface", "IPv4Interface", "IPv6Interface", "IPNetwork", "IPAddress"}
+
+# Where the playbooks' own YAML and templates live, and the collection's (plugins/ holds no YAML today).
+PLAYBOOK_SOURCES = (Path("roles"), Path("playbooks"), Path("site.yml"), PLUGINS)
+SPARK_DEFAULTS = Path("roles") / "spark" / "defaults" / "main.yml"
+PROFILE_SCHEMA = PLUGINS / "plugin_utils" / "profile_schema.py"
+
+# The head group's first member picked by hand: the group read as groups['spark_head'],
+# groups["spark_head"], groups.spark_head or groups.get('spark_head', ...), perhaps in parentheses
+# and through | default(...) or | list, then its first item taken with [0], .0 or | first.
+HEAD_PICKED = re.compile(
+    r"groups\s*(?:\[\s*['\"]spark_head['\"]\s*\]|\.spark_head\b|\.get\(\s*['\"]spark_head['\"][^)]*\))"
+    r"(?:\s*\|\s*(?:default\([^)]*\)|list\b))*\s*\)?\s*(?:\[\s*0\s*\]|\.0(?!\d)|\|\s*first\b)")
+# Ray's GCS port as a number of its own (not a part of a longer one).
+GCS_PORT_LITERAL = re.compile(r"(?<!\d)6379(?!\d)")
+# Module-level strings that document a plugin for ansible-doc: text, not values.
+PLUGIN_DOC_STRINGS = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
+# In a role's meta/argument_specs.yml, the keys whose values describe an option rather than set it.
+SPEC_TEXT_KEYS = {"description", "short_description"}
+# A Jinja comment, and a line of a template that is a comment of the file it renders.
+JINJA_COMMENT = re.compile(r"{#.*?#}", re.DOTALL)
+TEMPLATE_COMMENT_LINE = re.compile(r"^[ \t]*#(?!!).*$", re.MULTILINE)
 
 
 def _reproduce_vars(repo: Path) -> tuple[str, ...]:
@@ -139,8 +176,125 @@ def copies(repo: Path = REPO) -> list[str]:
     return sorted(set(found))
 
 
+def _playbook_files(repo: Path, suffixes):
+    for source in PLAYBOOK_SOURCES:
+        root = repo / source
+        paths = [root] if root.is_file() else sorted(root.rglob("*")) if root.is_dir() else []
+        yield from (path for path in paths if path.is_file() and path.name.endswith(suffixes))
+
+
+def _yaml_scalars(path: Path):
+    """(line, text) of every scalar of a YAML file, keys and values, comments left out; in a role's
+    meta/argument_specs.yml without the options' descriptions. Tags (!vault, !unsafe) are kept as text."""
+    spec = path.name == "argument_specs.yml"
+
+    def walk(node):
+        if isinstance(node, yaml.ScalarNode):
+            yield node.start_mark.line + 1, node.value
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                yield from walk(item)
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                yield from walk(key)
+                if not (spec and isinstance(key, yaml.ScalarNode) and key.value in SPEC_TEXT_KEYS):
+                    yield from walk(value)
+
+    for document in yaml.compose_all(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader):
+        if document is not None:
+            yield from walk(document)
+
+
+def _template_text(path: Path) -> str:
+    """A template without its comments (Jinja's and the rendered file's own), lines kept in place."""
+    def blank(match):
+        return "\n" * match.group(0).count("\n")
+
+    return TEMPLATE_COMMENT_LINE.sub("", JINJA_COMMENT.sub(blank, path.read_text(encoding="utf-8")))
+
+
+def _python_strings(repo: Path, path: Path):
+    """(line, text, kind) of a Python file's string constants, kind 'doc' for docstrings and the
+    plugin documentation (DOCUMENTATION, EXAMPLES, RETURN), 'examples' for EXAMPLES, else 'code'."""
+    tree = ast.parse(path.read_text(), str(path.relative_to(repo)))
+    docstrings = _docstrings(tree)
+    documentation = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in PLUGIN_DOC_STRINGS
+                                                for t in node.targets):
+            name = next(t.id for t in node.targets if isinstance(t, ast.Name) and t.id in PLUGIN_DOC_STRINGS)
+            for constant in ast.walk(node.value):
+                documentation[id(constant)] = "examples" if name == "EXAMPLES" else "doc"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            kind = "doc" if id(node) in docstrings else documentation.get(id(node), "code")
+            yield node.lineno, node.value, kind
+    yield from ((getattr(node, "lineno", 0), node, "number") for node in ast.walk(tree)
+                if isinstance(node, ast.Constant) and type(node.value) is int)
+
+
+def _python_files(repo: Path):
+    for source in SOURCES:
+        yield from sorted((repo / source).rglob("*.py"))
+
+
+def _at(line, text, match):
+    """The line of a match in a multi-line string that starts on line."""
+    return line + text[:match.start()].count("\n")
+
+
+def head_copies(repo: Path = REPO) -> list[str]:
+    """Every place the head's name is picked out of the spark_head group again (path:line: what)."""
+    what = f"the head's name picked from the group again (owner: spark_cluster.head.name, {SPARK_DEFAULTS})"
+    found = []
+    for path in _playbook_files(repo, (".yml", ".yaml")):
+        rel = path.relative_to(repo)
+        found += [f"{rel}:{line}: {what}" for line, text in _yaml_scalars(path) if HEAD_PICKED.search(text)]
+    for path in _playbook_files(repo, (".j2",)):
+        rel = path.relative_to(repo)
+        text = _template_text(path)
+        found += [f"{rel}:{_at(1, text, match)}: {what}" for match in HEAD_PICKED.finditer(text)]
+    for path in _python_files(repo):
+        rel = path.relative_to(repo)
+        for line, text, kind in _python_strings(repo, path):
+            if kind in ("code", "examples"):
+                found += [f"{rel}:{_at(line, text, match)}: {what}" for match in HEAD_PICKED.finditer(text)]
+    return sorted(set(found))
+
+
+def gcs_port_copies(repo: Path = REPO) -> list[str]:
+    """Every 6379 outside its owner, profile_schema.py, that is a value, not an example (path:line: what)."""
+    what = f"Ray's GCS port written out (owner: topology.ray_port, {PROFILE_SCHEMA} TOPOLOGY_PORTS)"
+    found = []
+    for path in _playbook_files(repo, (".yml", ".yaml")):
+        rel = path.relative_to(repo)
+        found += [f"{rel}:{line}: {what}" for line, text in _yaml_scalars(path) if GCS_PORT_LITERAL.search(text)]
+    for path in _playbook_files(repo, (".j2",)):
+        rel = path.relative_to(repo)
+        text = _template_text(path)
+        found += [f"{rel}:{_at(1, text, match)}: {what}" for match in GCS_PORT_LITERAL.finditer(text)]
+    for path in _python_files(repo):
+        rel = path.relative_to(repo)
+        if rel == PROFILE_SCHEMA:
+            continue
+        for line, value, kind in _python_strings(repo, path):
+            if kind == "number" and value.value == 6379:
+                found.append(f"{rel}:{line}: {what}")
+            elif kind == "code":
+                found += [f"{rel}:{_at(line, value, match)}: {what}" for match in GCS_PORT_LITERAL.finditer(value)]
+    return sorted(set(found))
+
+
 def test_every_shared_value_has_one_owner():
     assert copies() == []
+
+
+def test_the_head_is_named_by_its_owner_only():
+    assert head_copies() == []
+
+
+def test_rays_gcs_port_is_written_by_its_owner_only():
+    assert gcs_port_copies() == []
 
 
 def test_the_owners_hold_the_values():
@@ -150,6 +304,12 @@ def test_the_owners_hold_the_values():
     assert re.search(r"^GUARD_BYTES = ", (REPO / FIT).read_text(), re.MULTILINE)
     link_address = (REPO / LINK_ADDRESS).read_text()
     assert "def bare_address(" in link_address and "def link_subnet(" in link_address
+    spark = yaml.safe_load((REPO / SPARK_DEFAULTS).read_text())
+    assert "sparkctl.spark.profile_cluster" in spark["spark_cluster"]
+    schema = ast.parse((REPO / PROFILE_SCHEMA).read_text())
+    ports = next(ast.literal_eval(node.value) for node in schema.body if isinstance(node, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "TOPOLOGY_PORTS" for t in node.targets))
+    assert ports["ray_port"] == 6379
 
 
 def test_the_search_finds_each_kind_of_copy(tmp_path):
@@ -175,3 +335,59 @@ def test_the_search_finds_each_kind_of_copy(tmp_path):
     assert "copy.py:1:" not in found
     assert len([line for line in found.splitlines() if "netaddr imported" in line]) == 2
     assert len([line for line in found.splitlines() if "8 GiB written out" in line]) == 2
+
+
+def test_the_head_and_port_searches_find_each_spelling(tmp_path):
+    """Each spelling of the head's name and each kind of 6379 is found; comments, descriptions, docstrings and plugin
+    documentation are not (a tree of one role, one plugin and the port's owner)."""
+    role = tmp_path / "roles" / "r"
+    for folder in ("vars", "meta", "templates"):
+        (role / folder).mkdir(parents=True)
+    (role / "vars" / "main.yml").write_text(
+        "---\n"
+        "# groups['spark_head'][0] and 6379 in a comment\n"
+        "a: \"{{ groups['spark_head'][0] }}\"\n"
+        "b: '{{ groups[\"spark_head\"] [ 0 ] }}'\n"
+        "c: \"{{ groups.spark_head[0] }}\"\n"
+        "d: \"{{ groups.spark_head.0 }}\"\n"
+        "e: \"{{ groups['spark_head'] | first }}\"\n"
+        "f: \"{{ groups.get('spark_head', []) | default([]) | first }}\"\n"
+        "g: \"{{ (groups['spark_head'] | default([]))[0] }}\"\n"
+        "h: >-\n  {{ hostvars[groups['spark_head'][0]].address }}:6379\n"
+        "i: 6379\n"
+        "j: \"{{ inventory_hostname in groups['spark_head'] }}\"\n"
+        "k: 16379\n"
+        "l: !unsafe '{{ groups.spark_head | list | first }}'\n")
+    (role / "meta" / "argument_specs.yml").write_text(
+        "argument_specs:\n  main:\n    options:\n      x:\n"
+        "        description: The head, groups['spark_head'][0], listens on 6379.\n"
+        "        default: 6379\n")
+    (role / "templates" / "t.j2").write_text(
+        "{# 6379 on groups['spark_head'][0] #}\n"
+        "# 6379: a comment of the rendered file\n"
+        "address={{ address }}:6379\n"
+        "head={{ groups.spark_head | first }}\n")
+    plugin = tmp_path / PLUGINS / "filter" / "x.py"
+    plugin.parent.mkdir(parents=True)
+    plugin.write_text(
+        '"""A docstring may say groups[\'spark_head\'][0] and 6379."""\n'
+        'DOCUMENTATION = "port: 6379"\n'
+        "EXAMPLES = \"head: '{{ groups[\\'spark_head\\'][0] }}:6379'\"\n"
+        "PORT = 6379\n"
+        'ADDRESS = "127.0.0.1:6379"\n'
+        "HEAD = \"{{ groups['spark_head'][0] }}\"\n"
+        "# 6379 in a comment\n")
+    (tmp_path / PROFILE_SCHEMA).parent.mkdir(parents=True)
+    (tmp_path / PROFILE_SCHEMA).write_text('TOPOLOGY_PORTS = {"ray_port": 6379}\n')
+    (tmp_path / "sparkctl").mkdir()
+
+    def lines(found):
+        return sorted(line.split(": ")[0] for line in found)
+
+    vars_ = "roles/r/vars/main.yml"
+    assert lines(head_copies(tmp_path)) == sorted(
+        [f"{vars_}:{n}" for n in (3, 4, 5, 6, 7, 8, 9, 10, 15)]
+        + ["roles/r/templates/t.j2:4", f"{PLUGINS}/filter/x.py:3", f"{PLUGINS}/filter/x.py:6"])
+    assert lines(gcs_port_copies(tmp_path)) == sorted(
+        [f"{vars_}:10", f"{vars_}:12", "roles/r/meta/argument_specs.yml:6", "roles/r/templates/t.j2:3",
+         f"{PLUGINS}/filter/x.py:4", f"{PLUGINS}/filter/x.py:5"])

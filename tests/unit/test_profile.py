@@ -21,13 +21,22 @@ from golden_files import assert_golden_tree
 REPO = Path(__file__).resolve().parents[2]
 LAB_PROFILES = REPO / "tests" / "lab" / "profiles"
 GOLDEN = Path(__file__).parent / "golden" / "profiles"
-# Every profile the collection ships: a new one needs its file and its golden files only.
+# Every profile the collection ships: a new one needs its file and its golden files only. Tests
+# that cover every profile of a kind pick them from this list by their fields (shipped_where),
+# never by name.
 SHIPPED = sorted(path.stem for path in (REPO / "collections/ansible_collections/sparkctl/spark/profiles").glob("*.yml"))
 # Solar-Open-100B (BF16) as shipped is refused by the memory budget; its golden renders the FP8 fix.
 SOLAR100_FP8 = {
     "checkpoint": {"repo_id": "mike-ravkine/Solar-Open-100B-FP8-Dynamic", "size_bytes": 103000000000,
                    "precision": "fp8", "dir_name": "solar-open-100b-fp8", "shards": None},
 }
+# The shipped profiles the checks refuse as shipped (profiles/README.md says why), each with the
+# overrides that fix it: the goldens and every test that renders them render the fix. Exactly the
+# refused ones (test_only_the_profiles_with_a_fix_are_refused_as_shipped), so a sound new profile
+# needs no entry.
+FIXES = {"solar-open-100b-vllm-fork": SOLAR100_FP8}
+# The lab's profiles the rendering tests cover beside the shipped ones (tests/lab/profiles).
+LAB_RENDERED = ["lab-standin", "lab-standin-3", "lab-vllm"]
 
 
 def load(name, overrides=None, paths=(str(LAB_PROFILES),)):
@@ -36,6 +45,11 @@ def load(name, overrides=None, paths=(str(LAB_PROFILES),)):
 
 def problems(name, overrides=None, paths=(str(LAB_PROFILES),)):
     return P.resolve(name, list(paths), overrides or {})[1]
+
+
+def shipped_where(test):
+    """The shipped profiles (as shipped, fixes left out) for which test(profile) holds."""
+    return [name for name in SHIPPED if test(load(name, paths=()))]
 
 
 def cluster(profile):
@@ -58,9 +72,13 @@ def cluster(profile):
 # ----------------------------------------------------------------------------- shipped profiles
 
 
-@pytest.mark.parametrize("name", [n for n in SHIPPED if n != "solar-open-100b-vllm-fork"] + ["lab-standin", "lab-standin-3", "lab-vllm"])
+@pytest.mark.parametrize("name", SHIPPED + LAB_RENDERED)
 def test_shipped_profiles_are_sound(name):
-    assert problems(name) == []
+    assert problems(name, FIXES.get(name)) == []
+
+
+def test_only_the_profiles_with_a_fix_are_refused_as_shipped():
+    assert [name for name in SHIPPED if problems(name, paths=())] == sorted(FIXES)
 
 
 def test_default_profile_is_shipped_and_keeps_the_old_memory_figure():
@@ -408,11 +426,7 @@ def test_inventory_validation_refuses_bad_profiles(extra, expected):
 # ----------------------------------------------------------------------------- rendering
 
 
-GOLDEN_CASES = {name: (name, {}) for name in SHIPPED if name != "solar-open-100b-vllm-fork"}
-GOLDEN_CASES["solar-open-100b-vllm-fork"] = ("solar-open-100b-vllm-fork", SOLAR100_FP8)
-GOLDEN_CASES["lab-standin"] = ("lab-standin", {})
-GOLDEN_CASES["lab-standin-3"] = ("lab-standin-3", {})
-GOLDEN_CASES["lab-vllm"] = ("lab-vllm", {})
+GOLDEN_CASES = {name: (name, FIXES.get(name, {})) for name in SHIPPED + LAB_RENDERED}
 
 
 def _rendered_files(name, overrides):
@@ -435,6 +449,11 @@ def test_rendering_matches_golden(case):
     name, overrides = GOLDEN_CASES[case]
     files = _rendered_files(name, overrides)
     assert_golden_tree(GOLDEN / case, files)
+
+
+def test_the_golden_files_are_of_the_rendered_profiles_only():
+    """A profile removed takes its golden files with it (a new one without them fails to match)."""
+    assert sorted(path.name for path in GOLDEN.iterdir()) == sorted(GOLDEN_CASES)
 
 
 def test_vllm_api_key_never_reaches_argv():
@@ -703,7 +722,7 @@ def test_engine_port_only_avoids_the_ports_its_topology_uses():
 # ----------------------------------------------------------------------------- restarts from state
 
 
-@pytest.mark.parametrize("name", ["lab-standin", "lab-image", "solar-open2-nvfp4-ngc-ep", "qwen38-flash-next-nvfp4-sglang"])
+@pytest.mark.parametrize("name", ["lab-standin", "lab-image"] + SHIPPED)
 def test_every_unit_names_the_files_it_reads_at_start(name):
     profile = load(name)
     c = cluster(profile)
@@ -760,28 +779,35 @@ def test_image_containers_lock_unlimited_memory_unless_the_profile_caps_it():
     assert set(map(tuple, capped.values())) == {("memlock=8388608", "stack=67108864")}
 
 
-@pytest.mark.parametrize("name", ["solar-open2-nvfp4-ngc-ep", "qwen38-flash-next-nvfp4-sglang",
-                                  "solar-open-100b-vllm-fork"])
+@pytest.mark.parametrize("name", shipped_where(lambda profile: profile["runtime"]["kind"] == "image"))
 def test_every_image_container_that_runs_nccl_ranks_gets_the_rdma_devices(name):
-    runs = _docker_runs(load(name, paths=()))
-    # The containers NCCL runs in: Ray's (the engine's ranks are its actors) or SGLang's ranks.
+    profile = load(name, paths=())
+    runs = _docker_runs(profile)
+    # The containers NCCL runs in: Ray's (the engine's ranks are its actors) or SGLang's ranks, on every node.
     ranks = {key: words for key, words in runs.items() if "router" not in key[1]}
-    assert len({host for host, _ in ranks}) == 2, runs.keys()
+    assert len({host for host, _ in ranks}) == profile["topology"]["nodes"], runs.keys()
     for key, words in ranks.items():
         devices = [words[i + 1] for i, w in enumerate(words) if w == "--device"]
         assert devices == ["/dev/infiniband"], (key, devices)
 
 
-@pytest.mark.parametrize("name", ["solar-open2-nvfp4-vllm-venv", "solar-open2-nvfp4-ngc-ep", "qwen38-flash-next-nvfp4-sglang",
-                                  "qwen38-flash-next-nvfp4-sglang-4x"])
+def _meets_peers(profile, unit):
+    """Whether a unit's process meets its peers over the cable: Ray's, and every engine rank (SGLang's, or
+    vLLM's own ranks with the head's rank in the engine's unit); not the API server a Ray topology runs
+    beside Ray, nor SGLang's router, which talk to loopback only."""
+    if "-ray-" in unit or unit.endswith(("-sglang-rank.service", "-vllm-rank.service")):
+        return True
+    return unit == "sparkctl-engine.service" and profile["topology"]["kind"] == "vllm_ranks"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
 def test_every_unit_that_meets_its_peers_over_the_cable_waits_for_it_in_exec_start(name):
     profile = load(name, paths=())
     spec = cluster(profile)
     interfaces = {node["name"]: node["interface"] for node in [spec["head"]] + spec["workers"]}
     out = P.render(profile, spec)
-    # Ray's units, or SGLang's ranks (the API server and the router talk to loopback only).
     for host, units in out["units"].items():
-        meeting = [unit for unit in units if "-ray-" in unit or "-sglang-rank" in unit]
+        meeting = [unit for unit in units if _meets_peers(profile, unit)]
         assert len(meeting) == 1, (host, units.keys())
         for unit in meeting:
             start = next(line for line in units[unit].splitlines() if line.startswith("ExecStart="))
@@ -1076,15 +1102,16 @@ def test_manifest_generator_reads_a_wheel_without_importing_it(tmp_path):
     assert json.loads(gen.dumps(data)) == data
 
 
-@pytest.mark.parametrize("name", ["qwen38-flash-next-nvfp4-sglang", "solar-open2-nvfp4-ngc-ep"])
-def test_sglang_and_ngc_renders_carry_the_key_file_never_a_key(name):
+@pytest.mark.parametrize("name", shipped_where(lambda profile: profile["engine"]["kind"] == "sglang"
+                                                or profile["runtime"]["kind"] == "image"))
+def test_sglang_and_image_renders_carry_the_key_file_never_a_key(name):
     profile = load(name)
     c = cluster(profile)
     out = P.render(profile, c)
     rendered = json.dumps({k: out[k] for k in ("argv", "env", "units", "command_line")})
     assert "--api-key" not in rendered and "VLLM_API_KEY" not in rendered and "api_key" not in rendered
     readers = sorted((h, u) for h, units in out["units"].items() for u, text in units.items() if c["api_key_file"] in text)
-    if name.endswith("sglang"):
+    if profile["topology"]["kind"] == "sglang_ranks":
         # Behind the API proxy no unit names it; without the proxy rank 0 reads it with --config
         # (and a container gets it mounted read-only).
         assert readers == []

@@ -17,7 +17,7 @@ ENGINE = "sparkctl-engine.service"
 
 def _engine_active(unit):
     head = {} if unit is None else {"ray_cluster_node": {"units": {ENGINE: unit}}}
-    variables = {"hostvars": {"spark1": head}, "groups": {"spark_head": ["spark1"]},
+    variables = {"hostvars": {"spark1": head}, "spark_cluster": {"head": {"name": "spark1", "link_ip": "192.168.100.10"}},
                  "ray_cluster_engine_unit": ENGINE,
                  **{name: VARS[name] for name in ("ray_cluster_engine_read", "ray_cluster_engine_active")}}
     value = evaluate("{{ ray_cluster_engine_active }}", variables)

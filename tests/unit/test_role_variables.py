@@ -104,3 +104,12 @@ def test_argument_spec_defaults_are_the_role_defaults(role):
         if "default" in option and name in values and not same_default(option["default"], values[name])
     }
     assert wrong == {}
+
+
+def test_no_role_variable_holds_jinja_control_flow():
+    """Decisions belong in the collection's filters, where unit tests reach them: a role's defaults and vars
+    hold expressions ({{ }}), never Jinja statements ({% %})."""
+    found = [f"{path.relative_to(ROLES)}:{number}"
+             for path in sorted(ROLES.glob("*/*/*.yml")) if path.parent.name in ("defaults", "vars")
+             for number, line in enumerate(path.read_text().splitlines(), start=1) if "{%" in line]
+    assert found == []

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import deployment as deployment_filter
 from ansible_collections.sparkctl.spark.plugins.module_utils import deployment as records
@@ -17,11 +18,18 @@ from sparkctl import cli, history, rollback
 from sparkctl import stages as stages_module
 from sparkctl.result import SCHEMA_PATH as SCHEMA
 from sparkctl.result import StageResult
+from collection_templating import TemplateFailed, evaluate
 
-REPRODUCE = {"spark_model_profile": "lab-standin", "spark_profile_overrides": {}, "spark_profile_paths": ["../p"],
-             "spark_checkpoint": {"source": "hub", "repo_id": "org/model", "revision": "main"},
-             "spark_checkpoint_dir": "/srv/sparkctl/models/lab-standin",
-             "spark_engine_venv_path": "/opt/sparkctl/venvs/lab-standin", "spark_api_proxy": True}
+# A run's value of each variable that reproduces a deployment, named by their owner
+# (module_utils/deployment.py, REPRODUCE_VARS) and in its order: a name added there gets a plain
+# string here, so adding one changes no test. The tests below edit some of them by name.
+SAMPLE_VALUES = {"spark_model_profile": "lab-standin", "spark_profile_overrides": {}, "spark_profile_paths": ["../p"],
+                 "spark_checkpoint": {"source": "hub", "repo_id": "org/model", "revision": "main"},
+                 "spark_checkpoint_dir": "/srv/sparkctl/models/lab-standin",
+                 "spark_engine_venv_path": "/opt/sparkctl/venvs/lab-standin", "spark_api_proxy": True}
+REPRODUCE = {name: SAMPLE_VALUES.get(name, "the run's " + name) for name in records.REPRODUCE_VARS}
+VERIFY_REPORT = Path(__file__).resolve().parents[2] / "roles" / "verify" / "tasks" / "report.yml"
+INTENT_TASK = "Note what this run deploys and the variables that reproduce it"
 
 
 def dg(label):
@@ -213,8 +221,42 @@ def test_intent_holds_the_reproducing_variables_and_refuses_without_one():
     profile = {"name": "lab-standin", "schema_version": 1}
     intent = deployment_filter.deployment_intent(profile, {"argv": ["x"]}, dict(REPRODUCE, other=1))
     assert intent["reproduce"] == REPRODUCE and intent["profile"]["sha256"] == records.content_digest(profile)
-    with pytest.raises(AnsibleFilterError, match="spark_api_proxy"):
-        deployment_filter.deployment_intent(profile, {}, {k: v for k, v in REPRODUCE.items() if k != "spark_api_proxy"})
+    assert list(intent["reproduce"]) == list(records.REPRODUCE_VARS)
+    for missing in records.REPRODUCE_VARS:
+        with pytest.raises(AnsibleFilterError, match=missing):
+            deployment_filter.deployment_intent(profile, {}, {k: v for k, v in REPRODUCE.items() if k != missing})
+
+
+def _intent_task():
+    tasks = yaml.safe_load(VERIFY_REPORT.read_text(encoding="utf-8"))
+    (task,) = [task for task in tasks if task.get("name") == INTENT_TASK]
+    return task
+
+
+def test_the_verify_role_records_the_owners_variables_without_naming_them():
+    """The task asks the run for every name the owner lists (deployment_reproduce_vars), so a name
+    added to REPRODUCE_VARS is recorded and given back by a rollback with no other change."""
+    assert deployment_filter.deployment_reproduce_vars() == list(records.REPRODUCE_VARS)
+    task = _intent_task()
+    text = yaml.safe_dump(task)
+    assert "sparkctl.spark.deployment_reproduce_vars" in text
+    assert [name for name in records.REPRODUCE_VARS if name in text] == []
+    profile = {"name": "lab-standin", "schema_version": 1}
+    variables = {**REPRODUCE, **task.get("vars", {}), "spark_profile": profile, "verify_engine_render": {"argv": ["x"]},
+                 # Another variable of the run is not recorded.
+                 "spark_cluster": {"head": {"name": "spark1"}}}
+    intent = evaluate(task["ansible.builtin.set_fact"]["verify_intent"], variables)
+    assert list(intent["reproduce"]) == list(records.REPRODUCE_VARS) and intent["reproduce"] == REPRODUCE
+    assert intent == deployment_filter.deployment_intent(profile, {"argv": ["x"]}, REPRODUCE)
+
+
+def test_the_verify_role_refuses_a_run_without_one_of_them():
+    task = _intent_task()
+    missing = records.REPRODUCE_VARS[-1]
+    variables = {**{k: v for k, v in REPRODUCE.items() if k != missing}, **task.get("vars", {}),
+                 "spark_profile": {"name": "lab-standin", "schema_version": 1}, "verify_engine_render": {}}
+    with pytest.raises(TemplateFailed, match=missing):
+        evaluate(task["ansible.builtin.set_fact"]["verify_intent"], variables)
 
 
 # --- The commands ------------------------------------------------------------------------------

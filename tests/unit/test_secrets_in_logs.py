@@ -19,7 +19,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from test_profile import cluster
+from test_profile import cluster, shipped_where
 from wrapper_project import make_project
 import yaml
 from ansible_collections.sparkctl.spark.plugins.module_utils.api_key import key_file_text
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-SGLkey9f8e7d6c5b4a3210fedcba98765"
 HF = "hf_" + "Q7x" * 12
 ENV_SECRET = "vault-pass-7c1e9a44d2"
-SGLANG_PROFILES = ["qwen38-flash-next-nvfp4-sglang", "qwen38-flash-next-nvfp4-sglang-4x"]
+SGLANG_PROFILES = shipped_where(lambda profile: profile["engine"]["kind"] == "sglang")
 
 
 # ----------------------------------------------------------------------------- SGLang's own start

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from ansible.module_utils import basic
 from ansible_collections.sparkctl.spark.plugins.module_utils import fabric_test
+from ansible_collections.sparkctl.spark.plugins.module_utils import shared_dirs as node_teardown_shared
 from ansible_collections.sparkctl.spark.plugins.module_utils import teardown as td
 from ansible_collections.sparkctl.spark.plugins.modules import node_baseline, node_teardown
 from module_runner import run_module
@@ -340,6 +341,95 @@ def test_a_path_that_existed_before_sparkctl_is_never_removed(tmp_path, node, ca
     assert rc == 0 and mine.exists() and all(str(mine) not in a for a in result["actions"])
 
 
+def _shared_node(tmp_path, monkeypatch, existed=False):
+    """A record taken with /etc/docker absent (or there, existed), then what a converge, the package's daemon
+    and the node's administrator put in it; dpkg's file lists under tmp_path."""
+    docker = tmp_path / "etc/docker"
+    if existed:
+        docker.mkdir(parents=True)
+    info = tmp_path / "var/lib/dpkg/info"
+    info.mkdir(parents=True)
+    monkeypatch.setattr(node_teardown_shared, "DPKG_INFO", str(info))
+    return docker, info
+
+
+def _record(tmp_path, capsys, *paths):
+    rc, _result = run_module(node_baseline.main, _args(tmp_path, backup_dir=str(tmp_path / "b"), paths=[str(p) for p in paths]),
+                             capsys)
+    assert rc == 0
+
+
+SHARED = {"sparkctl": ["daemon.json"], "daemon": ["key.json"]}
+
+
+def test_a_shared_directory_sparkctl_created_keeps_and_names_only_what_someone_else_put_there(tmp_path, node, capsys,
+                                                                                           monkeypatch):
+    docker, info = _shared_node(tmp_path, monkeypatch)
+    _record(tmp_path, capsys, docker)
+    docker.mkdir(parents=True)
+    (docker / "daemon.json").write_text("{}")                   # sparkctl's (the image runtime)
+    (docker / "key.json").write_text("{}")                      # dockerd's own
+    registry = docker / "certs.d/registry.lab:5000"
+    registry.mkdir(parents=True)
+    (registry / "ca.crt").write_text("CA")                      # the administrator's, added since
+    args = _args(tmp_path, shared_dirs=[{"path": str(docker), **SHARED}])
+
+    rc, result = run_module(node_teardown.main, dict(args, _ansible_check_mode=True), capsys)
+    assert rc == 0 and result["kept_files"] == [str(registry / "ca.crt")], result
+    assert f"keep {docker}, which holds what sparkctl did not put there: certs.d/registry.lab:5000/ca.crt" in result["actions"]
+    assert (docker / "daemon.json").exists() and (docker / "key.json").exists()  # check mode changed nothing
+
+    rc, result = run_module(node_teardown.main, args, capsys)
+    assert rc == 0 and result["changed"] and result["kept_files"] == [str(registry / "ca.crt")], result
+    assert f"remove {docker}/daemon.json" in result["actions"] and f"remove {docker}/key.json" in result["actions"]
+    assert sorted(p.relative_to(docker).as_posix() for p in docker.rglob("*")) == [
+        "certs.d", "certs.d/registry.lab:5000", "certs.d/registry.lab:5000/ca.crt"]
+
+
+def test_a_shared_directory_goes_once_only_sparkctls_its_daemons_and_its_packages_files_were_in_it(tmp_path, node,
+                                                                                                  capsys, monkeypatch):
+    docker, info = _shared_node(tmp_path, monkeypatch)
+    _record(tmp_path, capsys, docker)
+    (docker / "seccomp").mkdir(parents=True)
+    (docker / "daemon.json").write_text("{}")
+    (docker / "key.json").write_text("{}")
+    # A file of a package that stays (dpkg lists it): not someone else's, but it keeps the directory.
+    (docker / "seccomp/default.json").write_text("{}")
+    (info / "docker.io.list").write_text(f"{docker}\n{docker}/seccomp\n{docker}/seccomp/default.json\n")
+    args = _args(tmp_path, remove_record=False, shared_dirs=[{"path": str(docker), **SHARED}])
+    rc, result = run_module(node_teardown.main, args, capsys)
+    assert rc == 0 and result["kept_files"] == [] and f"keep {docker}: it holds files of packages that stay" in result["actions"]
+    assert sorted(p.name for p in docker.iterdir()) == ["seccomp"]
+    # Once the package's purge took its file, the directory goes.
+    (docker / "seccomp/default.json").unlink()
+    rc, result = run_module(node_teardown.main, args, capsys)
+    assert rc == 0 and f"remove {docker} (nothing else was in it)" in result["actions"] and not docker.exists()
+
+
+def test_a_shared_directory_that_was_there_before_sparkctl_is_left_to_the_rest_of_the_record(tmp_path, node, capsys,
+                                                                                          monkeypatch):
+    docker, _info = _shared_node(tmp_path, monkeypatch, existed=True)
+    _record(tmp_path, capsys, docker)
+    (docker / "key.json").write_text("{}")
+    rc, result = run_module(node_teardown.main, _args(tmp_path, shared_dirs=[{"path": str(docker), **SHARED}]), capsys)
+    assert rc == 0 and (docker / "key.json").exists() and all(str(docker) not in a for a in result["actions"]), result
+
+
+def test_a_shared_directory_without_the_list_is_removed_whole_as_before(tmp_path, node, capsys, monkeypatch):
+    docker, _info = _shared_node(tmp_path, monkeypatch)
+    _record(tmp_path, capsys, docker)
+    (docker / "certs.d").mkdir(parents=True)
+    (docker / "certs.d/ca.crt").write_text("CA")
+    rc, result = run_module(node_teardown.main, _args(tmp_path), capsys)
+    assert rc == 0 and f"remove {docker}" in result["actions"] and not docker.exists()
+
+
+@pytest.mark.parametrize("name", ["../passwd", "/etc/passwd", ".", "certs.d/../../x"])
+def test_a_shared_directory_names_only_paths_inside_it(name):
+    with pytest.raises(ValueError, match="is not a path inside /etc/docker"):
+        node_teardown_shared.named_entries("/etc/docker", [name])
+
+
 def _warnings(monkeypatch):
     """Where a warning goes depends on what else the test run imported (ansible's is_controller): kept here."""
     warnings = []
@@ -520,6 +610,30 @@ def test_teardown_lists_follow_the_roles():
     marker = _yaml("ssh_mesh/vars/main.yml")["ssh_mesh_client_marker"]
     assert marker == "# {mark} " + strip["config"]["block_marker"]
     assert set(names["teardown_group_members"]) == {_yaml("engine_image/defaults/main.yml")["engine_image_docker_group"]}
+
+
+def test_the_shared_directories_name_what_the_roles_write_there():
+    names = _yaml("teardown/vars/main.yml")
+    shared = {entry["path"]: entry for entry in names["teardown_shared_dirs"]}
+    # Each is one of the record's paths: the record says whether sparkctl created it.
+    assert set(shared) <= set(names["teardown_fixed_paths"]), sorted(set(shared) - set(names["teardown_fixed_paths"]))
+    written = {f"{path}/{name}" for path, entry in shared.items() for name in entry["sparkctl"]}
+    observe = _yaml("observe/defaults/main.yml")
+    wanted = {observe[var] for var in (
+        "observe_prometheus_config_file", "observe_prometheus_web_config", "observe_node_exporter_web_config",
+        "observe_password_file", "observe_node_exporter_password_file", "observe_prometheus_rules_file",
+        "observe_engine_key_file", "observe_tls_dir", "observe_node_exporter_textfile_dir",
+        "observe_grafana_password_file", "observe_grafana_datasource_password_file", "observe_grafana_tls_dir",
+        "observe_grafana_datasource_file", "observe_grafana_dashboards_provider_file", "observe_grafana_dashboards_dir",
+        "observe_grafana_dropin")}
+    wanted.add(_yaml("observe/vars/main.yml")["observe_grafana_shared_password_file"])
+    wanted |= {f"/etc/systemd/system/{observe[var]}.d/sparkctl-hold.conf"
+               for var in ("observe_prometheus_service", "observe_node_exporter_service", "observe_grafana_service")}
+    wanted.add(_yaml("engine_image/defaults/main.yml")["engine_image_daemon_json"])
+    wanted.add(_yaml("firewall/vars/main.yml")["firewall_wants_dir"] + "/{{ spark_units.firewall }}")
+    # What the roles write in a shared directory is named there; nothing named is not written by a role.
+    assert {path for path in wanted if any(path.startswith(d + "/") for d in shared)} == written
+    assert wanted <= written, sorted(wanted - written)
 
 
 def _task_lists(tasks):

@@ -2,13 +2,16 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The checkpoint stage's filters: one readable line from the progress file
 sparkctl.spark.checkpoint_sync keeps while it runs in the background, whether a node
-has room for the checkpoint once its real size is known, and whether the manifest an
-earlier run kept is the checkpoint this run asks for (the stage's no-op path)."""
+has room for the checkpoint once its real size is known, whether the manifest an
+earlier run kept is the checkpoint this run asks for (the stage's no-op path), and where
+the transfer sends the checkpoint on each worker."""
 
 from __future__ import annotations
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_sync import kept_manifest_standing
+from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_hub import kept_manifest_standing
 from ansible_collections.sparkctl.spark.plugins.module_utils.fit import estimate_due
+from ansible_collections.sparkctl.spark.plugins.module_utils.link_address import link_addresses
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.preflight_checks import check_disk
 
 DOCUMENTATION = r"""
@@ -34,6 +37,13 @@ description:
     kept by an earlier sparkctl without a record of what it was made for, or made for another profile, parallel size,
     KV pool, KV dtype, C(max_num_seqs) or commit). C(reason) names what differs (the fit module utility's
     C(estimate_due); docs/fit.md).
+  - The companion filter C(checkpoint_worker_targets) (input the workers that receive the checkpoint, the head left
+    out; arguments each one's C(spark_link) in the same order, the transport (C(rsyncd) or C(ssh)), the service user,
+    the checkpoint directory and the rsync daemon's user, port and module) returns the C(workers) option of
+    C(sparkctl.spark.checkpoint_sync), one entry per worker in input order. C(target) and C(alternate_targets) are the
+    worker's cable halves in order, the first its primary (the streams are spread over all of them), each as its rsync
+    daemon's URL (C(rsync://USER@ADDRESS:PORT/MODULE/)) or, with ssh, as C(OWNER@ADDRESS:DIR/). C(relay_source) is
+    the worker's first cable half over ssh (C(OWNER@ADDRESS:DIR/)), where another worker relays from.
 options:
   _input:
     description: The parsed progress file.
@@ -51,7 +61,9 @@ RETURN = r"""
 _value:
   description:
     - The line (C(checkpoint_progress_line)), the disk check's result (C(checkpoint_room)), the kept manifest's standing
-      (C(checkpoint_manifest_standing)) or whether the fit estimate is due (C(checkpoint_fit_due)).
+      (C(checkpoint_manifest_standing)), whether the fit estimate is due (C(checkpoint_fit_due)) or the workers'
+      entries of the transfer (C(checkpoint_worker_targets), a list of C(name), C(target), C(alternate_targets),
+      C(relay_source)).
   type: raw
 """
 
@@ -95,7 +107,7 @@ def checkpoint_room(host_facts, path, size_bytes, reserve_bytes):
 
 
 def checkpoint_manifest_standing(manifest, source, hub_answer=None, hub_unreachable=""):
-    """kept_manifest_standing (module_utils/checkpoint_sync.py, the transfer's own rules) with the
+    """kept_manifest_standing (module_utils/checkpoint_hub.py, the transfer's own rules) with the
     hub's answer as hub_access returned it; a skipped or failed access check names no commit."""
     hub_answer = hub_answer if isinstance(hub_answer, dict) else {}
     return kept_manifest_standing(manifest or {}, source, hub_commit=hub_answer.get("commit"),
@@ -108,7 +120,32 @@ def checkpoint_fit_due(kept, profile, commit=None):
     return estimate_due(kept, profile if isinstance(profile, dict) else {}, commit or None)
 
 
+def checkpoint_worker_targets(workers, links, transport, owner, checkpoint_dir, rsyncd_user, rsyncd_port,
+                              rsyncd_module):
+    """The workers' entries of checkpoint_sync's `workers` option. Each worker receives over the
+    cable, never the management network: through every cable half (links: each worker's
+    spark_link, in the order of workers), from its rsync daemon or, with the ssh transport, over
+    ssh; a relaying worker reads another's copy over ssh at its first half."""
+    workers, links = list(workers or []), list(links or [])
+    if len(workers) != len(links):
+        raise AnsibleFilterError("checkpoint_worker_targets: %d workers but %d spark_link plans" % (len(workers), len(links)))
+    specs = []
+    for worker, link in zip(workers, links, strict=True):
+        try:
+            addresses = link_addresses(link)
+        except ValueError as exc:
+            raise AnsibleFilterError("checkpoint_worker_targets: %s: %s" % (worker, exc)) from exc
+        if transport == "rsyncd":
+            urls = ["rsync://%s@%s:%s/%s/" % (rsyncd_user, address, rsyncd_port, rsyncd_module) for address in addresses]
+        else:
+            urls = ["%s@%s:%s/" % (owner, address, checkpoint_dir) for address in addresses]
+        specs.append({"name": str(worker), "target": urls[0], "alternate_targets": urls[1:],
+                      "relay_source": "%s@%s:%s/" % (owner, addresses[0], checkpoint_dir)})
+    return specs
+
+
 class FilterModule:
     def filters(self):
         return {"checkpoint_progress_line": checkpoint_progress_line, "checkpoint_room": checkpoint_room,
-                "checkpoint_manifest_standing": checkpoint_manifest_standing, "checkpoint_fit_due": checkpoint_fit_due}
+                "checkpoint_manifest_standing": checkpoint_manifest_standing, "checkpoint_fit_due": checkpoint_fit_due,
+                "checkpoint_worker_targets": checkpoint_worker_targets}

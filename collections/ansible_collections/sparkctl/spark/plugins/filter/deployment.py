@@ -11,6 +11,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.module_utils import deployment as records
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
+from ansible_collections.sparkctl.spark.plugins.plugin_utils import report_dirs
 
 DOCUMENTATION = r"""
 name: deployment
@@ -32,12 +33,19 @@ description:
     (C(<recorded_at, compact>-<12 hex digits of the id>.json)); C(deployment_inventory_key) the name of an inventory's
     own history directory (C(<inventory directory name>-<8 hex digits of the sha256 of its real path>));
     C(deployment_intent) what a run deploys before verify's verdict (the profile's name and digest, the engine
-    configuration's digest, and the variables that reproduce it, C(spark_model_profile), C(spark_profile_overrides),
-    C(spark_profile_paths), C(spark_checkpoint), C(spark_checkpoint_dir), C(spark_engine_venv_path),
-    C(spark_api_proxy);
+    configuration's digest, and the variables that reproduce it, taken from a mapping of the run's variables);
+    C(deployment_reproduce_vars) the names of those variables (its input is ignored), so the verify role asks the run
+    for each of them without writing them out again;
     C(deployment_rollback_problems) why a recorded deployment cannot be served again (its runtime or checkpoint gone
     from a node, its profile resolving to other content), from the M(sparkctl.spark.verify_facts) read of every node
     and the digest of the profile the run resolved.
+  - Companion filters C(report_dir) and C(deployment_base_dir) give the spark role's C(spark_report_dir) and the base of
+    its C(spark_deployment_dir) by the rule the sparkctl wrapper follows too. C(report_dir) takes the project
+    directory (the parent of C(playbook_dir)) and returns C($SPARKCTL_REPORT_DIR), or C(<project>/.sparkctl/reports)
+    without it. C(deployment_base_dir) takes the report directory and returns C($SPARKCTL_DEPLOYMENT_DIR), or the
+    C(deployments) directory beside the report directory without it. Both read the control node's environment, as
+    the C(ansible.builtin.env) lookup does, and take a relative directory from the one the run was started in
+    (C($PWD)); an optional C(environ) mapping stands in for the environment.
 options:
   _input:
     description: The head's M(sparkctl.spark.verify_facts) result (C(versions), C(checkpoint_manifest)).
@@ -171,7 +179,7 @@ def deployment_history_name(record):
 def deployment_intent(profile, rendered, variables):
     """What this run deploys, known before verify's verdict: the profile's name and digest, the
     rendered engine configuration's digest, and the variables that reproduce it (variables: a
-    mapping holding at least REPRODUCE_VARS, e.g. the play's vars)."""
+    mapping holding at least REPRODUCE_VARS, the run's values of deployment_reproduce_vars' names)."""
     try:
         reproduce = dict((name, variables[name]) for name in records.REPRODUCE_VARS)
     except KeyError as exc:
@@ -182,6 +190,32 @@ def deployment_intent(profile, rendered, variables):
 
 def deployment_inventory_key(inventory_dir):
     return records.inventory_key(inventory_dir)
+
+
+def deployment_reproduce_vars(_ignored=None):
+    """The names of the variables that reproduce a deployment, in their owner's order
+    (module_utils/deployment.py, REPRODUCE_VARS): a name added there is recorded with no other change."""
+    return list(records.REPRODUCE_VARS)
+
+
+def _started_in(environ):
+    """The directory the run was started in, as the shell that started it says ($PWD): a
+    playbook's tasks run in another."""
+    return environ.get("PWD", "")
+
+
+def report_dir(project, environ=None):
+    """spark_report_dir, for the project holding playbooks/ (environ: the control node's environment
+    unless given)."""
+    environ = os.environ if environ is None else environ
+    return report_dirs.report_dir(project, _started_in(environ), environ)
+
+
+def deployment_base_dir(reports, environ=None):
+    """The base of spark_deployment_dir (each inventory's history is a directory under it), beside
+    the report directory reports."""
+    environ = os.environ if environ is None else environ
+    return report_dirs.deployment_base(reports, _started_in(environ), environ)
 
 
 def deployment_rollback_problems(record, reads, profile=None):
@@ -201,4 +235,6 @@ class FilterModule:
     def filters(self):
         return {"deployment": deployment, "deployment_history_name": deployment_history_name,
                 "deployment_inventory_key": deployment_inventory_key, "deployment_intent": deployment_intent,
-                "deployment_rollback_problems": deployment_rollback_problems}
+                "deployment_reproduce_vars": deployment_reproduce_vars,
+                "deployment_rollback_problems": deployment_rollback_problems,
+                "report_dir": report_dir, "deployment_base_dir": deployment_base_dir}

@@ -41,7 +41,7 @@ EXAMPLES = r"""
     method: tcp
     pairs: >-
       {{ hostvars | sparkctl.spark.fabric_test_pairs(groups['spark_head'] + groups['spark_workers'],
-         groups['spark_head'][0], 'tcp') }}
+         spark_cluster.head.name, 'tcp') }}
     minimum_gbps: 1
     head: "{{ inventory_hostname }}"
 """

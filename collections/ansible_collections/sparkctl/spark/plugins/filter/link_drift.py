@@ -2,11 +2,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Compare the live direct link (spark_link_facts) with the plan (spark_link,
 spark_link_mtu): the drift a netplan file cannot show, such as an address removed
-by hand or an MTU reset, which only `netplan apply` repairs."""
+by hand or an MTU reset, which only `netplan apply` repairs; and, from every host's read,
+the hosts of the play whose link is about to be re-applied."""
 
 from __future__ import annotations
 
 import ipaddress
+
+from ansible.errors import AnsibleFilterError
 
 DOCUMENTATION = r"""
 name: link_drift
@@ -18,8 +21,13 @@ description:
   - "Reasons: the interface does not exist, its addresses could not be read, it is administratively down,
     a planned address is missing (the prefix length counts), or its MTU differs."
   - Extra addresses are not drift; the role owns only what the plan names.
-  - Also provides C(link_drift_lines) (the result as one line per interface, for messages) and
-    C(link_missing_interfaces) (the C(spark_link) items whose interface does not exist).
+  - Also provides C(link_drift_lines) (the result as one line per interface, for messages),
+    C(link_missing_interfaces) (the C(spark_link) items whose interface does not exist) and C(link_apply_pending)
+    (input the play's hosts; arguments each host's registered read of C(sparkctl.spark.link_facts), C({}) where it has
+    none, and each host's C(spark_link), both in the order of the hosts, then the netplan file's path and the planned
+    MTU), which returns the hosts whose link is about to be re-applied, in input order. A host is pending when its read
+    names the netplan file among its C(drifted) paths or its live link differs from the plan (C(link_drift)); a
+    host without a read, or whose read has no C(drifted), is not.
 options:
   _input:
     description: The C(spark_link_facts) fact (C(interfaces) keyed by name, C(missing)).
@@ -44,7 +52,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: One entry per drifted interface; empty when the live link matches the plan.
+  description:
+    - One entry per drifted interface; empty when the live link matches the plan.
+    - C(link_apply_pending) returns the names of the pending hosts instead.
   type: list
   elements: dict
   contains:
@@ -116,10 +126,35 @@ def link_drift_lines(drift):
     return ["%s: %s" % (entry["interface"], "; ".join(entry["reasons"])) for entry in drift or []]
 
 
+def link_apply_pending(hosts, reads, links, netplan_path, mtu):
+    """The hosts whose link is about to be re-applied: their read (reads, in the order of hosts,
+    {} where none was registered) names the netplan file among its drifted paths, or their live
+    link differs from their plan (links: each host's spark_link, in the same order)."""
+    hosts, reads, links = list(hosts or []), list(reads or []), list(links or [])
+    if not len(hosts) == len(reads) == len(links):
+        raise AnsibleFilterError("link_apply_pending: %d hosts, %d reads and %d spark_link plans"
+                                 % (len(hosts), len(reads), len(links)))
+    pending = []
+    for host, read, link in zip(hosts, reads, links, strict=True):
+        if "drifted" not in read:
+            continue
+        if netplan_path in read["drifted"]:
+            pending.append(host)
+            continue
+        try:
+            link_facts = read["ansible_facts"]["spark_link_facts"]
+        except (KeyError, TypeError) as exc:
+            raise AnsibleFilterError("link_apply_pending: the read of %s has no spark_link_facts" % (host,)) from exc
+        if link_drift(link_facts, link, mtu):
+            pending.append(host)
+    return pending
+
+
 class FilterModule:
     def filters(self):
         return {
             "link_drift": link_drift,
             "link_drift_lines": link_drift_lines,
             "link_missing_interfaces": link_missing_interfaces,
+            "link_apply_pending": link_apply_pending,
         }

@@ -1,11 +1,14 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What an `ssh -v ... true` probe tells: whether it got in, with which key,
-over which cipher, against which pinned host key, and if not, why."""
+over which cipher, against which pinned host key, and if not, why; and the probes of the
+SSH mesh themselves, each with the item the report judges it by."""
 
 from __future__ import annotations
 
 import re
+
+from ansible.errors import AnsibleFilterError
 
 DOCUMENTATION = r"""
 name: ssh_probe_report
@@ -25,6 +28,14 @@ description:
     and fails; probe with C(-o ControlPath=none).
   - A probe that must be refused passes on C(auth_refused), fails when the key was accepted, and warns when it could
     not reach the peer (nothing to judge).
+  - Companion filter C(ssh_probe_plan) builds those probes for C(sparkctl.spark.probe_commands), C(item), C(argv)
+    and, for a link probe, C(retries) and C(delay). Input the target nodes' published mesh identities (C(name),
+    C(user), C(addresses), C(management_address)); arguments the mesh key's path, the C(known_hosts) path, the
+    C(ConnectTimeout) seconds, the retries and delay of a link probe, and whether the key must also be refused at
+    each management address. First one C(ok) probe per node and link address, in node then address order
+    (C(ssh -v -o BatchMode=yes -o ControlPath=none)); then, when asked, one C(refused) probe per node at its
+    management address offering the mesh key alone (C(-F /dev/null), C(IdentitiesOnly)), checked against the host
+    key pinned for the node's first link address (C(HostKeyAlias)).
 options:
   _input:
     description: The registered loop results (C(rc), C(stderr), C(item)); skipped items are left out.
@@ -266,6 +277,34 @@ def ssh_probe_report(results, cipher=None, source=None):
     return report
 
 
+def ssh_probe_plan(nodes, key_path, known_hosts, connect_timeout, retries, delay, off_link_refused=True):
+    """The probes of the nodes this one logs in to: every link address must let the mesh key in
+    (ssh's own config, which names the key; a few retries, as a link just configured can take
+    seconds to pass traffic); with off_link_refused, every management address must refuse it,
+    sshd's from= option holding the key to the link. ControlPath=none everywhere: a shared
+    master would hide the key exchange, and with it the cipher."""
+    timeout = f"ConnectTimeout={connect_timeout}"
+    try:
+        probes = [{"item": {"peer": node["name"], "address": address, "path": "link", "expect": "ok"},
+                   "retries": retries, "delay": delay,
+                   "argv": ["ssh", "-v", "-o", "BatchMode=yes", "-o", "ControlPath=none", "-o", timeout, address, "true"]}
+                  for node in nodes or [] for address in node["addresses"]]
+        if off_link_refused:
+            probes += [{"item": {"peer": node["name"], "address": node["management_address"], "path": "management",
+                                 "expect": "refused"},
+                        "argv": ["ssh", "-v", "-F", "/dev/null", "-i", key_path, "-o", "IdentitiesOnly=yes",
+                                 "-o", "BatchMode=yes", "-o", "PasswordAuthentication=no",
+                                 "-o", "KbdInteractiveAuthentication=no", "-o", "ControlPath=none",
+                                 "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}",
+                                 "-o", f"HostKeyAlias={node['addresses'][0]}", "-o", timeout,
+                                 "-l", node["user"], node["management_address"], "true"]}
+                       for node in nodes or []]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise AnsibleFilterError(f"ssh_probe_plan: not a mesh identity with name, user, addresses and "
+                                 f"management_address ({exc!r})") from exc
+    return probes
+
+
 class FilterModule:
     def filters(self):
-        return {"ssh_probe_report": ssh_probe_report}
+        return {"ssh_probe_report": ssh_probe_report, "ssh_probe_plan": ssh_probe_plan}

@@ -10,7 +10,8 @@ authorized mesh key (mesh_key_options: restrict, from= the source's cable addres
 the directories the head writes to, command= the mesh key's forced command), and
 whether a key is authorized or a host key pinned as the writing modules would leave it
 (authorized_key_current, known_host_current), judged on the files' text read once, so
-those modules run only where something differs."""
+those modules run only where something differs: the sources whose key line is not there yet
+(mesh_unauthorized_sources) and the peer addresses not pinned yet (mesh_unpinned)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,18 @@ description:
     O(expected). A line holding the current key of any peer is never stale (only its comment may be out of date).
     A peer whose expected key is null (not known yet, e.g. a first C(--check) run) keeps its lines.
   - Lines without the marker are never returned.
+  - Companion filters, judged on the same texts read once so the writing modules run only where something
+    differs. C(mesh_unauthorized_sources) (input the source nodes' published identities, each with C(public_key)
+    and C(addresses); arguments the C(authorized_keys) text, the extra key options and the forced command's roots
+    of C(mesh_key_options)) returns the nodes with a public key whose exact line (key, type, options, comment) the
+    text lacks (C(authorized_key_current)); a node without a key yet is left out.
+    C(mesh_unpinned) (input the C([node, address]) pairs of C(subelements('addresses')) over the target nodes'
+    identities, each with C(host_key); argument the C(known_hosts) text) returns the pairs whose address is not
+    pinned to the node's host key (C(known_host_current)), in input order.
+  - Also C(mesh_directions) (who logs in to whom), C(mesh_key_options) (the options of an authorized mesh key),
+    C(mesh_command_path) (where the forced command is installed), C(authorized_key_current) and
+    C(known_host_current) (whether C(ansible.posix.authorized_key) or C(ansible.builtin.known_hosts) would leave a
+    text unchanged).
 options:
   _input:
     description: The text of C(authorized_keys) (empty when the file does not exist).
@@ -246,8 +259,42 @@ def known_host_current(text, name, key):
     return False
 
 
+def mesh_unauthorized_sources(sources, text, extra_options=(), roots=None):
+    """The source nodes (published ssh_mesh_node identities) whose public key authorized_keys
+    lacks as the exact line ansible.posix.authorized_key would write: key, type, comment and
+    the options of mesh_key_options. A node without a public key yet (--check before the key
+    exists) has nothing to authorize, so its options are not worked out."""
+    unauthorized = []
+    for node in sources or []:
+        try:
+            public_key = node["public_key"]
+            if len(public_key) > 0 and not authorized_key_current(
+                    text, public_key, mesh_key_options(node["addresses"], extra_options, roots)):
+                unauthorized.append(node)
+        except (KeyError, TypeError) as exc:
+            raise AnsibleFilterError(f"mesh_unauthorized_sources: not a mesh identity with public_key and addresses: "
+                                     f"{node!r} ({exc!r})") from exc
+    return unauthorized
+
+
+def mesh_unpinned(pairs, text):
+    """The [node, address] pairs (subelements('addresses') over the target nodes' identities)
+    whose address known_hosts does not pin to the node's host key as ansible.builtin.known_hosts
+    would leave it."""
+    unpinned = []
+    for pair in pairs or []:
+        try:
+            node, address = pair
+            if not known_host_current(text, address, node["host_key"]):
+                unpinned.append(pair)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AnsibleFilterError(f"mesh_unpinned: not a [node with host_key, address] pair: {pair!r} ({exc!r})") from exc
+    return unpinned
+
+
 class FilterModule:
     def filters(self):
         return {"stale_mesh_keys": stale_mesh_keys, "mesh_directions": mesh_directions, "mesh_key_options": mesh_key_options,
                 "mesh_command_path": mesh_command_path,
-                "authorized_key_current": authorized_key_current, "known_host_current": known_host_current}
+                "authorized_key_current": authorized_key_current, "known_host_current": known_host_current,
+                "mesh_unauthorized_sources": mesh_unauthorized_sources, "mesh_unpinned": mesh_unpinned}

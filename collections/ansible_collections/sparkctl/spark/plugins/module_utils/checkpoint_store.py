@@ -24,16 +24,13 @@ import os
 import stat
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import safe_walk
-from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
-    STAMP_NAME,
-    CheckpointError,
-    normalize_manifest,
-    owned_leftover,
-)
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_errors import CheckpointError
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_manifest import MANIFEST_NAME, normalize_manifest
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_stamp import STAMP_NAME
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_tree import owned_leftover
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import listed_files_to_remove
 
 CREATED_MARK = ".sparkctl-created"
-MANIFEST_NAME = ".sparkctl-manifest.json"
 SERVED_FILE = "/var/lib/sparkctl/checkpoints-served.json"
 # A manifest lists a checkpoint's files: far below this.
 LISTING_LIMIT = 64 << 20

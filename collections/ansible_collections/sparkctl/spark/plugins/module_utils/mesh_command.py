@@ -9,7 +9,7 @@ at MESH_COMMAND_PATH (authorized_keys: command="MESH_COMMAND_PATH --root DIR ...
 mesh_key_options filter). That program is copied to the node alone, so it holds the judging of
 the head's commands itself; this module holds what the head's side needs: where it is installed,
 the forced command's text and the relay's command line. The unit tests keep the program's copy
-of the path in step with this one, and its relay exit status with checkpoint_sync.py's
+of the path in step with this one, and its relay exit status with checkpoint_rsync.py's
 RELAY_HASH_MISMATCH.
 """
 

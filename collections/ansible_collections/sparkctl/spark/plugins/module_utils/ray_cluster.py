@@ -16,8 +16,6 @@ import signal
 import socket
 import time
 
-GCS_PORT = 6379
-
 
 # --------------------------------------------------------------------------------------------
 # Ray's state API

@@ -6,11 +6,12 @@
 with it: the pure decisions the node_baseline and node_teardown modules share.
 
 The baseline is one JSON document, written once, before the first stage that changes a node
-(roles/spark/tasks/baseline.yml): the installed packages, whether each path sparkctl may
-create existed, a copy of each file sparkctl may replace or edit, the cable interfaces'
-MTU and addresses, whether the service user lingered, and whether the accounts sparkctl may
-create existed (and a group named like each). A teardown removes only what
-the baseline says was not there, and puts back what it says was.
+(roles/teardown's tasks/baseline.yml, which roles/spark/tasks/main.yml includes at the start of
+such a stage): the installed packages, whether each path sparkctl may create existed, a copy of
+each file sparkctl may replace or edit, the cable interfaces' MTU and addresses, whether the
+service user lingered, and whether the accounts sparkctl may create existed (and a group named
+like each). A teardown removes only what the baseline says was not there, and puts back what it
+says was.
 
 The packages sparkctl installs are added to it when it installs them (INSTALLED_KEY, from
 roles/teardown's tasks/installed.yml, right after each role's apt install): the teardown purges

@@ -348,12 +348,9 @@ timings:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_sync import (
-    DEFAULT_RSH,
-    CheckpointSync,
-    SyncError,
-    read_password_file,
-)
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_errors import SyncError
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_rsync import DEFAULT_RSH, read_password_file
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_sync import CheckpointSync
 
 
 def main():

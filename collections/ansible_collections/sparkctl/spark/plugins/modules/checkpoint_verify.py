@@ -272,14 +272,10 @@ elapsed:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import (
-    DEFAULT_IGNORE,
-    CheckpointError,
-    load_manifest_file,
-    normalize_manifest,
-    summarize,
-    verify_checkpoint,
-)
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint import summarize, verify_checkpoint
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_errors import CheckpointError
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_manifest import load_manifest_file, normalize_manifest
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_tree import DEFAULT_IGNORE
 
 # How many names a warning about extra files spells out.
 _WARN_NAMES = 5

@@ -15,7 +15,7 @@ extends_documentation_fragment:
 description:
   - Runs on the head as the service user. For each worker whose runtime identity is the head's and whose cache
     digest differs from the head's, makes the worker's cache directory hold exactly the head's files with the
-    checkpoint mirror's rsync (the collection's C(checkpoint_sync) module utility, over SSH on the cable); the
+    checkpoint mirror's rsync (the collection's C(checkpoint_rsync) module utility, over SSH on the cable); the
     head's files are sent, the worker's files the head does not hold are deleted, nothing outside the identity's
     directory is touched.
   - A worker of another identity is skipped (its runtime differs, as verify's parity check says); a worker
@@ -102,7 +102,7 @@ import posixpath
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkctl.spark.plugins.module_utils import jit_cache
-from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_sync import Rsync, RsyncFailure
+from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_rsync import Rsync, RsyncFailure
 
 
 def plan_worker(head_identity, head_digest, head_names, worker):

@@ -48,6 +48,10 @@ description:
     needs (Pre-Depends, Depends, and Recommends too of one installed since the record), so a dependency of a package
     someone installed since stays. Each purge only when apt's simulation of it removes nothing but those packages;
     otherwise nothing of it is purged, with a warning.
+  - Then each directory of O(shared_dirs) the record lists as absent then loses only what O(shared_dirs) names in it,
+    what sparkctl writes there and what its packages' daemons write there (the packages' own files went with their
+    purge). What is left is someone else's and stays, with the directories that hold it, named in RV(actions) and
+    RV(kept_files). The directory goes once nothing is left in it.
   - Then removes each account of O(users) the record says did not exist and that exists now, as C(userdel --remove)
     does; an account the record says existed, or does not know, is never removed. Its processes must be gone first
     (the units were stopped, lingering turned off above); any left are ended with C(loginctl terminate-user), and
@@ -127,6 +131,29 @@ options:
           - The JSON manifest listing its files (relative names); default C(.sparkctl-manifest.json) in it.
           - The files the verification stamp C(.sparkctl-verified.json) in it lists are sparkctl's too (a worker has no manifest).
         type: path
+  shared_dirs:
+    description:
+      - Directories sparkctl creates that packages it installs, their daemons or the node's administrator write into
+        as well (C(/etc/docker), C(/etc/prometheus)). One the record lists as absent then is not removed with all it
+        holds, as the other paths are (see above).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The directory. It must be one of the record's paths too (node_baseline's O(sparkctl.spark.node_baseline#module:paths)).
+        type: path
+        required: true
+      sparkctl:
+        description: What sparkctl writes in it, relative to it; a directory named goes with all it holds.
+        type: list
+        elements: str
+        default: []
+      daemon:
+        description: What the daemons of the packages sparkctl installs write in it (their data), relative to it.
+        type: list
+        elements: str
+        default: []
   link_addresses:
     description: Interface -> the address the inventory gives it (spark_link), the cable only.
     type: dict
@@ -197,6 +224,14 @@ kept:
   type: list
   elements: str
   returned: always
+kept_files:
+  description:
+    - Files in a directory of O(shared_dirs) that sparkctl created that stay, because neither sparkctl, nor its
+      packages, nor their daemons put them there.
+  type: list
+  elements: str
+  returned: always
+  sample: [/etc/docker/certs.d/registry.example:5000/ca.crt]
 kept_packages:
   description:
     - Packages of O(packages) absent at the record and installed now that stay, because the record does not list them
@@ -228,6 +263,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible_collections.sparkctl.spark.plugins.module_utils.checkpoint_store import CREATED_MARK, sparkctl_files
 from ansible_collections.sparkctl.spark.plugins.module_utils.served_record import read_served
 from ansible_collections.sparkctl.spark.plugins.module_utils import safe_walk
+from ansible_collections.sparkctl.spark.plugins.module_utils.shared_dirs import foreign_files, named_entries, package_files
 from ansible_collections.sparkctl.spark.plugins.module_utils.files import read_file_state, write_file_atomic
 from ansible_collections.sparkctl.spark.plugins.module_utils.teardown import (
     DPKG_RELATIONS_FORMAT,
@@ -545,6 +581,62 @@ class Teardown:
                                   "again." % (name, " ".join(map(str, pids)), TERMINATE_WAIT, " ".join(map(str, pids))),
                                   actions=self.actions, pids=pids)
 
+    def shared_dirs(self, entries):
+        """Empty each directory of entries (those sparkctl created) of what they name; returns the files
+        left because someone else put them there (absolute paths)."""
+        kept = []
+        packaged = package_files([entry["path"] for entry in entries]) if entries else set()
+        for entry in entries:
+            path = entry["path"].rstrip("/")
+            try:
+                named = named_entries(path, list(entry["sparkctl"]) + list(entry["daemon"]))
+            except ValueError as exc:
+                self.module.fail_json(msg="shared_dirs: %s" % exc, actions=self.actions)
+            info = safe_walk.lstat_path(path)
+            if info is None:
+                continue
+            if not stat.S_ISDIR(info.st_mode):
+                self.act("remove %s" % path, fn=lambda q=path: remove_path(q))
+                continue
+            for target in named:
+                if os.path.lexists(target):
+                    self.act("remove %s" % target, fn=lambda q=target: remove_path(q))
+            foreign = foreign_files(path, self._files_under(path), named, packaged)
+            if foreign:
+                kept += [path + "/" + rel for rel in foreign]
+                more = " and %d more" % (len(foreign) - 5) if len(foreign) > 5 else ""
+                self.actions.append("keep %s, which holds what sparkctl did not put there: %s%s"
+                                    % (path, ", ".join(foreign[:5]), more))
+                if not self.check:
+                    self._prune_below(path)
+            elif self.check:
+                self.actions.append("remove %s once its packages' files are gone" % path)
+            else:
+                self._prune(path)
+                if os.path.lexists(path):
+                    self.actions.append("keep %s: it holds files of packages that stay" % path)
+                else:
+                    self.actions.append("remove %s (nothing else was in it)" % path)
+        return kept
+
+    @staticmethod
+    def _files_under(path):
+        """Everything under path that is not a directory (relative paths), no link followed."""
+        fd = safe_walk.open_dir(path)
+        try:
+            return [entry.rel for entry in safe_walk.walk(fd) if not entry.is_dir()]
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _prune_below(path):
+        """Remove the directories under path left empty; path itself stays."""
+        fd = safe_walk.open_dir(path)
+        try:
+            safe_walk.prune_empty_dirs(fd)
+        finally:
+            os.close(fd)
+
     def packages(self, requested, baseline_packages, recorded, record_path):
         """Purge the packages of requested that were absent at the baseline, are installed now and, when the
         record lists what sparkctl installed (recorded; None for an older record), that it lists; then what
@@ -659,6 +751,11 @@ def main():
                 path=dict(type="path", required=True),
                 manifest=dict(type="path"),
             )),
+            shared_dirs=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True),
+                sparkctl=dict(type="list", elements="str", default=[]),
+                daemon=dict(type="list", elements="str", default=[]),
+            )),
             link_addresses=dict(type="dict", default={}),
             linger_users=dict(type="list", elements="str", default=[]),
             packages=dict(type="list", elements="str", default=[]),
@@ -675,7 +772,8 @@ def main():
     t.docker_images(p["docker_image_label"])
     t.nft_tables(p["nft_tables"])
     if not os.path.exists(p["path"]):
-        module.exit_json(changed=bool(t.actions), actions=t.actions, kept=[], kept_packages=[], recorded=False, removed_users=[],
+        module.exit_json(changed=bool(t.actions), actions=t.actions, kept=[], kept_files=[], kept_packages=[], recorded=False,
+                         removed_users=[],
                          **diff(module, t.actions))
     try:
         with open(p["path"]) as handle:
@@ -693,6 +791,9 @@ def main():
     record_dirs = [d for d in recorded_paths if recorded_paths[d] is False
                    and (p["path"] == d or p["path"].startswith(d.rstrip("/") + "/"))]
     skip = set(record_dirs) if p["remove_record"] else set(recorded_paths)
+    # A shared directory sparkctl created is emptied of what is sparkctl's after the packages' purge, not removed here.
+    shared = [entry for entry in p["shared_dirs"] if recorded_paths.get(entry["path"].rstrip("/") or "/") is False]
+    skip |= {entry["path"].rstrip("/") for entry in shared}
     kept, removed = t.paths(recorded_paths, p["keep"], skip)
     # A served checkpoint the record does not know (created before sparkctl added the paths a run
     # names first) is kept all the same, and said so.
@@ -715,6 +816,7 @@ def main():
         # Without what the node had before, every package apt marked automatic would read as installed since.
         module.warn("%s lists no packages the node had before sparkctl: no package is purged; purge sparkctl's "
                     "(%s) by hand if you want them gone" % (p["path"], ", ".join(p["packages"]) or "none named"))
+    kept_files = t.shared_dirs(shared)
     # After lingering is off (the user manager goes) and before the groups: userdel takes the account out of them.
     removed_users = t.users(baseline.get("users") or {}, baseline.get("user_groups") or {}, p["users"],
                             [k.rstrip("/") or "/" for k in p["keep"]], p["path"])
@@ -724,7 +826,8 @@ def main():
         for path in outermost or [p["path"]]:
             if os.path.lexists(path):
                 t.act("remove %s (the baseline record)" % path, fn=lambda q=path: remove_path(q))
-    module.exit_json(changed=bool(t.actions), actions=t.actions, kept=kept, kept_packages=kept_packages, recorded=True,
+    module.exit_json(changed=bool(t.actions), actions=t.actions, kept=kept, kept_files=kept_files, kept_packages=kept_packages,
+                     recorded=True,
                      removed_users=removed_users, **diff(module, t.actions))
 
 
