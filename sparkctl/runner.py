@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import redact
 from .events import Tally
-from .project import collections_path, config_file, report_dir, state_dir
+from .project import collections_path, config_file, deployment_dir, report_dir, state_dir
 from .result import StageResult
 from .stages import Stage
 
@@ -118,8 +118,11 @@ def runner_kwargs(stage: Stage, options: RunOptions, root: Path, ident: str, ext
             # ansible-playbook from the wrapper's own environment (a venv need not be on PATH).
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
             "ANSIBLE_CONFIG": str(config_file(root)),
-            # The wrapper reads the reports where the playbooks write them.
+            # The wrapper reads the reports and the deployment history where the playbooks write them:
+            # both absolute, so the playbooks, which take a relative one from $PWD, cannot place them
+            # elsewhere than the wrapper's own working directory does.
             "SPARKCTL_REPORT_DIR": str(report_dir(root)),
+            "SPARKCTL_DEPLOYMENT_DIR": str(deployment_dir(root)),
             "ANSIBLE_NOCOLOR": "1",
             "ANSIBLE_FORCE_COLOR": "0",
         },

@@ -338,3 +338,15 @@ def test_the_stage_log_loses_url_credentials(tmp_path):
     assert "hunter2" not in (events_dir / "1-x.json").read_text()
     assert json.loads((events_dir / "2-y.json").read_text()) == {"stdout": "clean"}
     runner.redact_artifacts(tmp_path / "missing")
+
+
+def test_the_playbooks_are_given_the_history_directory_the_wrapper_reads(project, tmp_path, monkeypatch):
+    # A relative SPARKCTL_DEPLOYMENT_DIR and a $PWD that is not the wrapper's directory (a shell that changed
+    # directory without updating it): the playbooks, which take a relative one from $PWD, are given it absolute.
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("SPARKCTL_DEPLOYMENT_DIR", "history")
+    monkeypatch.setenv("PWD", str(tmp_path))
+    options = runner.RunOptions(inventory=project / "inventories" / "spark")
+    env = runner.runner_kwargs(Stage("verify", project / "playbooks" / "verify.yml"), options, project, "i", None)["envvars"]
+    from sparkctl import project as project_paths
+    assert env["SPARKCTL_DEPLOYMENT_DIR"] == str(project_paths.deployment_dir(project)) == str(project / "history")
