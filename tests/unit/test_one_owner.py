@@ -243,46 +243,41 @@ def _at(line, text, match):
     return line + text[:match.start()].count("\n")
 
 
-def head_copies(repo: Path = REPO) -> list[str]:
-    """Every place the head's name is picked out of the spark_head group again (path:line: what)."""
-    what = f"the head's name picked from the group again (owner: spark_cluster.head.name, {SPARK_DEFAULTS})"
+def _copies(repo: Path, what: str, pattern: re.Pattern, python_kinds: tuple[str, ...], number: int | None = None,
+            owner: Path | None = None) -> list[str]:
+    """Every match of pattern in the playbooks' YAML values and templates and in the Python strings of
+    python_kinds, and every Python number equal to number, outside owner (path:line: what)."""
     found = []
     for path in _playbook_files(repo, (".yml", ".yaml")):
         rel = path.relative_to(repo)
-        found += [f"{rel}:{line}: {what}" for line, text in _yaml_scalars(path) if HEAD_PICKED.search(text)]
+        found += [f"{rel}:{line}: {what}" for line, text in _yaml_scalars(path) if pattern.search(text)]
     for path in _playbook_files(repo, (".j2",)):
         rel = path.relative_to(repo)
         text = _template_text(path)
-        found += [f"{rel}:{_at(1, text, match)}: {what}" for match in HEAD_PICKED.finditer(text)]
+        found += [f"{rel}:{_at(1, text, match)}: {what}" for match in pattern.finditer(text)]
     for path in _python_files(repo):
         rel = path.relative_to(repo)
-        for line, text, kind in _python_strings(repo, path):
-            if kind in ("code", "examples"):
-                found += [f"{rel}:{_at(line, text, match)}: {what}" for match in HEAD_PICKED.finditer(text)]
+        if rel == owner:
+            continue
+        for line, value, kind in _python_strings(repo, path):
+            if kind == "number":
+                if number is not None and value.value == number:
+                    found.append(f"{rel}:{line}: {what}")
+            elif kind in python_kinds:
+                found += [f"{rel}:{_at(line, value, match)}: {what}" for match in pattern.finditer(value)]
     return sorted(set(found))
+
+
+def head_copies(repo: Path = REPO) -> list[str]:
+    """Every place the head's name is picked out of the spark_head group again (path:line: what)."""
+    what = f"the head's name picked from the group again (owner: spark_cluster.head.name, {SPARK_DEFAULTS})"
+    return _copies(repo, what, HEAD_PICKED, ("code", "examples"))
 
 
 def gcs_port_copies(repo: Path = REPO) -> list[str]:
     """Every 6379 outside its owner, profile_schema.py, that is a value, not an example (path:line: what)."""
     what = f"Ray's GCS port written out (owner: topology.ray_port, {PROFILE_SCHEMA} TOPOLOGY_PORTS)"
-    found = []
-    for path in _playbook_files(repo, (".yml", ".yaml")):
-        rel = path.relative_to(repo)
-        found += [f"{rel}:{line}: {what}" for line, text in _yaml_scalars(path) if GCS_PORT_LITERAL.search(text)]
-    for path in _playbook_files(repo, (".j2",)):
-        rel = path.relative_to(repo)
-        text = _template_text(path)
-        found += [f"{rel}:{_at(1, text, match)}: {what}" for match in GCS_PORT_LITERAL.finditer(text)]
-    for path in _python_files(repo):
-        rel = path.relative_to(repo)
-        if rel == PROFILE_SCHEMA:
-            continue
-        for line, value, kind in _python_strings(repo, path):
-            if kind == "number" and value.value == 6379:
-                found.append(f"{rel}:{line}: {what}")
-            elif kind == "code":
-                found += [f"{rel}:{_at(line, value, match)}: {what}" for match in GCS_PORT_LITERAL.finditer(value)]
-    return sorted(set(found))
+    return _copies(repo, what, GCS_PORT_LITERAL, ("code",), number=6379, owner=PROFILE_SCHEMA)
 
 
 def test_every_shared_value_has_one_owner():
