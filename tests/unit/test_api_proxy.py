@@ -442,12 +442,13 @@ def test_the_validate_commands_accept_good_files_and_refuse_broken_ones(tmp_path
 
 def test_inventory_validation_refuses_a_key_a_bearer_token_cannot_carry():
     from ansible_collections.sparkctl.spark.plugins.filter.inventory_problems import _api_key_problems
+    from inventory_check import ROLE_DEFAULTS
 
     bad = "sk with a space 0123456789abcdef0123456789"
-    (message,) = _api_key_problems({"spark_api_key": bad})
+    (message,) = _api_key_problems({"spark_api_key": bad}, ROLE_DEFAULTS)
     assert message.startswith("'spark_api_key' holds characters a Bearer token cannot carry") and bad not in message
-    assert _api_key_problems({"spark_api_key": KEY}) == []
-    assert _api_key_problems({"spark_api_key": ""}) == []
+    assert _api_key_problems({"spark_api_key": KEY}, ROLE_DEFAULTS) == []
+    assert _api_key_problems({"spark_api_key": ""}, ROLE_DEFAULTS) == []
 
 
 # ----------------------------------------------------------------------------- limits per client

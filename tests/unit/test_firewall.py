@@ -25,7 +25,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils import basic
 from ansible_collections.sparkctl.spark.plugins.filter.firewall import firewall_ruleset
-from ansible_collections.sparkctl.spark.plugins.filter.inventory_problems import inventory_problems
+from inventory_check import inventory_problems
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall as F
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 from ansible_collections.sparkctl.spark.plugins.modules import firewall_state

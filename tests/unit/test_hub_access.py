@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import module_runner
 import pytest
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.preflight_checks import check_hub, preflight_checks, preflight_lines
-from ansible_collections.sparkctl.spark.plugins.filter.inventory_problems import inventory_problems
+from inventory_check import inventory_problems
 from ansible_collections.sparkctl.spark.plugins.module_utils.hub_access import endpoint_problem, hub_options, probe, verdict
 from ansible_collections.sparkctl.spark.plugins.modules import hub_access as hub_access_module
 

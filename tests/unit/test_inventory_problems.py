@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.sparkctl.spark.plugins.filter.inventory_problems import inventory_problems
+from inventory_check import inventory_problems
 
 REPO = Path(__file__).resolve().parents[2]
 

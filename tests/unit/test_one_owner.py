@@ -386,3 +386,93 @@ def test_the_head_and_port_searches_find_each_spelling(tmp_path):
     assert lines(gcs_port_copies(tmp_path)) == sorted(
         [f"{vars_}:10", f"{vars_}:12", "roles/r/meta/argument_specs.yml:6", "roles/r/templates/t.j2:3",
          f"{PLUGINS}/filter/x.py:4", f"{PLUGINS}/filter/x.py:5"])
+
+
+# ----------------------------------------------------------------------------- role defaults copied elsewhere
+
+# A fallback that says "unset" rather than repeating a value.
+_NEUTRAL = (None, "", [], {})
+# A `<variable> | default(<literal>)` in YAML or a template.
+_YAML_DEFAULT = re.compile(r"\b([a-z][a-z0-9_]*)\s*\|\s*default\(\s*('[^']*'|\"[^\"]*\"|true|false|True|False|-?\d+)\s*\)")
+# Copies still to move: playbooks/status.yml reads the observe stage's files without running the
+# role, so it repeats the role's defaults; module_utils/link_address.py falls back on the spark
+# role's spark_fabric for hosts whose hostvars (which hold no role defaults) leave it unset.
+ROLE_DEFAULT_COPIES_KEPT = {
+    ("playbooks/status.yml", "observe_password_file"), ("playbooks/status.yml", "observe_tls"),
+    ("playbooks/status.yml", "observe_user"), ("playbooks/status.yml", "observe_tls_ca_cert"),
+    (str(LINK_ADDRESS), "spark_fabric"),
+}
+
+
+def _role_defaults() -> dict[str, tuple[str, object]]:
+    """variable -> (owning role, its default) for every literal (not templated) role default."""
+    found = {}
+    for path in sorted((REPO / "roles").glob("*/defaults/main.yml")):
+        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+            if not (isinstance(value, str) and "{{" in value):
+                found[name] = (path.parts[-3], value)
+    return found
+
+
+def role_default_copies() -> list[str]:
+    """A role default's value written again outside its role: as the fallback of a `.get` of the
+    variable in the Python sources (literally or through a module constant), or as a
+    `| default(...)` literal of the variable in another role's or a playbook's YAML."""
+    defaults = _role_defaults()
+    copies = []
+    for source in SOURCES:
+        for path in sorted((REPO / source).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                         and isinstance(node.value, ast.Constant) for target in node.targets if isinstance(target, ast.Name)}
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                        and len(node.args) == 2 and isinstance(node.args[0], ast.Constant)
+                        and node.args[0].value in defaults):
+                    continue
+                fallback = node.args[1]
+                try:
+                    value = ast.literal_eval(fallback)
+                except ValueError:
+                    value = constants.get(fallback.id, _NEUTRAL) if isinstance(fallback, ast.Name) else _NEUTRAL
+                kept = (str(path.relative_to(REPO)), node.args[0].value) in ROLE_DEFAULT_COPIES_KEPT
+                if not kept and value not in _NEUTRAL and value == defaults[node.args[0].value][1]:
+                    copies.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.args[0].value} falls back on "
+                                  f"{ast.unparse(fallback)}, the default of role {defaults[node.args[0].value][0]}")
+    files = sorted([*(REPO / "roles").rglob("*.yml"), *(REPO / "roles").rglob("*.j2"), *(REPO / "playbooks").glob("*.yml")])
+    for path in files:
+        rel = path.relative_to(REPO)
+        role = rel.parts[1] if rel.parts[0] == "roles" else None
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.lstrip().startswith("#"):
+                continue
+            for match in _YAML_DEFAULT.finditer(line):
+                name = match.group(1)
+                if name not in defaults or defaults[name][0] == role or (str(rel), name) in ROLE_DEFAULT_COPIES_KEPT:
+                    continue
+                value = yaml.safe_load(match.group(2))
+                if value not in _NEUTRAL and str(value) == str(defaults[name][1]):
+                    copies.append(f"{rel}:{number}: {match.group(0)} repeats the default of role {defaults[name][0]}")
+    return copies
+
+
+def test_no_role_default_is_copied_outside_its_role():
+    assert role_default_copies() == []
+
+
+def test_the_search_finds_a_copied_role_default():
+    # What the inventory validation and the preflight held before they read the roles' defaults.
+    assert _role_defaults()["spark_link_mtu"] == ("spark", 9000)
+    assert _role_defaults()["firewall_enabled"] == ("firewall", True)
+    samples = {"mtu": 'mtu = hostvars.get("spark_link_mtu", 9000)\n',
+               "pattern": 'P = "^enP?[0-9]*p[0-9]+s[0-9]+f[0-9]+np[0-9]+$"\nx = v.get("spark_link_interface_pattern", P)\n'}
+    defaults = _role_defaults()
+    for sample in samples.values():
+        tree = ast.parse(sample)
+        call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call))
+        constants = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                     and isinstance(n.value, ast.Constant) for t in n.targets if isinstance(t, ast.Name)}
+        fallback = call.args[1]
+        value = constants[fallback.id] if isinstance(fallback, ast.Name) else ast.literal_eval(fallback)
+        assert value == defaults[call.args[0].value][1]
+    assert _YAML_DEFAULT.search("x: \"{{ firewall_enabled | default(true) }}\"").group(1) == "firewall_enabled"

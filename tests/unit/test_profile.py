@@ -14,7 +14,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import profile as profile_filter
-from ansible_collections.sparkctl.spark.plugins.filter.inventory_problems import inventory_problems
+from inventory_check import inventory_problems
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as P
 from golden_files import assert_golden_tree
 

@@ -10,6 +10,7 @@ import os
 import posixpath
 import re
 
+from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import api_proxy
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall
 from ansible_collections.sparkctl.spark.plugins.module_utils import hub_access
@@ -56,6 +57,14 @@ options:
     description: The C(hostvars) magic variable.
     type: dict
     required: true
+  defaults:
+    description:
+      - The role defaults a check falls back on where the inventory sets nothing (C(hostvars) holds no role
+        defaults), read from the roles that own them - C(spark_link_interface_pattern), C(spark_link_mtu),
+        C(spark_model_profile) (role spark) and C(engine_service_api_key_min_length) (role engine_service).
+      - The validation play (playbooks/validate_inventory.yml) reads them from the roles' defaults/main.yml.
+    type: dict
+    required: true
 """
 
 EXAMPLES = r"""
@@ -64,7 +73,12 @@ EXAMPLES = r"""
     that: problems | length == 0
     fail_msg: "{{ problems | join('\n') }}"
   vars:
-    problems: "{{ groups | sparkctl.spark.inventory_problems(hostvars) }}"
+    problems: "{{ groups | sparkctl.spark.inventory_problems(hostvars, role_defaults) }}"
+    role_defaults:
+      spark_link_interface_pattern: "{{ sparkctl_spark_defaults.spark_link_interface_pattern }}"
+      spark_link_mtu: "{{ sparkctl_spark_defaults.spark_link_mtu }}"
+      spark_model_profile: "{{ sparkctl_spark_defaults.spark_model_profile }}"
+      engine_service_api_key_min_length: "{{ sparkctl_engine_service_defaults.engine_service_api_key_min_length }}"
 """
 
 RETURN = r"""
@@ -79,13 +93,13 @@ WORKER_GROUP = "spark_workers"
 
 # Linux netdev names: at most 15 bytes, no slash, no whitespace, not "." or "..".
 _IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
-# ConnectX-7 ports as DGX OS names them: enp1s0f1np1, enP2p1s0f1np1, enp1s0f0np0 ...
-DEFAULT_LINK_INTERFACE_PATTERN = r"^enP?[0-9]*p[0-9]+s[0-9]+f[0-9]+np[0-9]+$"
+# The role defaults the checks fall back on where the inventory sets nothing (the `defaults`
+# argument): their values live in the roles that own them only.
+ROLE_DEFAULT_NAMES = ("spark_link_interface_pattern", "spark_link_mtu", "spark_model_profile",
+                      "engine_service_api_key_min_length")
 # 1280 is the smallest MTU IPv6 tolerates; 9216 the largest the ConnectX-7 + switch path is qualified for.
 MTU_MIN = 1280
 MTU_MAX = 9216
-# The shortest API key accepted (roles/engine_service: engine_service_api_key_min_length).
-API_KEY_MIN_LENGTH = 32
 # The preflight role's variable for the user's own known-bad platform entries.
 KNOWN_BAD_EXTRA = "preflight_known_bad_platforms_extra"
 
@@ -334,7 +348,7 @@ def _jit_cache_problems(vars_):
     return problems
 
 
-def _api_key_problems(vars_):
+def _api_key_problems(vars_, defaults):
     """A chosen API key (spark_api_key) that is too short, refused before the serve stage, which
     comes after provision has changed the hosts. The key itself is never part of a message."""
     key = vars_.get("spark_api_key")
@@ -342,11 +356,11 @@ def _api_key_problems(vars_):
         return []  # empty: the serve stage generates one on the head
     if isinstance(key, (bool, list, dict)):
         return [f"'spark_api_key' must be a string (vault it: spark_api_key: !vault ...), got {type(key).__name__}."]
-    minimum = vars_.get("engine_service_api_key_min_length", API_KEY_MIN_LENGTH)
+    minimum = vars_.get("engine_service_api_key_min_length", defaults["engine_service_api_key_min_length"])
     try:
         minimum = int(minimum)
     except (TypeError, ValueError):
-        minimum = API_KEY_MIN_LENGTH
+        minimum = int(defaults["engine_service_api_key_min_length"])
     length = len(str(key))
     if length < minimum:
         return [
@@ -361,10 +375,10 @@ def _api_key_problems(vars_):
     return []
 
 
-def _profile_problems(vars_, cluster_size):
+def _profile_problems(vars_, cluster_size, defaults):
     """The model profile the inventory picked: found, well-formed, clear of the known engine traps, and
     needing no more nodes than the inventory has."""
-    name = vars_.get("spark_model_profile", profiles.DEFAULT_PROFILE)
+    name = vars_.get("spark_model_profile", defaults["spark_model_profile"])
     paths = vars_.get("spark_profile_paths", [])
     overrides = vars_.get("spark_profile_overrides", {})
     if paths is not None and (not isinstance(paths, list) or not all(isinstance(p, str) for p in paths)):
@@ -411,8 +425,12 @@ def _known_bad_problems(cluster, hostvars):
     return [f"{', '.join(hosts)}: {problem}" for problem, hosts in hosts_of.items()]
 
 
-def inventory_problems(groups, hostvars):
+def inventory_problems(groups, hostvars, defaults):
     """Return a list of human-readable problems; empty when the inventory is sound."""
+    missing = [name for name in ROLE_DEFAULT_NAMES if name not in (defaults or {})]
+    if missing:
+        raise AnsibleFilterError("inventory_problems: the role defaults %s are not given: pass them from the roles "
+                                 "that own them (playbooks/validate_inventory.yml)" % ", ".join(missing))
     head, workers = _cluster_hosts(groups)
     problems = _group_problems(head, workers, groups)
     cluster = head + [w for w in workers if w not in head]
@@ -420,14 +438,14 @@ def inventory_problems(groups, hostvars):
         return problems
 
     any_vars = hostvars[cluster[0]]
-    pattern = any_vars.get("spark_link_interface_pattern", DEFAULT_LINK_INTERFACE_PATTERN)
+    pattern = any_vars.get("spark_link_interface_pattern", defaults["spark_link_interface_pattern"])
     try:
         interface_re = re.compile(pattern) if pattern else None
     except re.error as exc:
         problems.append(f"'spark_link_interface_pattern' {pattern!r} is not a valid regular expression: {exc}.")
         interface_re = None
 
-    mtu = any_vars.get("spark_link_mtu", 9000)
+    mtu = any_vars.get("spark_link_mtu", defaults["spark_link_mtu"])
     if isinstance(mtu, bool) or not isinstance(mtu, int) and not (isinstance(mtu, str) and mtu.isdigit()):
         problems.append(f"'spark_link_mtu' {mtu!r} must be an integer between {MTU_MIN} and {MTU_MAX}.")
     elif not MTU_MIN <= int(mtu) <= MTU_MAX:
@@ -447,9 +465,9 @@ def inventory_problems(groups, hostvars):
     endpoint_problem = hub_access.endpoint_problem(any_vars.get("spark_hf_endpoint"), hf_token)
     if endpoint_problem:
         problems.append(endpoint_problem)
-    problems.extend(_api_key_problems(any_vars))
+    problems.extend(_api_key_problems(any_vars, defaults))
     problems.extend(_jit_cache_problems(any_vars))
-    problems.extend(_profile_problems(any_vars, len(cluster)))
+    problems.extend(_profile_problems(any_vars, len(cluster), defaults))
     problems.extend(_known_bad_problems(cluster, hostvars))
 
     mgmt = any_vars.get("spark_management_network")

@@ -298,7 +298,8 @@ def check_ports(facts, req):
 def check_ssh_ports(facts, req):
     """The firewall opens firewall_ssh_ports to the management side and drops the rest:
     sshd must listen on one of them, and Ansible's own port must be among them."""
-    if "firewall_ssh_ports" not in req or not _truthy(req.get("firewall_enabled", True)) or not req.get("ssh_connection", True):
+    # firewall_enabled comes with firewall_ssh_ports (roles/preflight/vars/main.yml, from the firewall role's default).
+    if "firewall_ssh_ports" not in req or not _truthy(req["firewall_enabled"]) or not req.get("ssh_connection", True):
         return []
     title = "sshd port in firewall_ssh_ports"
     try:
