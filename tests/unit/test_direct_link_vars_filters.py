@@ -56,12 +56,12 @@ def _variables(reads: dict, nodes: int, check_mode: bool = True, role_vars: dict
     names = [f"spark{n + 1}" for n in range(nodes)]
     hostvars = {}
     for n, name in enumerate(names):
-        # Three nodes or more are on a switch; two share the direct cable.
-        hostvars[name] = {"ansible_host": f"10.0.0.{11 + n}", "spark_link": _link(n),
-                          "spark_fabric": "switch" if nodes > 2 else "direct"}
+        hostvars[name] = {"ansible_host": f"10.0.0.{11 + n}", "spark_link": _link(n)}
         if name in reads:
             hostvars[name]["direct_link_node"] = reads[name]
+    # Three nodes or more are on a switch; two share the direct cable.
     return {**DEFAULTS, **role_vars, "hostvars": hostvars, "ansible_play_hosts": names, "inventory_hostname": names[0],
+            "spark_fabric": "switch" if nodes > 2 else "direct",
             "groups": {"spark_head": names[:1], "spark_workers": names[1:]}, "spark_link_mtu": 9000,
             "ansible_check_mode": check_mode, "direct_link_node": reads.get(names[0], {})}
 

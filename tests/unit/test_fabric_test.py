@@ -36,15 +36,12 @@ ROCE = {
 
 
 def hostvars(hosts, roce=True):
-    # More than two nodes are on a switch (spark_fabric): a direct cable joins two.
-    fabric = {"spark_fabric": "switch"} if len(hosts) > 2 else {}
-    return copy.deepcopy({h: {"spark_link": LINK[h], **fabric, **({"fabric_test_roce": ROCE[h]} if roce else {})}
-                          for h in hosts})
+    return copy.deepcopy({h: {"spark_link": LINK[h], **({"fabric_test_roce": ROCE[h]} if roce else {})} for h in hosts})
 
 
 def test_the_head_measures_every_half_of_every_worker():
     pairs = fabric_filter.fabric_test_pairs(hostvars(["spark1", "spark2", "spark3"], roce=False),
-                                            ["spark1", "spark2", "spark3"], "spark1", "tcp")
+                                            ["spark1", "spark2", "spark3"], "spark1", "tcp", "switch")
     assert [(p["peer"], p["half"], p["source"], p["address"]) for p in pairs] == [
         ("spark2", 0, "192.168.100.10", "192.168.100.11"), ("spark2", 1, "192.168.101.10", "192.168.101.11"),
         ("spark3", 0, "192.168.100.10", "192.168.100.12"), ("spark3", 1, "192.168.101.10", "192.168.101.12"),
@@ -53,7 +50,7 @@ def test_the_head_measures_every_half_of_every_worker():
 
 
 def test_rdma_pairs_carry_both_ends_devices_and_gid_indexes():
-    pairs = fabric_filter.fabric_test_pairs(hostvars(["spark1", "spark2"]), ["spark1", "spark2"], "spark1", "rdma")
+    pairs = fabric_filter.fabric_test_pairs(hostvars(["spark1", "spark2"]), ["spark1", "spark2"], "spark1", "rdma", "direct")
     assert pairs[1]["rdma"] == {"rdma_device": "roceP2p1s0f1", "port": 1, "gid_index": 3}
     assert pairs[1]["peer_rdma"] == {"rdma_device": "roceP2p1s0f1", "port": 1, "gid_index": 5}
 
@@ -62,16 +59,16 @@ def test_an_unresolved_half_and_an_unknown_method_are_refused_by_name():
     hv = hostvars(["spark1", "spark2"])
     hv["spark2"]["fabric_test_roce"]["roce"]["links"].pop()
     with pytest.raises(AnsibleFilterError, match="spark2: no resolved RoCE link for enP2p1s0f1np1"):
-        fabric_filter.fabric_test_pairs(hv, ["spark1", "spark2"], "spark1", "rdma")
+        fabric_filter.fabric_test_pairs(hv, ["spark1", "spark2"], "spark1", "rdma", "direct")
     with pytest.raises(AnsibleFilterError, match="'udp' is not one of rdma, tcp"):
-        fabric_filter.fabric_test_pairs(hv, ["spark1", "spark2"], "spark1", "udp")
+        fabric_filter.fabric_test_pairs(hv, ["spark1", "spark2"], "spark1", "udp", "direct")
     assert fabric_filter.fabric_test_package("rdma") == "perftest"
     with pytest.raises(AnsibleFilterError):
         fabric_filter.fabric_test_package("udp")
 
 
 def test_command_lines_on_both_ends():
-    tcp, rdma = (fabric_filter.fabric_test_pairs(hostvars(["spark1", "spark2"]), ["spark1", "spark2"], "spark1", m)[1]
+    tcp, rdma = (fabric_filter.fabric_test_pairs(hostvars(["spark1", "spark2"]), ["spark1", "spark2"], "spark1", m, "direct")[1]
                  for m in ("tcp", "rdma"))
     # The server ends after one client, and by itself after its lifetime when none comes.
     assert fabric_test.server_argv("tcp", tcp, 5, 18515, 50) == [
@@ -121,7 +118,7 @@ def test_ib_write_bw_average_read_in_gbit_and_mbyte():
 
 def test_verdicts_name_the_half_both_ends_and_the_variable():
     pair = fabric_filter.fabric_test_pairs(hostvars(["spark1", "spark2"], roce=False), ["spark1", "spark2"], "spark1",
-                                           "tcp")[1]
+                                           "tcp", "direct")[1]
     slow = fabric_test.result(pair, 0.19, None, 1)
     assert not slow["ok"]
     assert slow["problem"].startswith("half 1 enP2p1s0f1np1 192.168.101.10 -> spark2 enP2p1s0f1np1 192.168.101.11: "
@@ -140,7 +137,7 @@ def test_verdicts_name_the_half_both_ends_and_the_variable():
 
 def test_the_client_retries_only_while_the_server_is_not_listening_yet():
     pair = fabric_filter.fabric_test_pairs(hostvars(["spark1", "spark2"], roce=False), ["spark1", "spark2"], "spark1",
-                                           "tcp")[0]
+                                           "tcp", "direct")[0]
     refused = (FIXTURES / "iperf3-refused.json").read_text()
     good = (FIXTURES / "iperf3-client.json").read_text()
     now = [0.0]
@@ -173,7 +170,7 @@ def test_the_wrapper_prints_the_report(tmp_path):
     from rich.console import Console
 
     pair = fabric_filter.fabric_test_pairs(hostvars(["spark1", "spark2"], roce=False), ["spark1", "spark2"], "spark1",
-                                           "tcp")[1]
+                                           "tcp", "direct")[1]
     doc = fabric_test.report("tcp", "spark1", [fabric_test.result(pair, None, "No route to host", 1)], 2)
     path = tmp_path / "fabric-test.json"
     path.write_text(json.dumps(doc))

@@ -110,20 +110,18 @@ def test_no_plugin_cuts_a_prefix_by_hand():
 
 # --- Who a node's peers are: the one owner of the answer (spark_fabric) -----------------------
 
-def _hostvars(count, fabric=None):
+def _hostvars(count):
     hostvars = {}
     for i in range(count):
         hostvars[f"spark{i + 1}"] = {"spark_link": [
             {"interface": "enp1s0f1np1", "address": f"192.168.100.{10 + i}/24"},
             {"interface": "enP2p1s0f1np1", "address": f"192.168.101.{10 + i}/24"},
         ]}
-        if fabric is not None:
-            hostvars[f"spark{i + 1}"]["spark_fabric"] = fabric
     return hostvars
 
 
 def test_a_direct_cable_has_the_other_node_as_its_one_peer():
-    assert fabric_peers(["spark1", "spark2"], "spark1") == ["spark2"]
+    assert fabric_peers(["spark1", "spark2"], "spark1", "direct") == ["spark2"]
     assert fabric_peers(["spark1", "spark2", "spark1"], "spark2", "direct") == ["spark1"]
 
 
@@ -141,32 +139,32 @@ def test_an_unknown_fabric_is_refused():
     with pytest.raises(ValueError, match="spark_fabric 'ring' must be one of direct, switch"):
         fabric_peers(["spark1", "spark2"], "spark1", "ring")
     with pytest.raises(ValueError, match="spark_fabric 'ring'"):
-        peer_targets(_hostvars(2, "ring"), ["spark1", "spark2"], "spark1")
+        peer_targets(_hostvars(2), ["spark1", "spark2"], "spark1", "ring")
 
 
 def test_peer_targets_on_a_switch_pair_every_half_with_every_peer():
-    hostvars = _hostvars(3, "switch")
-    targets = peer_targets(hostvars, ["spark1", "spark2", "spark3"], "spark2")
+    hostvars = _hostvars(3)
+    targets = peer_targets(hostvars, ["spark1", "spark2", "spark3"], "spark2", "switch")
     assert [(t["peer"], t["half"], t["source"], t["address"]) for t in targets] == [
         ("spark1", 0, "192.168.100.11", "192.168.100.10"), ("spark1", 1, "192.168.101.11", "192.168.101.10"),
         ("spark3", 0, "192.168.100.11", "192.168.100.12"), ("spark3", 1, "192.168.101.11", "192.168.101.12"),
     ]
-    assert [t["peer"] for t in peer_targets(hostvars, ["spark1", "spark2", "spark3"], "spark2", ["spark3"])] == ["spark1"] * 2
+    assert [t["peer"] for t in peer_targets(hostvars, ["spark1", "spark2", "spark3"], "spark2", "switch", ["spark3"])] == ["spark1"] * 2
 
 
 def test_the_ping_plan_and_the_fabric_test_take_their_peers_from_the_owner():
-    hostvars = _hostvars(3, "switch")
+    hostvars = _hostvars(3)
     hosts = ["spark1", "spark2", "spark3"]
-    assert link_ping_targets(hostvars, hosts, "spark1") == peer_targets(hostvars, hosts, "spark1")
-    assert {p["peer"] for p in fabric_test_pairs(hostvars, hosts, "spark1", "tcp")} == {"spark2", "spark3"}
+    assert link_ping_targets(hostvars, hosts, "spark1", "switch") == peer_targets(hostvars, hosts, "spark1", "switch")
+    assert {p["peer"] for p in fabric_test_pairs(hostvars, hosts, "spark1", "tcp", "switch")} == {"spark2", "spark3"}
     with pytest.raises(AnsibleFilterError, match="spark_fabric is 'direct'"):
-        link_ping_targets(_hostvars(3), hosts, "spark1")
+        link_ping_targets(_hostvars(3), hosts, "spark1", "direct")
 
 
 def test_peer_addresses_are_every_peers_halves_once():
-    hostvars = _hostvars(3, "switch")
-    assert peer_addresses(hostvars, ["spark1", "spark2", "spark3"], "spark1") == [
+    hostvars = _hostvars(3)
+    assert peer_addresses(hostvars, ["spark1", "spark2", "spark3"], "spark1", "switch") == [
         "192.168.100.11", "192.168.101.11", "192.168.100.12", "192.168.101.12"]
-    assert link_peer_addresses(_hostvars(2), ["spark1", "spark2"], "spark2") == ["192.168.100.10", "192.168.101.10"]
+    assert link_peer_addresses(_hostvars(2), ["spark1", "spark2"], "spark2", "direct") == ["192.168.100.10", "192.168.101.10"]
     with pytest.raises(AnsibleFilterError, match="spark_fabric is 'direct' but the cluster has 3 nodes"):
-        link_peer_addresses(_hostvars(3), ["spark1", "spark2", "spark3"], "spark1")
+        link_peer_addresses(_hostvars(3), ["spark1", "spark2", "spark3"], "spark1", "direct")

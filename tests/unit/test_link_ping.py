@@ -49,17 +49,13 @@ def recorded(name, item):
 
 
 def test_two_nodes_ping_each_other_on_both_halves():
-    assert link_ping_targets(HOSTVARS, ["spark1", "spark2"], "spark1") == [TO_SPARK2_HALF0, TO_SPARK2_HALF1]
-    assert link_ping_targets(HOSTVARS, ["spark1", "spark2"], "spark2") == [TO_SPARK1_HALF0, TO_SPARK1_HALF1]
-
-
-def on_a_switch(hostvars):
-    """The same hosts with spark_fabric: switch (a direct cable joins two nodes, a switch more)."""
-    return {host: dict(host_vars, spark_fabric="switch") for host, host_vars in hostvars.items()}
+    assert link_ping_targets(HOSTVARS, ["spark1", "spark2"], "spark1", "direct") == [TO_SPARK2_HALF0, TO_SPARK2_HALF1]
+    assert link_ping_targets(HOSTVARS, ["spark1", "spark2"], "spark2", "direct") == [TO_SPARK1_HALF0, TO_SPARK1_HALF1]
 
 
 def test_three_nodes_pair_halves_by_index_not_by_name():
-    targets = link_ping_targets(on_a_switch(HOSTVARS), ["spark1", "spark2", "spark3"], "spark1")
+    # A direct cable joins two nodes, a switch (spark_fabric: switch) more.
+    targets = link_ping_targets(HOSTVARS, ["spark1", "spark2", "spark3"], "spark1", "switch")
 
     assert [(t["peer"], t["interface"], t["peer_interface"], t["address"]) for t in targets] == [
         ("spark2", "enp1s0f1np1", "enp1s0f1np1", "192.168.100.11"),
@@ -70,15 +66,15 @@ def test_three_nodes_pair_halves_by_index_not_by_name():
 
 
 def test_skipped_duplicate_and_single_node():
-    assert link_ping_targets(on_a_switch(HOSTVARS), ["spark1", "spark2", "spark2", "spark3"], "spark1", skip_hosts=["spark3"]) == [
+    assert link_ping_targets(HOSTVARS, ["spark1", "spark2", "spark2", "spark3"], "spark1", "switch", skip_hosts=["spark3"]) == [
         TO_SPARK2_HALF0, TO_SPARK2_HALF1]
-    assert link_ping_targets(HOSTVARS, ["spark1"], "spark1") == []
+    assert link_ping_targets(HOSTVARS, ["spark1"], "spark1", "direct") == []
 
 
 def test_peer_with_fewer_halves_is_paired_as_far_as_it_goes():
     hostvars = dict(HOSTVARS, spark2={"spark_link": HOSTVARS["spark2"]["spark_link"][:1]})
 
-    assert link_ping_targets(hostvars, ["spark1", "spark2"], "spark1") == [TO_SPARK2_HALF0]
+    assert link_ping_targets(hostvars, ["spark1", "spark2"], "spark1", "direct") == [TO_SPARK2_HALF0]
 
 
 # --- parsing -------------------------------------------------------------------------

@@ -318,8 +318,12 @@ def test_the_role_asks_grafana_over_https_trusting_the_ca():
 def test_sparkctl_status_asks_prometheus_over_https_with_the_ca_copied_to_the_head():
     play = yaml.safe_load((REPO / "playbooks" / "status.yml").read_text(encoding="utf-8"))[0]
     uri = next(t for t in play["tasks"] if t.get("name") == "Ask Prometheus for the live numbers")["ansible.builtin.uri"]
+    # Where the inventory leaves them unset, the settings are the observe role's defaults, which the
+    # play reads from the role (no copy of them in the playbook).
+    read = next(t for t in play["tasks"] if t.get("name") == "Read the observe stage's defaults")["ansible.builtin.include_vars"]
+    assert read == {"file": "../roles/observe/defaults/main.yml", "name": "status_observe_defaults"}
     values = {"spark_observe_host": HEAD, "hostvars": {HEAD: {"ansible_host": ADDRESSES[HEAD]}},
-              "spark_observe_ports": {"prometheus": 9090}, "item": {"query": "up"}}
+              "spark_observe_ports": {"prometheus": 9090}, "item": {"query": "up"}, "status_observe_defaults": DEFAULTS}
     assert evaluate(uri["url"], values) == f"https://{ADDRESSES[HEAD]}:9090/api/v1/query?query=up"
     assert evaluate(uri["ca_path"], values) == DEFAULTS["observe_tls_ca_cert"]
     assert evaluate(uri["url"], {**values, "observe_tls": False}).startswith("http://")

@@ -394,14 +394,8 @@ def test_the_head_and_port_searches_find_each_spelling(tmp_path):
 _NEUTRAL = (None, "", [], {})
 # A `<variable> | default(<literal>)` in YAML or a template.
 _YAML_DEFAULT = re.compile(r"\b([a-z][a-z0-9_]*)\s*\|\s*default\(\s*('[^']*'|\"[^\"]*\"|true|false|True|False|-?\d+)\s*\)")
-# Copies still to move: playbooks/status.yml reads the observe stage's files without running the
-# role, so it repeats the role's defaults; module_utils/link_address.py falls back on the spark
-# role's spark_fabric for hosts whose hostvars (which hold no role defaults) leave it unset.
-ROLE_DEFAULT_COPIES_KEPT = {
-    ("playbooks/status.yml", "observe_password_file"), ("playbooks/status.yml", "observe_tls"),
-    ("playbooks/status.yml", "observe_user"), ("playbooks/status.yml", "observe_tls_ca_cert"),
-    (str(LINK_ADDRESS), "spark_fabric"),
-}
+# Copies kept, each with its reason (none today).
+ROLE_DEFAULT_COPIES_KEPT: set[tuple[str, str]] = set()
 
 
 def _role_defaults() -> dict[str, tuple[str, object]]:
@@ -414,31 +408,43 @@ def _role_defaults() -> dict[str, tuple[str, object]]:
     return found
 
 
+def _constants(tree: ast.Module) -> dict[str, object]:
+    """A module's top-level NAME = constant assignments."""
+    return {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) for target in node.targets if isinstance(target, ast.Name)}
+
+
 def role_default_copies() -> list[str]:
     """A role default's value written again outside its role: as the fallback of a `.get` of the
     variable in the Python sources (literally or through a module constant), or as a
     `| default(...)` literal of the variable in another role's or a playbook's YAML."""
     defaults = _role_defaults()
     copies = []
-    for source in SOURCES:
-        for path in sorted((REPO / source).rglob("*.py")):
-            tree = ast.parse(path.read_text())
-            constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
-                         and isinstance(node.value, ast.Constant) for target in node.targets if isinstance(target, ast.Name)}
-            for node in ast.walk(tree):
-                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                        and len(node.args) == 2 and isinstance(node.args[0], ast.Constant)
-                        and node.args[0].value in defaults):
-                    continue
-                fallback = node.args[1]
-                try:
-                    value = ast.literal_eval(fallback)
-                except ValueError:
-                    value = constants.get(fallback.id, _NEUTRAL) if isinstance(fallback, ast.Name) else _NEUTRAL
-                kept = (str(path.relative_to(REPO)), node.args[0].value) in ROLE_DEFAULT_COPIES_KEPT
-                if not kept and value not in _NEUTRAL and value == defaults[node.args[0].value][1]:
-                    copies.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.args[0].value} falls back on "
-                                  f"{ast.unparse(fallback)}, the default of role {defaults[node.args[0].value][0]}")
+    paths = [path for source in SOURCES for path in sorted((REPO / source).rglob("*.py"))]
+    trees = {path: ast.parse(path.read_text()) for path in paths}
+    # Module constants by module and name, for a fallback written as another module's constant (link_address.X).
+    module_constants = {path.stem: _constants(tree) for path, tree in trees.items()}
+    for path, tree in trees.items():
+        constants = _constants(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and len(node.args) == 2 and isinstance(node.args[0], ast.Constant)
+                    and node.args[0].value in defaults):
+                continue
+            fallback = node.args[1]
+            try:
+                value = ast.literal_eval(fallback)
+            except ValueError:
+                if isinstance(fallback, ast.Name):
+                    value = constants.get(fallback.id, _NEUTRAL)
+                elif isinstance(fallback, ast.Attribute) and isinstance(fallback.value, ast.Name):
+                    value = module_constants.get(fallback.value.id, {}).get(fallback.attr, _NEUTRAL)
+                else:
+                    value = _NEUTRAL
+            kept = (str(path.relative_to(REPO)), node.args[0].value) in ROLE_DEFAULT_COPIES_KEPT
+            if not kept and value not in _NEUTRAL and value == defaults[node.args[0].value][1]:
+                copies.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.args[0].value} falls back on "
+                              f"{ast.unparse(fallback)}, the default of role {defaults[node.args[0].value][0]}")
     files = sorted([*(REPO / "roles").rglob("*.yml"), *(REPO / "roles").rglob("*.j2"), *(REPO / "playbooks").glob("*.yml")])
     for path in files:
         rel = path.relative_to(REPO)

@@ -33,6 +33,10 @@ options:
     description: C(rdma) or C(tcp).
     type: str
     required: true
+  fabric:
+    description: C(spark_fabric) as the play resolves it - C(direct) or C(switch).
+    type: str
+    required: true
 """
 
 EXAMPLES = r"""
@@ -41,7 +45,7 @@ EXAMPLES = r"""
     method: tcp
     pairs: >-
       {{ hostvars | sparkctl.spark.fabric_test_pairs(groups['spark_head'] + groups['spark_workers'],
-         spark_cluster.head.name, 'tcp') }}
+         spark_cluster.head.name, 'tcp', spark_fabric) }}
     minimum_gbps: 1
     head: "{{ inventory_hostname }}"
 """
@@ -54,11 +58,11 @@ _value:
 """
 
 
-def fabric_test_pairs(hostvars, cluster_hosts, head, method):
+def fabric_test_pairs(hostvars, cluster_hosts, head, method, fabric):
     if method not in fabric_test.METHODS:
         raise AnsibleFilterError(f"fabric_test_pairs: method {method!r} is not one of {', '.join(fabric_test.METHODS)}")
     try:
-        targets = peer_targets(hostvars, cluster_hosts, head)
+        targets = peer_targets(hostvars, cluster_hosts, head, fabric)
         roce = None
         if method == "rdma":
             roce = {host: (hostvars[host].get("fabric_test_roce") or {}).get("roce") or {} for host in cluster_hosts}

@@ -61,7 +61,8 @@ options:
     description:
       - The role defaults a check falls back on where the inventory sets nothing (C(hostvars) holds no role
         defaults), read from the roles that own them - C(spark_link_interface_pattern), C(spark_link_mtu),
-        C(spark_model_profile) (role spark) and C(engine_service_api_key_min_length) (role engine_service).
+        C(spark_model_profile), C(spark_fabric) (role spark) and C(engine_service_api_key_min_length) (role
+        engine_service).
       - The validation play (playbooks/validate_inventory.yml) reads them from the roles' defaults/main.yml.
     type: dict
     required: true
@@ -78,6 +79,7 @@ EXAMPLES = r"""
       spark_link_interface_pattern: "{{ sparkctl_spark_defaults.spark_link_interface_pattern }}"
       spark_link_mtu: "{{ sparkctl_spark_defaults.spark_link_mtu }}"
       spark_model_profile: "{{ sparkctl_spark_defaults.spark_model_profile }}"
+      spark_fabric: "{{ sparkctl_spark_defaults.spark_fabric }}"
       engine_service_api_key_min_length: "{{ sparkctl_engine_service_defaults.engine_service_api_key_min_length }}"
 """
 
@@ -95,7 +97,7 @@ WORKER_GROUP = "spark_workers"
 _IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 # The role defaults the checks fall back on where the inventory sets nothing (the `defaults`
 # argument): their values live in the roles that own them only.
-ROLE_DEFAULT_NAMES = ("spark_link_interface_pattern", "spark_link_mtu", "spark_model_profile",
+ROLE_DEFAULT_NAMES = ("spark_link_interface_pattern", "spark_link_mtu", "spark_model_profile", "spark_fabric",
                       "engine_service_api_key_min_length")
 # 1280 is the smallest MTU IPv6 tolerates; 9216 the largest the ConnectX-7 + switch path is qualified for.
 MTU_MIN = 1280
@@ -199,11 +201,11 @@ def _link_problems(hostname, vars_, interface_re):
     return problems, nets
 
 
-def _fabric_problems(cluster, hostvars):
+def _fabric_problems(cluster, hostvars, default):
     """spark_fabric: one known value, the same on every host, and a node count the fabric can join."""
     fabric_of = {}
     for host in cluster:
-        value = hostvars[host].get("spark_fabric", link_address.DEFAULT_FABRIC)
+        value = hostvars[host].get("spark_fabric", default)
         fabric_of.setdefault(value if isinstance(value, str) else repr(value), []).append(host)
     problems = []
     for fabric, hosts in fabric_of.items():
@@ -218,7 +220,7 @@ def _fabric_problems(cluster, hostvars):
         detail = "; ".join(f"{fabric}: {', '.join(hosts)}" for fabric, hosts in fabric_of.items())
         return [f"'spark_fabric' differs between hosts ({detail}): the nodes share one fabric; "
                 "set it once, in group_vars/all."]
-    fabric = next(iter(fabric_of), link_address.DEFAULT_FABRIC)
+    fabric = next(iter(fabric_of), default)
     if fabric == "direct" and len(cluster) > 2:
         return [f"'spark_fabric' is 'direct' but the cluster has {len(cluster)} nodes ({', '.join(cluster)}): a direct "
                 "cable joins exactly two; set spark_fabric: switch (every node's cable halves on a switch) or keep "
@@ -484,8 +486,8 @@ def inventory_problems(groups, hostvars, defaults):
         problems.extend(host_problems)
         per_host_nets[host] = nets
     problems.extend(_firewall_problems(cluster, hostvars))
-    problems.extend(_fabric_problems(cluster, hostvars))
-    fabric = any_vars.get("spark_fabric", link_address.DEFAULT_FABRIC)
+    problems.extend(_fabric_problems(cluster, hostvars, defaults["spark_fabric"]))
+    fabric = any_vars.get("spark_fabric", defaults["spark_fabric"])
     # What one cable half is, in the messages below: a point-to-point link, or a subnet on a switch.
     shared = "every node on a switch needs an address in each half's subnet" if fabric == "switch" \
         else "both ends of a cable half must share a subnet"

@@ -20,7 +20,7 @@ description:
     C(['192.168.100.10', '192.168.101.10']).
   - Fails naming the item when an address lacks its prefix or is not an address.
   - The same file provides C(link_peer_addresses) (C(hostvars | sparkctl.spark.link_peer_addresses(cluster_hosts,
-    inventory_hostname))) - the bare cable addresses of this host's peers as C(spark_fabric) makes them (direct,
+    inventory_hostname, spark_fabric))) - the bare cable addresses of this host's peers as C(spark_fabric) makes them (direct,
     the other node of the cable; switch, every other node), in peer then cable-half order, each once; it fails naming
     C(spark_fabric) for an unknown fabric or a direct cable asked to join more than two nodes.
 options:
@@ -52,9 +52,9 @@ def link_ips(link):
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def link_peer_addresses(hostvars, cluster_hosts, this_host):
+def link_peer_addresses(hostvars, cluster_hosts, this_host, fabric):
     try:
-        return link_address.peer_addresses(hostvars, cluster_hosts, this_host)
+        return link_address.peer_addresses(hostvars, cluster_hosts, this_host, fabric)
     except (KeyError, ValueError) as exc:
         raise AnsibleFilterError("The peers' cable addresses cannot be worked out: %s" % (exc,)) from exc
 

@@ -29,6 +29,10 @@ options:
     description: C(inventory_hostname).
     type: str
     required: true
+  fabric:
+    description: C(spark_fabric) as the play resolves it - C(direct) (the other node of the cable) or C(switch) (every other node).
+    type: str
+    required: true
   skip_hosts:
     description: Peers not to ping.
     type: list
@@ -40,7 +44,9 @@ EXAMPLES = r"""
 # The sparkctl.spark.link_ping module pings them; its example judges the results with link_ping_problems.
 - name: The peers this node must reach, per cable half
   ansible.builtin.set_fact:
-    link_targets: "{{ hostvars | sparkctl.spark.link_ping_targets(groups['spark_head'] + groups['spark_workers'], inventory_hostname) }}"
+    link_targets: >-
+      {{ hostvars | sparkctl.spark.link_ping_targets(groups['spark_head'] + groups['spark_workers'], inventory_hostname,
+         spark_fabric) }}
 """
 
 RETURN = r"""
@@ -64,9 +70,9 @@ _PATH_MTU_RE = re.compile(r"From (\S+).*Frag needed and DF set \(mtu = (\d+)\)",
 _SOURCE_RE = re.compile(r"^PING \S+ \(\S+\) from (\S+) ", re.MULTILINE)
 
 
-def link_ping_targets(hostvars, cluster_hosts, this_host, skip_hosts=None):
+def link_ping_targets(hostvars, cluster_hosts, this_host, fabric, skip_hosts=None):
     try:
-        return peer_targets(hostvars, cluster_hosts, this_host, skip_hosts)
+        return peer_targets(hostvars, cluster_hosts, this_host, fabric, skip_hosts)
     except ValueError as exc:
         raise AnsibleFilterError(f"link_ping_targets: {exc}") from exc
 

@@ -86,20 +86,12 @@ def primary_address(link):
 # The ways the nodes' cable halves can be joined (spark_fabric, roles/spark/defaults/main.yml).
 # direct: one ConnectX-7 cable between two nodes, each half a point-to-point link.
 # switch: every node's halves on shared subnets through a switch, each half one subnet.
+# The fabric is the caller's spark_fabric as the play resolves it (the inventory's, else the spark
+# role's default): hostvars hold no role defaults, so it is never read from them here.
 FABRICS = ("direct", "switch")
-DEFAULT_FABRIC = "direct"
 
 
-def fabric_of(hostvars, this_host):
-    """The host's spark_fabric as the inventory sets it ('direct' when unset: the role default
-    is not part of hostvars). Raises ValueError naming the variable for any other value."""
-    fabric = (hostvars[this_host] or {}).get("spark_fabric", DEFAULT_FABRIC)
-    if fabric not in FABRICS:
-        raise ValueError("spark_fabric %r must be one of %s" % (fabric, ", ".join(FABRICS)))
-    return fabric
-
-
-def fabric_peers(cluster_hosts, this_host, fabric=DEFAULT_FABRIC):
+def fabric_peers(cluster_hosts, this_host, fabric):
     """Who this host exchanges traffic with over the cable halves: the one owner of the answer.
 
     direct: a cable joins exactly two nodes, so the peer is the other one; a cluster of more
@@ -115,10 +107,10 @@ def fabric_peers(cluster_hosts, this_host, fabric=DEFAULT_FABRIC):
     return [host for host in hosts if host != this_host]
 
 
-def peer_addresses(hostvars, cluster_hosts, this_host):
+def peer_addresses(hostvars, cluster_hosts, this_host, fabric):
     """Every peer's bare addresses on every cable half, in peer then half order (each once):
     the sources this host trusts on its cable interfaces when they are shared (a switch)."""
-    peers = fabric_peers(cluster_hosts, this_host, fabric_of(hostvars, this_host))
+    peers = fabric_peers(cluster_hosts, this_host, fabric)
     addresses = []
     for peer in peers:
         for address in link_addresses(hostvars[peer]["spark_link"]):
@@ -127,15 +119,15 @@ def peer_addresses(hostvars, cluster_hosts, this_host):
     return addresses
 
 
-def peer_targets(hostvars, cluster_hosts, this_host, skip_hosts=None):
-    """Per peer of this host (fabric_peers, by the host's spark_fabric) but skip_hosts, and
+def peer_targets(hostvars, cluster_hosts, this_host, fabric, skip_hosts=None):
+    """Per peer of this host (fabric_peers, by spark_fabric) but skip_hosts, and
     cable half i: this host's spark_link[i] interface and address paired with the peer's,
     addresses without prefix length. The jumbo ping (link_ping_targets) and the fabric test
     (fabric_test_pairs) take these paths."""
     skip = set(skip_hosts or [])
     own = list(hostvars[this_host]["spark_link"])
     targets = []
-    for peer in fabric_peers(cluster_hosts, this_host, fabric_of(hostvars, this_host)):
+    for peer in fabric_peers(cluster_hosts, this_host, fabric):
         if peer in skip:
             continue
         peer_link = list(hostvars[peer]["spark_link"])
