@@ -226,7 +226,7 @@ def test_the_clients_times_agree_with_a_relay_timing_the_same_requests(real_serv
     ours, seen = asyncio.run(measure())
     assert len(seen) == len(ours)
     ours, seen = ours[1:], seen[1:]
-    ttft_extra, rows = [], []
+    ttft_extra, span_off, rows = [], [], []
     for outcome, relayed in zip(ours, seen, strict=True):
         times = relayed["token_times"]
         # The relay saw every token-bearing chunk the client counted.
@@ -238,10 +238,15 @@ def test_the_clients_times_agree_with_a_relay_timing_the_same_requests(real_serv
         rows.append(f"TTFT s: sparkctl {ttft_ours:.4f}, relay {ttft_relay:.4f}; "
                     f"first-to-last token s: sparkctl {span_ours:.4f}, relay {span_relay:.4f}")
         ttft_extra.append(ttft_ours - ttft_relay)
-        assert abs(span_ours - span_relay) <= RELAY_SPAN_TOLERANCE * span_relay + RELAY_SLACK_S, rows[-1]
+        # How far the client's span is off the relay's, beyond what the span's length allows.
+        span_off.append(abs(span_ours - span_relay) - RELAY_SPAN_TOLERANCE * span_relay)
     summary = "\n".join(rows)
     print(summary)
     assert len(ttft_extra) >= RELAY_REQUESTS // 2, summary
+    # Judged by the median, as the TTFT below: a client that buffers or coalesces the stream shifts
+    # every request's span, while a single request's last token may wait for a core on a loaded
+    # machine (the server's own generation shares the two cores with the client).
+    assert statistics.median(span_off) <= RELAY_SLACK_S, summary
     # The client's clock runs from before it connects to after it parsed the token, the
     # relay's inside that: by the median, never shorter and longer only by loopback hops and
     # a parse (a single request on a loaded machine may wait for a core much longer).
