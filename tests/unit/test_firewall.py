@@ -25,7 +25,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils import basic
 from ansible_collections.sparkctl.spark.plugins.filter.firewall import firewall_ruleset
-from inventory_check import inventory_problems
+from inventory_check import ROLE_DEFAULTS, inventory_problems
 from ansible_collections.sparkctl.spark.plugins.module_utils import firewall as F
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as profiles
 from ansible_collections.sparkctl.spark.plugins.modules import firewall_state
@@ -46,7 +46,7 @@ def _role_inputs(inventory, host):
     """The filter's arguments as roles/firewall/defaults/main.yml derives them from the inventory."""
     groups, hostvars = _load_inventory(REPO / "inventories" / inventory)
     hv = hostvars[host]
-    profile, problems = profiles.resolve(hv.get("spark_model_profile", profiles.DEFAULT_PROFILE),
+    profile, problems = profiles.resolve(hv.get("spark_model_profile", ROLE_DEFAULTS["spark_model_profile"]),
                                          hv.get("spark_profile_paths", []), hv.get("spark_profile_overrides", {}),
                                          hv["inventory_dir"])
     assert not problems, problems

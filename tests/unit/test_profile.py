@@ -14,7 +14,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkctl.spark.plugins.filter import profile as profile_filter
-from inventory_check import inventory_problems
+from inventory_check import ROLE_DEFAULTS, inventory_problems
 from ansible_collections.sparkctl.spark.plugins.plugin_utils import profile as P
 from golden_files import assert_golden_tree
 
@@ -82,7 +82,7 @@ def test_only_the_profiles_with_a_fix_are_refused_as_shipped():
 
 
 def test_default_profile_is_shipped_and_keeps_the_old_memory_figure():
-    profile = load(P.DEFAULT_PROFILE, paths=())
+    profile = load(ROLE_DEFAULTS["spark_model_profile"], paths=())
     assert profile_filter.profile_node_memory_bytes(profile) == 109046032916
     assert profile_filter.profile_checkpoint(profile) == {
         "source": "hub", "repo_id": "nota-ai/Solar-Open2-250B-Nota-NVFP4", "revision": "main", "allow_patterns": []}
@@ -901,7 +901,7 @@ def test_an_empty_list_is_refused_rather_than_rendering_a_bare_flag():
 
 def test_default_profile_venv_installs_a_pinned_ray():
     # vllm 0.25.1 neither depends on ray nor has an extra pulling it in; `ray start` needs it.
-    packages = P.venv_packages(load(P.DEFAULT_PROFILE, paths=()))
+    packages = P.venv_packages(load(ROLE_DEFAULTS["spark_model_profile"], paths=()))
     assert P.RAY_REQUIREMENT in packages
     assert packages[:2] == ["vllm==0.25.1", "torch==2.11.0+cu130"]
     assert P.RAY_REQUIREMENT.startswith("ray[default]==")
@@ -988,7 +988,7 @@ def test_every_rendered_command_line_is_valid_for_the_pinned_engine(case):
 
 
 def test_the_pinned_releases_are_the_ones_with_manifests():
-    assert P.engine_manifest(load(P.DEFAULT_PROFILE, paths=()), "vllm")[0] == "vllm 0.25.1"
+    assert P.engine_manifest(load(ROLE_DEFAULTS["spark_model_profile"], paths=()), "vllm")[0] == "vllm 0.25.1"
     assert P.engine_manifest(load("solar-open-100b-vllm-fork"), "vllm")[0] == "vllm 0.12.0"
     assert P.engine_manifest(load("solar-open2-nvfp4-ngc-ep"), "vllm")[0] == "vllm 0.22.0"
     # The SGLang image does not say its release: its flags must exist in one of 0.5.20-0.5.23.

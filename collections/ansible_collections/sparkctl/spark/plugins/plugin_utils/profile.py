@@ -20,7 +20,7 @@ and each of their public names is importable from here."""
 from __future__ import annotations
 
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_load import (
-    COLLECTION_DIR, COLLECTION_PROFILES, DEFAULT_PROFILE, MAX_EXTENDS_DEPTH, ProfileError, available_profiles,
+    COLLECTION_DIR, COLLECTION_PROFILES, MAX_EXTENDS_DEPTH, ProfileError, available_profiles,
     deep_merge, find_profile, load_profile, search_dirs,
 )
 from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_engine import (
@@ -43,7 +43,7 @@ from ansible_collections.sparkctl.spark.plugins.plugin_utils.profile_render impo
 )
 
 __all__ = [
-    "COLLECTION_DIR", "COLLECTION_PROFILES", "DEFAULT_PROFILE", "MAX_EXTENDS_DEPTH", "ProfileError",
+    "COLLECTION_DIR", "COLLECTION_PROFILES", "MAX_EXTENDS_DEPTH", "ProfileError",
     "available_profiles", "deep_merge", "find_profile", "load_profile", "search_dirs", "ENGINES",
     "ENGINE_FLAGS_DIR", "ENGINE_MANIFEST_DIR", "LIST_ARITIES", "PARSER_SECTIONS", "PLACEHOLDERS",
     "RAY_REQUIREMENT", "RAY_TOPOLOGIES", "engine_env_names", "engine_list_flags", "engine_manifest",

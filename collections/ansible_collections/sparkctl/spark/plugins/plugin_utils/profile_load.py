@@ -16,7 +16,6 @@ import yaml
 # ships its profiles.
 COLLECTION_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 COLLECTION_PROFILES = os.path.join(COLLECTION_DIR, "profiles")
-DEFAULT_PROFILE = "solar-open2-nvfp4-vllm-venv"
 
 MAX_EXTENDS_DEPTH = 8
 
