@@ -394,14 +394,12 @@ def test_the_head_and_port_searches_find_each_spelling(tmp_path):
 _NEUTRAL = (None, "", [], {})
 # A `<variable> | default(<literal>)` in YAML or a template.
 _YAML_DEFAULT = re.compile(r"\b([a-z][a-z0-9_]*)\s*\|\s*default\(\s*('[^']*'|\"[^\"]*\"|true|false|True|False|-?\d+)\s*\)")
-# Copies kept, each with its reason (none today).
-ROLE_DEFAULT_COPIES_KEPT: set[tuple[str, str]] = set()
 
 
-def _role_defaults() -> dict[str, tuple[str, object]]:
+def _role_defaults(repo: Path) -> dict[str, tuple[str, object]]:
     """variable -> (owning role, its default) for every literal (not templated) role default."""
     found = {}
-    for path in sorted((REPO / "roles").glob("*/defaults/main.yml")):
+    for path in sorted((repo / "roles").glob("*/defaults/main.yml")):
         for name, value in (yaml.safe_load(path.read_text()) or {}).items():
             if not (isinstance(value, str) and "{{" in value):
                 found[name] = (path.parts[-3], value)
@@ -414,15 +412,26 @@ def _constants(tree: ast.Module) -> dict[str, object]:
             and isinstance(node.value, ast.Constant) for target in node.targets if isinstance(target, ast.Name)}
 
 
-def role_default_copies() -> list[str]:
+def _fallback_value(fallback, constants, module_constants):
+    """What a `.get` fallback evaluates to: a literal, a module constant or another module's
+    constant (link_address.X); _NEUTRAL for anything else."""
+    try:
+        return ast.literal_eval(fallback)
+    except ValueError:
+        if isinstance(fallback, ast.Name):
+            return constants.get(fallback.id, _NEUTRAL)
+        if isinstance(fallback, ast.Attribute) and isinstance(fallback.value, ast.Name):
+            return module_constants.get(fallback.value.id, {}).get(fallback.attr, _NEUTRAL)
+        return _NEUTRAL
+
+
+def role_default_copies(repo: Path = REPO) -> list[str]:
     """A role default's value written again outside its role: as the fallback of a `.get` of the
     variable in the Python sources (literally or through a module constant), or as a
-    `| default(...)` literal of the variable in another role's or a playbook's YAML."""
-    defaults = _role_defaults()
+    `| default(...)` literal of the variable in another role's or a playbook's YAML (path:line: what)."""
+    defaults = _role_defaults(repo)
     copies = []
-    paths = [path for source in SOURCES for path in sorted((REPO / source).rglob("*.py"))]
-    trees = {path: ast.parse(path.read_text()) for path in paths}
-    # Module constants by module and name, for a fallback written as another module's constant (link_address.X).
+    trees = {path: ast.parse(path.read_text()) for path in _python_files(repo)}
     module_constants = {path.stem: _constants(tree) for path, tree in trees.items()}
     for path, tree in trees.items():
         constants = _constants(tree)
@@ -431,30 +440,21 @@ def role_default_copies() -> list[str]:
                     and len(node.args) == 2 and isinstance(node.args[0], ast.Constant)
                     and node.args[0].value in defaults):
                 continue
-            fallback = node.args[1]
-            try:
-                value = ast.literal_eval(fallback)
-            except ValueError:
-                if isinstance(fallback, ast.Name):
-                    value = constants.get(fallback.id, _NEUTRAL)
-                elif isinstance(fallback, ast.Attribute) and isinstance(fallback.value, ast.Name):
-                    value = module_constants.get(fallback.value.id, {}).get(fallback.attr, _NEUTRAL)
-                else:
-                    value = _NEUTRAL
-            kept = (str(path.relative_to(REPO)), node.args[0].value) in ROLE_DEFAULT_COPIES_KEPT
-            if not kept and value not in _NEUTRAL and value == defaults[node.args[0].value][1]:
-                copies.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.args[0].value} falls back on "
-                              f"{ast.unparse(fallback)}, the default of role {defaults[node.args[0].value][0]}")
-    files = sorted([*(REPO / "roles").rglob("*.yml"), *(REPO / "roles").rglob("*.j2"), *(REPO / "playbooks").glob("*.yml")])
+            name, fallback = node.args[0].value, node.args[1]
+            value = _fallback_value(fallback, constants, module_constants)
+            if value not in _NEUTRAL and value == defaults[name][1]:
+                copies.append(f"{path.relative_to(repo)}:{node.lineno}: {name} falls back on "
+                              f"{ast.unparse(fallback)}, the default of role {defaults[name][0]}")
+    files = sorted([*(repo / "roles").rglob("*.yml"), *(repo / "roles").rglob("*.j2"), *(repo / "playbooks").glob("*.yml")])
     for path in files:
-        rel = path.relative_to(REPO)
+        rel = path.relative_to(repo)
         role = rel.parts[1] if rel.parts[0] == "roles" else None
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if line.lstrip().startswith("#"):
                 continue
             for match in _YAML_DEFAULT.finditer(line):
                 name = match.group(1)
-                if name not in defaults or defaults[name][0] == role or (str(rel), name) in ROLE_DEFAULT_COPIES_KEPT:
+                if name not in defaults or defaults[name][0] == role:
                     continue
                 value = yaml.safe_load(match.group(2))
                 if value not in _NEUTRAL and str(value) == str(defaults[name][1]):
@@ -466,19 +466,37 @@ def test_no_role_default_is_copied_outside_its_role():
     assert role_default_copies() == []
 
 
-def test_the_search_finds_a_copied_role_default():
-    # What the inventory validation and the preflight held before they read the roles' defaults.
-    assert _role_defaults()["spark_link_mtu"] == ("spark", 9000)
-    assert _role_defaults()["firewall_enabled"] == ("firewall", True)
-    samples = {"mtu": 'mtu = hostvars.get("spark_link_mtu", 9000)\n',
-               "pattern": 'P = "^enP?[0-9]*p[0-9]+s[0-9]+f[0-9]+np[0-9]+$"\nx = v.get("spark_link_interface_pattern", P)\n'}
-    defaults = _role_defaults()
-    for sample in samples.values():
-        tree = ast.parse(sample)
-        call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call))
-        constants = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
-                     and isinstance(n.value, ast.Constant) for t in n.targets if isinstance(t, ast.Name)}
-        fallback = call.args[1]
-        value = constants[fallback.id] if isinstance(fallback, ast.Name) else ast.literal_eval(fallback)
-        assert value == defaults[call.args[0].value][1]
-    assert _YAML_DEFAULT.search("x: \"{{ firewall_enabled | default(true) }}\"").group(1) == "firewall_enabled"
+def test_the_role_default_search_finds_each_kind_of_copy(tmp_path):
+    """The shapes the inventory validation, the preflight, sparkctl status and link_address held before
+    they read the roles' defaults are found; the owner's own use, an empty fallback, another value, a
+    templated default and a comment are not (a tree of two roles and two plugins)."""
+    own = tmp_path / "roles" / "own"
+    for folder in ("defaults", "tasks"):
+        (own / folder).mkdir(parents=True)
+    (own / "defaults" / "main.yml").write_text(
+        "---\nown_mtu: 9000\nown_on: true\nown_name: ''\nown_path: \"{{ other }}/x\"\n")
+    (own / "tasks" / "main.yml").write_text("---\n- x: \"{{ own_on | default(true) }}\"\n")
+    (tmp_path / "roles" / "other" / "vars").mkdir(parents=True)
+    (tmp_path / "roles" / "other" / "vars" / "main.yml").write_text(
+        "---\n"
+        "# own_on | default(true) in a comment\n"
+        "a: \"{{ own_on | default(true) }}\"\n"
+        "b: \"{{ own_on | default(false) }}\"\n"
+        "c: \"{{ own_name | default('') }}\"\n")
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "p.yml").write_text("---\n- x: \"{{ own_mtu | default(9000) }}\"\n")
+    filters = tmp_path / PLUGINS / "filter"
+    filters.mkdir(parents=True)
+    (filters / "m.py").write_text("MTU = 9000\n")
+    (filters / "x.py").write_text(
+        "import m\n"
+        "P = 9000\n"
+        "a = v.get(\"own_mtu\", 9000)\n"
+        "b = v.get(\"own_mtu\", P)\n"
+        "c = v.get(\"own_mtu\", m.MTU)\n"
+        "d = v.get(\"own_mtu\", 1500)\n"
+        "e = v.get(\"own_name\", \"\")\n"
+        "f = v.get(\"own_path\", \"/x\")\n")
+    found = [line.split(": ", 1)[0] for line in role_default_copies(tmp_path)]
+    x = f"{PLUGINS}/filter/x.py"
+    assert found == [f"{x}:3", f"{x}:4", f"{x}:5", "playbooks/p.yml:2", "roles/other/vars/main.yml:3"]
